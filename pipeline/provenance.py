@@ -1,0 +1,53 @@
+"""Hashes and version records that tie every number to the exact inputs that produced it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+TRACKED_LIBRARIES = (
+    "longppl-pipeline",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "gguf",
+    "numpy",
+    "pyarrow",
+    "polars",
+    "datasets",
+    "huggingface_hub",
+    "hydra-core",
+    "scipy",
+)
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def json_sha256(value: Any) -> str:
+    """sha256 of a value's canonical JSON (sorted keys, no whitespace)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in TRACKED_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions

@@ -1,0 +1,208 @@
+"""Stage 1 end to end on a tiny model: artifact invariants, resume, and bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import artifacts, stage1
+from pipeline.errors import PipelineError
+from pipeline.keytokens import merge_spans
+from pipeline.provenance import file_sha256, text_sha256
+from tests.conftest import compose_stage1
+
+TEXTS = [
+    "The committee reported the bill. " * 12 + "line 7: REGISTER_CONTENT is 4512. " * 4,
+    "Emoji 😀👩‍👩‍👧 and 中文字符 with e\u0301 and CRLF\r\nand a NUL \x00 byte. " * 6,
+    "Federal law provides a variety of powers for the President. " * 10,
+]
+
+
+def overrides(model_dir, corpus, out, *extra):
+    return [
+        "evaluator=local",
+        f"evaluator.spec={model_dir}",
+        "corpus=local",
+        f"corpus.path={corpus}",
+        f"output_dir={out}",
+        "name=test",
+        "K=16",
+        "d=8",
+        "max_tokens=150",
+        "dtype=float64",
+        "device=cpu",
+        "alpha=0.5",
+        "beta=-30",
+        "progress=false",
+        "head_chunk=16",
+        *extra,
+    ]
+
+
+@pytest.fixture
+def corpus(write_corpus):
+    return write_corpus([{"id": f"doc-{i}", "text": t} for i, t in enumerate(TEXTS)])
+
+
+@pytest.fixture
+def run_stage1(tiny_model_dir, corpus, tmp_path):
+    def run(*extra, corpus_path=None):
+        cfg = compose_stage1(overrides(tiny_model_dir, corpus_path or corpus, tmp_path / "out", *extra))
+        manifest = stage1.run(cfg)
+        return tmp_path / "out" / "test", manifest
+
+    return run
+
+
+def test_artifact_invariants(run_stage1, tokenizer):
+    root, manifest = run_stage1()
+    art = artifacts.load_artifact(root)
+    docs = art.documents.to_pylist()
+    tokens = art.tokens.to_pylist()
+    assert [d["doc_id"] for d in docs] == ["doc-0", "doc-1", "doc-2"]
+    # document sha256 match the texts, and the texts are the corpus texts (or their prefixes)
+    for d, source in zip(docs, TEXTS, strict=True):
+        assert d["sha256"] == text_sha256(d["text"])
+        assert d["source_sha256"] == text_sha256(source)
+        assert source.startswith(d["text"])
+        assert d["truncated"] == (d["text"] != source)
+    # manifest hashes match the files
+    for name, entry in manifest["files"].items():
+        assert file_sha256(root / name) == entry["sha256"]
+    s = manifest["settings"]
+    by_doc = {d["doc_id"]: d for d in docs}
+    for doc_id, d in by_doc.items():
+        rows = [t for t in tokens if t["doc_id"] == doc_id]
+        text = d["text"]
+        assert len(rows) == d["n_tokens"] <= s["max_tokens"]
+        # token spans lie inside the text and are the evaluator's own tokens of it
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert [r["token_id"] for r in rows] == enc["input_ids"]
+        assert [(r["char_start"], r["char_end"]) for r in rows] == [tuple(o) for o in enc["offset_mapping"]]
+        long = np.array([r["long_logprob"] for r in rows], dtype=float)
+        short = np.array([r["short_logprob"] if r["short_logprob"] is not None else np.nan for r in rows])
+        lsd = np.array([r["lsd"] if r["lsd"] is not None else np.nan for r in rows])
+        weight = np.array([r["soft_weight"] if r["soft_weight"] is not None else np.nan for r in rows])
+        key = np.array([r["is_key"] for r in rows])
+        # BOS is prepended: seq position of token j is j + 1; no short context before position K
+        assert np.isnan(short[: s["K"] - 1]).all() and not np.isnan(short[s["K"] - 1 :]).any()
+        np.testing.assert_array_equal(np.isnan(lsd), np.isnan(short))
+        ok = ~np.isnan(lsd)
+        assert (lsd[ok] == long[ok] - short[ok]).all()
+        assert (key == (ok & (np.nan_to_num(lsd, nan=-np.inf) > s["alpha"]) & (long > s["beta"]))).all()
+        np.testing.assert_array_equal(weight[ok], np.minimum(np.exp(lsd[ok]), s["gamma"]))
+        assert (long <= 0).all() and (short[ok] <= 0).all()
+        # spans: merged key-token intervals, inside the text
+        spans = [r for r in art.spans.to_pylist() if r["doc_id"] == doc_id]
+        starts, ends, counts = merge_spans(
+            np.array([r["char_start"] for r in rows])[key], np.array([r["char_end"] for r in rows])[key]
+        )
+        assert [(r["char_start"], r["char_end"], r["n_tokens"]) for r in spans] == list(
+            zip(starts.tolist(), ends.tolist(), counts.tolist(), strict=True)
+        )
+        assert all(0 <= r["char_start"] < r["char_end"] <= len(text) for r in spans)
+        assert d["n_key_tokens"] == key.sum() > 0
+    assert manifest["settings"]["evaluator"]["kind"] == "local"
+    assert manifest["settings"]["evaluator"]["weights_sha256"]
+    assert manifest["schema_version"] == artifacts.SCHEMA_VERSION
+    assert {"torch", "transformers", "pyarrow"} <= set(manifest["libraries"])
+
+
+def test_rerun_is_a_no_op_and_resume_ends_identical(run_stage1):
+    root, _ = run_stage1()
+    before = {p.name: p.read_bytes() for p in root.glob("*.parquet")}
+    run_stage1()  # complete with the same settings: nothing rewritten
+    assert {p.name: p.read_bytes() for p in root.glob("*.parquet")} == before
+    # Simulate a crash after the first document: its part exists, the rest does not.
+    crashed = root.parent / "crashed"
+    shutil.copytree(root, crashed)
+    tables = {n: pq.read_table(root / f"{n}.parquet") for n in artifacts.TABLES}
+    manifest = json.loads((root / "manifest.json").read_text())
+    shutil.rmtree(root)
+    writer = artifacts.ArtifactWriter(root, manifest["settings"], manifest["fingerprint"])
+    writer.start()
+    first = {n: t.filter(t["doc_id"].to_numpy(zero_copy_only=False) == "doc-0") for n, t in tables.items()}
+    writer.write_part(0, first["documents"].to_pylist()[0], first["tokens"], first["spans"])
+    (writer.parts / ".tmp-halfwritten").mkdir()  # a crash mid-part leaves only a temporary directory
+    _, resumed = run_stage1()
+    assert resumed["run"]["resumed_documents"] == 1
+    assert {p.name: p.read_bytes() for p in root.glob("*.parquet")} == before
+
+
+def test_resume_with_other_settings_is_an_error(run_stage1, tiny_model_dir, corpus, tmp_path):
+    root, _ = run_stage1()
+    (root / "manifest.json").unlink()
+    artifacts.write_json_atomic(root / "run.json", {"fingerprint": "other", "settings": {"K": 99}})
+    with pytest.raises(PipelineError, match=r"other settings.*K"):
+        run_stage1()
+    shutil.rmtree(root)
+    run_stage1()
+    with pytest.raises(PipelineError, match="other settings"):
+        run_stage1("K=12")
+
+
+def test_skipped_documents_are_recorded(run_stage1, write_corpus, capsys):
+    path = write_corpus(
+        [
+            {"id": "ok", "text": TEXTS[0]},
+            {"id": "empty", "text": ""},
+            {"id": "blank", "text": " \n\t "},
+            {"id": "short", "text": "Too short."},
+        ],
+        name="mixed.jsonl",
+    )
+    root, manifest = run_stage1(corpus_path=path)
+    reasons = {s["doc_id"]: s["reason"] for s in manifest["skipped"]}
+    assert set(reasons) == {"empty", "blank", "short"}
+    assert "short context" in reasons["short"] and "empty" in reasons["empty"]
+    assert "skipped     short" in capsys.readouterr().out
+    assert artifacts.load_artifact(root).documents["doc_id"].to_pylist() == ["ok"]
+
+
+def test_min_tokens_and_num_documents(run_stage1):
+    _, manifest = run_stage1("min_tokens=100", "num_documents=1")
+    assert [d["doc_id"] for d in manifest["documents"]] == ["doc-0"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"id": "a", "text": "x " * 100}, {"id": "a", "text": "y " * 100}], "duplicate document id 'a'"),
+        ([{"id": "a", "body": "x"}], "no 'text' column.*corpus.text_field"),
+    ],
+)
+def test_bad_corpus(run_stage1, write_corpus, rows, message):
+    with pytest.raises(PipelineError, match=message):
+        run_stage1(corpus_path=write_corpus(rows, name="bad.jsonl"))
+
+
+def test_invalid_utf8_names_the_line(run_stage1, tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "fine"}\n{"id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(PipelineError, match=r"line 2: invalid UTF-8"):
+        run_stage1(corpus_path=path)
+
+
+def test_document_longer_than_context(run_stage1, write_corpus):
+    with pytest.raises(PipelineError, match="exceeds the evaluator's context of 512"):
+        run_stage1("max_tokens=600")
+    long_doc = write_corpus([{"id": "long", "text": TEXTS[2] * 8}], name="long.jsonl")
+    with pytest.raises(
+        PipelineError, match=r"'long' has .* more than the evaluator's context of 512.*max_tokens"
+    ):
+        run_stage1("max_tokens=null", corpus_path=long_doc)
+
+
+def test_unknown_model(run_stage1):
+    with pytest.raises(PipelineError, match="unknown model"):
+        run_stage1("evaluator.spec=no-such-model")
+    with pytest.raises(PipelineError, match="GGUF file not found"):
+        run_stage1("evaluator.spec=/nowhere/model.gguf")
+    with pytest.raises(PipelineError, match="model path not found"):
+        run_stage1("evaluator.spec=./nowhere/checkpoint")
+    with pytest.raises(PipelineError, match="huggingface-cli download org/missing-model"):
+        run_stage1("evaluator.spec=org/missing-model")
