@@ -16,7 +16,7 @@ KEYTOKENS   ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens test lint clean-venv bench-memory
+.PHONY: setup keytokens score leaderboard test lint clean-venv bench-memory
 
 setup: $(STAMP)
 
@@ -32,6 +32,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 keytokens: $(STAMP)
 	$(BIN)/python -m pipeline.stage1 $(ARGS)
+
+score: $(STAMP)
+	$(BIN)/python -m pipeline.stage2 $(if $(MODEL),model.spec=$(MODEL)) $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(ARGS)
+
+leaderboard: $(STAMP)
+	$(BIN)/python -m pipeline.leaderboard $(ARGS)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)

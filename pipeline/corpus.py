@@ -124,9 +124,10 @@ def _hub_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
     try:
         data = datasets.load_dataset(spec.dataset, spec.config, split=spec.split, revision=spec.revision)
     except Exception as exc:  # datasets raises many types for a missing/unreachable dataset
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise PipelineError(
-            f"could not load dataset '{spec.dataset}' from the Hugging Face Hub "
-            f"({type(exc).__name__}): on a connected machine save it as JSONL or Parquet and pass "
-            f"corpus=local corpus.path=<file>"
+            f"could not load dataset '{spec.dataset}' (split '{spec.split}'): {detail}; if the Hub is "
+            "unreachable, save the dataset as JSONL or Parquet on a connected machine and pass "
+            "corpus=local corpus.path=<file>"
         ) from exc
     return data.to_list()

@@ -128,6 +128,54 @@ class PassResult:
     short: np.ndarray  # float64, (n,): short-context log-prob; NaN where no short context
 
 
+def full_context_logprobs(scorer: TargetScorer, seq: torch.Tensor) -> np.ndarray:
+    """log P(seq[i] | seq[:i]) for every i (NaN at 0): one forward pass."""
+    out = np.full(len(seq), np.nan)
+    if len(seq) >= 2:
+        out[1:] = scorer.score(seq, torch.arange(len(seq) - 1)).numpy()
+    return out
+
+
+def sliding_window_logprobs(
+    scorer: TargetScorer,
+    seq: torch.Tensor,
+    K: int,
+    d: int,
+    first_window: np.ndarray,
+    *,
+    bos_id: int | None = None,
+    window_batch_tokens: int = 16384,
+    progress: Callable[[Iterator], Iterator] | None = None,
+) -> np.ndarray:
+    """Short-context log-probs (paper Eq. 8) of every token of ``seq``; NaN before position K.
+
+    ``first_window`` holds full-context log-probs of at least the first K + d tokens: the window
+    starting at 0 is the full context, so its tokens take those values. ``bos_id``: when given,
+    every other window is prefixed with it, so the short context reads like the start of a
+    document. Windows of equal length are batched up to about ``window_batch_tokens`` tokens.
+    """
+    n = len(seq)
+    short = np.full(n, np.nan)
+    first_short = min(K + d, n)
+    short[K:first_short] = first_window[K:first_short]
+    prefix = [] if bos_id is None else [bos_id]
+    groups = _batches(short_windows(n, K, d), window_batch_tokens, K + d + len(prefix))
+    for group in progress(groups) if progress else groups:
+        batch = torch.stack([_window_ids(seq, w, prefix) for w in group])
+        hidden = scorer.hidden_states(batch)
+        rows, targets = [], []
+        for b, w in enumerate(group):
+            local = torch.arange(w.first - w.start - 1, w.end - w.start - 1) + len(prefix)
+            rows.append(hidden[b, local])
+            targets.append(batch[b, local + 1])
+        values = scorer.score_hidden(torch.cat(rows), torch.cat(targets)).numpy()
+        at = 0
+        for w in group:
+            short[w.first : w.end] = values[at : at + w.end - w.first]
+            at += w.end - w.first
+    return short
+
+
 def long_and_short_logprobs(
     scorer: TargetScorer,
     seq: torch.Tensor,
@@ -138,38 +186,41 @@ def long_and_short_logprobs(
     window_batch_tokens: int = 16384,
     progress: Callable[[Iterator], Iterator] | None = None,
 ) -> PassResult:
-    """Long and sliding-window short log-probs of every token of ``seq`` (indexed like ``seq``).
-
-    ``bos_id``: when given, every short window that does not start at 0 is prefixed with it, so the
-    short context reads like the start of a document. Windows of equal length are batched up to
-    about ``window_batch_tokens`` tokens per forward pass.
-    """
-    n = len(seq)
-    long = np.full(n, np.nan)
-    short = np.full(n, np.nan)
-    if n >= 2:
-        long[1:] = scorer.score(seq, torch.arange(n - 1)).numpy()
-    first_short = min(K + d, n)
-    short[K:first_short] = long[K:first_short]
-    windows = short_windows(n, K, d)
-    prefix = [] if bos_id is None else [bos_id]
-    groups = _batches(windows, window_batch_tokens, K + d + len(prefix))
-    iterator = progress(groups) if progress else groups
-    for group in iterator:
-        batch = torch.stack([_window_ids(seq, w, prefix) for w in group])
-        hidden = scorer.hidden_states(batch)
-        offset = len(prefix)
-        rows, targets = [], []
-        for b, w in enumerate(group):
-            local = torch.arange(w.first - w.start - 1, w.end - w.start - 1) + offset
-            rows.append(hidden[b, local])
-            targets.append(batch[b, local + 1])
-        values = scorer.score_hidden(torch.cat(rows), torch.cat(targets)).numpy()
-        at = 0
-        for w in group:
-            short[w.first : w.end] = values[at : at + w.end - w.first]
-            at += w.end - w.first
+    """Stage 1's two passes over ``seq``: full-context and sliding-window short-context log-probs."""
+    long = full_context_logprobs(scorer, seq)
+    short = sliding_window_logprobs(
+        scorer, seq, K, d, long, bos_id=bos_id, window_batch_tokens=window_batch_tokens, progress=progress
+    )
     return PassResult(long=long, short=short)
+
+
+def context_limited_logprobs(
+    scorer: TargetScorer,
+    seq: torch.Tensor,
+    window: int | None,
+    *,
+    bos_id: int | None = None,
+    window_batch_tokens: int = 16384,
+) -> np.ndarray:
+    """log P(seq[i] | seq[:i]) for every i (NaN at 0), with at most ``window`` tokens of context.
+
+    ``window=None``, or a sequence that fits, is one forward pass. Otherwise windows of ``window``
+    tokens advance by ``window // 2`` and score their second half (the first window scores all of
+    its tokens), so every token sees between ``window // 2`` and ``window`` tokens, never more: the
+    stage 1 short pass with K = window - window // 2 and d = window // 2. ``bos_id`` prefixes
+    every window after the first.
+    """
+    if window is None or len(seq) <= window:
+        return full_context_logprobs(scorer, seq)
+    if window < 2:
+        raise PipelineError(f"context_limit must be at least 2 tokens (got {window})")
+    d = window // 2
+    first = full_context_logprobs(scorer, seq[:window])
+    out = sliding_window_logprobs(
+        scorer, seq, window - d, d, first, bos_id=bos_id, window_batch_tokens=window_batch_tokens
+    )
+    out[:window] = first
+    return out
 
 
 def _window_ids(seq: torch.Tensor, w: Window, prefix: list[int]) -> torch.Tensor:

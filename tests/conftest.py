@@ -19,7 +19,7 @@ TRAINING_TEXT = [
 ] * 4
 
 
-def build_tokenizer():
+def build_tokenizer(vocab_size: int = 400, normalizer=None):
     """A byte-level BPE tokenizer trained in milliseconds; handles any text via bytes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -27,6 +27,8 @@ def build_tokenizer():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
+    if normalizer is not None:
+        tok.normalizer = normalizer
     trainer = trainers.BpeTrainer(
         vocab_size=400,
         special_tokens=["<bos>", "<eos>"],
@@ -89,10 +91,63 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer):
     """A saved tiny Llama checkpoint with the tiny tokenizer: loads like any local model."""
-    path = tmp_path_factory.mktemp("tiny-llama")
-    build_model("llama", len(tokenizer), max_positions=512).save_pretrained(path)
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), tokenizer)
+
+
+def save_tiny_model(
+    path: Path, tokenizer, arch: str = "llama", max_positions: int = 512, seed: int = 0
+) -> Path:
+    build_model(arch, len(tokenizer), max_positions=max_positions, seed=seed).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def other_model_dir(tmp_path_factory):
+    """A second tiny model with a different tokenizer, as the model being evaluated."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-other"), build_tokenizer(300), "llama", seed=1)
+
+
+STAGE1_TEXTS = [
+    "The committee reported the bill. " * 12 + "line 7: REGISTER_CONTENT is 4512. " * 4,
+    "Emoji 😀👩‍👩‍👧 and 中文字符 with e\u0301 and CRLF\r\nand a NUL \x00 byte. " * 6,
+    "Federal law provides a variety of powers for the President. " * 10,
+]
+
+
+def stage1_overrides(model_dir, corpus, out, *extra) -> list[str]:
+    return [
+        "evaluator=local",
+        f"evaluator.spec={model_dir}",
+        "corpus=local",
+        f"corpus.path={corpus}",
+        f"output_dir={out}",
+        "name=test",
+        "K=16",
+        "d=8",
+        "max_tokens=150",
+        "dtype=float64",
+        "device=cpu",
+        "alpha=0.5",
+        "beta=-30",
+        "progress=false",
+        "head_chunk=16",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def tiny_artifact(tmp_path_factory, tiny_model_dir):
+    """A stage 1 artifact of the tiny evaluator on three short documents."""
+    from pipeline import stage1
+
+    tmp = tmp_path_factory.mktemp("artifact")
+    corpus = tmp / "corpus.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"id": f"doc-{i}", "text": t}) + "\n" for i, t in enumerate(STAGE1_TEXTS))
+    )
+    stage1.run(compose_stage1(stage1_overrides(tiny_model_dir, corpus, tmp)))
+    return tmp / "test"
 
 
 @pytest.fixture
@@ -105,8 +160,12 @@ def write_corpus(tmp_path):
     return write
 
 
-def compose_stage1(overrides: list[str]):
+def compose_config(name: str, overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return compose("keytokens", overrides=overrides)
+        return compose(name, overrides=overrides)
+
+
+def compose_stage1(overrides: list[str]):
+    return compose_config("keytokens", overrides)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.logprobs import TargetScorer, long_and_short_logprobs, short_windows
+from pipeline.logprobs import TargetScorer, context_limited_logprobs, long_and_short_logprobs, short_windows
 from tests.conftest import build_model
 
 VOCAB = 97
@@ -98,3 +98,18 @@ def test_head_memory_is_bounded_by_chunk(monkeypatch):
     monkeypatch.setattr(scorer, "head", lambda h: seen.append(h.shape[0]) or head(h))
     long_and_short_logprobs(scorer, torch.randint(2, VOCAB, (50,)), 8, 4)
     assert max(seen) <= 7
+
+
+@pytest.mark.parametrize(("n", "window"), [(30, 8), (31, 9), (8, 8), (5, 16)])
+def test_context_limited_logprobs_see_at_most_window_tokens(n, window):
+    model = build_model("llama", VOCAB)
+    seq = torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(n))
+    seq[0] = BOS
+    scorer = TargetScorer(model, head_chunk=4)
+    values = context_limited_logprobs(scorer, seq, window, bos_id=BOS, window_batch_tokens=3 * window)
+    ids = seq.tolist()
+    d = window // 2
+    for p in range(1, n):
+        context = ids[:p] if p < window else expected_short_context(ids, p, window - d, d, BOS)
+        assert len(context) <= window + 1  # + the BOS prefix
+        assert abs(values[p] - direct_logprob(model, context, ids[p])) < 1e-9

@@ -13,34 +13,9 @@ from pipeline import artifacts, stage1
 from pipeline.errors import PipelineError
 from pipeline.keytokens import merge_spans
 from pipeline.provenance import file_sha256, text_sha256
-from tests.conftest import compose_stage1
+from tests.conftest import STAGE1_TEXTS, compose_stage1, stage1_overrides
 
-TEXTS = [
-    "The committee reported the bill. " * 12 + "line 7: REGISTER_CONTENT is 4512. " * 4,
-    "Emoji 😀👩‍👩‍👧 and 中文字符 with e\u0301 and CRLF\r\nand a NUL \x00 byte. " * 6,
-    "Federal law provides a variety of powers for the President. " * 10,
-]
-
-
-def overrides(model_dir, corpus, out, *extra):
-    return [
-        "evaluator=local",
-        f"evaluator.spec={model_dir}",
-        "corpus=local",
-        f"corpus.path={corpus}",
-        f"output_dir={out}",
-        "name=test",
-        "K=16",
-        "d=8",
-        "max_tokens=150",
-        "dtype=float64",
-        "device=cpu",
-        "alpha=0.5",
-        "beta=-30",
-        "progress=false",
-        "head_chunk=16",
-        *extra,
-    ]
+TEXTS = STAGE1_TEXTS
 
 
 @pytest.fixture
@@ -51,7 +26,9 @@ def corpus(write_corpus):
 @pytest.fixture
 def run_stage1(tiny_model_dir, corpus, tmp_path):
     def run(*extra, corpus_path=None):
-        cfg = compose_stage1(overrides(tiny_model_dir, corpus_path or corpus, tmp_path / "out", *extra))
+        cfg = compose_stage1(
+            stage1_overrides(tiny_model_dir, corpus_path or corpus, tmp_path / "out", *extra)
+        )
         manifest = stage1.run(cfg)
         return tmp_path / "out" / "test", manifest
 

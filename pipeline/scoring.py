@@ -1,0 +1,214 @@
+"""Stage 2 scoring: PPL, LongPPL and LongPPL-soft of any causal LM against a key-token artifact.
+
+Per document: the evaluated model's tokens of the artifact's text, one forward pass (or windows
+of ``context_limit`` tokens), then the evaluator's key spans and soft weights carried onto those
+tokens (``pipeline.alignment``). The corpus values are token-weighted: the exponential of the mean
+negative log-likelihood over all scored tokens of all documents (key tokens for LongPPL, weights
+for LongPPL-soft), as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline import alignment, keytokens
+from pipeline.artifacts import KeyTokenArtifact
+from pipeline.errors import PipelineError
+from pipeline.logprobs import TargetScorer, context_limited_logprobs
+from pipeline.models import LoadedModel, encode_with_offsets
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    add_bos: bool = True  # prepend the model's BOS so that every text token is predicted
+    context_limit: int | None = None  # at most this many tokens of context per prediction
+    allow_truncation: bool = False  # score the prefix that fits the model's context (flagged)
+    grid: tuple[tuple[float, float], ...] = keytokens.PAPER_GRID
+    head_chunk: int = 512
+    window_batch_tokens: int = 16384
+
+
+@dataclass
+class Sums:
+    """Sufficient statistics for exp(mean NLL) over a token subset: count and NLL sum."""
+
+    n: float = 0.0
+    nll: float = 0.0
+
+    def add(self, nll: np.ndarray, weight: np.ndarray | None = None) -> None:
+        if weight is None:
+            self.n += float(len(nll))
+            self.nll += float(nll.sum())
+        else:
+            self.n += float(weight.sum())
+            self.nll += float((weight * nll).sum())
+
+    def perplexity(self) -> float | None:
+        return math.exp(self.nll / self.n) if self.n > 0 else None
+
+
+@dataclass
+class DocumentScore:
+    doc_id: str
+    n_tokens: int  # evaluated-model tokens of the text
+    truncated: bool
+    all: Sums = field(default_factory=Sums)
+    key: Sums = field(default_factory=Sums)
+    soft: Sums = field(default_factory=Sums)
+    grid: dict[str, Sums] = field(default_factory=dict)
+    key_chars: int = 0
+    covered_key_chars: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "doc_id": self.doc_id,
+            "ppl": self.all.perplexity(),
+            "longppl": self.key.perplexity(),
+            "longppl_soft": self.soft.perplexity(),
+            "n_tokens": self.n_tokens,
+            "n_scored": int(self.all.n),
+            "n_key_tokens": int(self.key.n),
+            "truncated": self.truncated,
+            "key_chars": self.key_chars,
+            "covered_key_chars": self.covered_key_chars,
+        }
+
+
+def grid_label(alpha: float, beta: float) -> str:
+    return f"alpha={alpha:g},beta={beta:g}"
+
+
+class DocumentView:
+    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays."""
+
+    def __init__(self, doc_id: str, text: str, tokens: Any, spans: Any):
+        self.doc_id = doc_id
+        self.text = text
+        self.eval_offsets = np.stack([tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()], axis=1)
+        self.lsd = _floats(tokens["lsd"])
+        self.long = _floats(tokens["long_logprob"])
+        self.soft_weight = _floats(tokens["soft_weight"])
+        self.span_starts = spans["char_start"].to_numpy().astype(np.int64)
+        self.span_ends = spans["char_end"].to_numpy().astype(np.int64)
+
+    def spans_at(self, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Key spans re-thresholded from the stored LSD and LCL: no evaluator needed."""
+        key = keytokens.is_key(self.lsd, self.long, alpha, beta)
+        starts, ends, _ = keytokens.merge_spans(self.eval_offsets[key, 0], self.eval_offsets[key, 1])
+        return starts, ends
+
+
+def _floats(column: Any) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def iter_documents(artifact: KeyTokenArtifact):
+    """The artifact's documents in order; tokens and spans are sliced by the stored counts."""
+    docs = artifact.documents
+    token_ends = np.cumsum(docs["n_tokens"].to_numpy())
+    span_ends = np.cumsum(docs["n_spans"].to_numpy())
+    for i, (doc_id, text) in enumerate(
+        zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist(), strict=True)
+    ):
+        t0 = int(token_ends[i - 1]) if i else 0
+        s0 = int(span_ends[i - 1]) if i else 0
+        tokens = artifact.tokens.slice(t0, int(token_ends[i]) - t0)
+        spans = artifact.spans.slice(s0, int(span_ends[i]) - s0)
+        if tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
+            raise PipelineError(
+                f"artifact {artifact.root}: token rows are not in document order at '{doc_id}'"
+            )
+        yield DocumentView(doc_id, text, tokens, spans)
+
+
+def score_document(lm: LoadedModel, scorer: TargetScorer, view: DocumentView, settings: ScoreSettings):
+    """Log-probs of the evaluated model on one text, and every metric's sums."""
+    enc = encode_with_offsets(lm.tokenizer, view.text)
+    bos = lm.bos_token_id if settings.add_bos else None
+    prefix = [] if bos is None else [bos]
+    ids, offsets = enc.ids, enc.offsets
+    truncated = False
+    limit = _length_limit(lm, settings, len(prefix))
+    if limit is not None and len(prefix) + len(ids) > limit:
+        if not settings.allow_truncation:
+            raise PipelineError(
+                f"document '{view.doc_id}' has {len(ids) + len(prefix)} tokens for {lm.source.spec}, more than its "
+                f"context of {limit}: pass context_limit=<tokens> to score with a sliding window, or "
+                "allow_truncation=true to score the prefix that fits (flagged per document)"
+            )
+        truncated = True
+        ids, offsets = ids[: limit - len(prefix)], offsets[: limit - len(prefix)]
+    seq = torch.tensor(prefix + ids.tolist(), dtype=torch.long)
+    logprobs = context_limited_logprobs(
+        scorer, seq, settings.context_limit, bos_id=bos, window_batch_tokens=settings.window_batch_tokens
+    )[len(prefix) :]
+    scored = ~np.isnan(logprobs)  # without BOS the first token is not predicted
+    nll = -logprobs[scored]
+    tok = offsets[scored]
+    result = DocumentScore(view.doc_id, n_tokens=len(enc.ids), truncated=truncated)
+    result.all.add(nll)
+    key = alignment.hard_key_mask(tok, view.span_starts, view.span_ends)
+    result.key.add(nll[key])
+    weights = alignment.soft_weights(tok, view.eval_offsets, view.soft_weight, len(view.text))
+    has_weight = ~np.isnan(weights)
+    result.soft.add(nll[has_weight], weights[has_weight])
+    for alpha, beta in settings.grid:
+        starts, ends = view.spans_at(alpha, beta)
+        result.grid[grid_label(alpha, beta)] = Sums()
+        result.grid[grid_label(alpha, beta)].add(nll[alignment.hard_key_mask(tok, starts, ends)])
+    all_key = alignment.hard_key_mask(offsets, view.span_starts, view.span_ends)
+    result.key_chars, result.covered_key_chars = alignment.covered_key_chars(
+        offsets, all_key, view.span_starts, view.span_ends
+    )
+    return result
+
+
+def _length_limit(lm: LoadedModel, settings: ScoreSettings, n_prefix: int) -> int | None:
+    """The longest sequence one forward pass may take, or None when windows keep it bounded."""
+    context = lm.context_length
+    if settings.context_limit is not None:
+        if context is not None and settings.context_limit + n_prefix > context:
+            raise PipelineError(
+                f"context_limit={settings.context_limit} exceeds {lm.source.spec}'s context of {context} "
+                f"tokens: set context_limit<={context - n_prefix}"
+            )
+        return None
+    return context
+
+
+def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
+    """Token-weighted corpus values over all documents."""
+    total = {name: Sums() for name in ("all", "key", "soft")}
+    grid: dict[str, Sums] = {}
+    for s in scores:
+        for name in total:
+            part = getattr(s, name)
+            total[name].n += part.n
+            total[name].nll += part.nll
+        for label, part in s.grid.items():
+            grid.setdefault(label, Sums())
+            grid[label].n += part.n
+            grid[label].nll += part.nll
+    key_chars = sum(s.key_chars for s in scores)
+    return {
+        "ppl": total["all"].perplexity(),
+        "longppl": total["key"].perplexity(),
+        "longppl_soft": total["soft"].perplexity(),
+        "n_tokens": int(total["all"].n),
+        "n_key_tokens": int(total["key"].n),
+        "key_char_coverage": sum(s.covered_key_chars for s in scores) / key_chars if key_chars else None,
+        "n_documents": len(scores),
+        "n_truncated": sum(s.truncated for s in scores),
+        "grid": {k: {"longppl": v.perplexity(), "n_key_tokens": int(v.n)} for k, v in grid.items()},
+    }
+
+
+def settings_dict(settings: ScoreSettings) -> dict[str, Any]:
+    out = asdict(settings)
+    out["grid"] = [list(g) for g in settings.grid]
+    return out
