@@ -16,7 +16,7 @@ KEYTOKENS   ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score leaderboard test lint clean-venv bench-memory
+.PHONY: setup keytokens score leaderboard test lint clean-venv bench-memory bench-stage2
 
 setup: $(STAMP)
 
@@ -51,3 +51,6 @@ clean-venv:
 
 bench-memory: $(STAMP)
 	$(BIN)/python bench/stage1_memory.py $(ARGS)
+
+bench-stage2: $(STAMP)
+	$(BIN)/python bench/stage2_overhead.py $(ARGS)

@@ -70,8 +70,9 @@ def measure_one(args: argparse.Namespace) -> dict:
     from pipeline.models import load_model
 
     lm = load_model(args.model, dtype=args.dtype, device="cpu")
-    ids = document_ids(lm.tokenizer, args.tokens)
-    seq = torch.tensor([lm.bos_token_id, *ids[: args.tokens - 1]])
+    n_tokens = args.tokens[0]
+    ids = document_ids(lm.tokenizer, n_tokens)
+    seq = torch.tensor([lm.bos_token_id, *ids[: n_tokens - 1]])
     scorer = TargetScorer(lm.model, head_chunk=args.head_chunk)
     gc.collect()
     baseline = psutil.Process().memory_info().rss

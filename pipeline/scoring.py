@@ -137,7 +137,8 @@ def score_document(lm: LoadedModel, scorer: TargetScorer, view: DocumentView, se
     if limit is not None and len(prefix) + len(ids) > limit:
         if not settings.allow_truncation:
             raise PipelineError(
-                f"document '{view.doc_id}' has {len(ids) + len(prefix)} tokens for {lm.source.spec}, more than its "
+                f"document '{view.doc_id}' has {len(ids) + len(prefix)} tokens for {lm.source.spec}, "
+                f"more than its "
                 f"context of {limit}: pass context_limit=<tokens> to score with a sliding window, or "
                 "allow_truncation=true to score the prefix that fits (flagged per document)"
             )

@@ -137,7 +137,8 @@ def print_result(row: dict[str, Any], results: Path) -> None:
         f"model         {row['model_name']}  (artifact {row['artifact']['name']})",
         f"PPL           {_fmt(c['ppl'])}   over {c['n_tokens']} tokens in {c['n_documents']} documents"
         + (f" ({c['n_truncated']} truncated)" if c["n_truncated"] else ""),
-        f"LongPPL       {_fmt(c['longppl'])}   over {c['n_key_tokens']} key tokens ({coverage} of key characters)",
+        f"LongPPL       {_fmt(c['longppl'])}   over {c['n_key_tokens']} key tokens "
+        f"({coverage} of key characters)",
         f"LongPPL-soft  {_fmt(c['longppl_soft'])}",
         "grid          "
         + ", ".join(f"{k}: {_fmt(v['longppl'])} ({v['n_key_tokens']})" for k, v in c["grid"].items()),

@@ -49,7 +49,7 @@ def test_hub_code_path_on_a_local_dataset_folder(tmp_path):
 
 def test_unreachable_hub_dataset_names_the_fix(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(PipelineError, match="corpus=local corpus.path"):
+    with pytest.raises(PipelineError, match=r"corpus=local corpus\.path"):
         load_corpus(CorpusSpec(name="hub", dataset="org/not-here"))
 
 

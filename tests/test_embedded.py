@@ -64,3 +64,23 @@ def test_stage1_with_the_embedded_evaluator(gemma, write_corpus, tmp_path, sampl
         logits = gemma.model(input_ids=torch.tensor([ids])).logits[0, :-1].double()
     direct = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1).numpy()
     np.testing.assert_allclose(rows["long_logprob"].to_numpy(), direct, atol=2e-3)
+    check_alignment_against_official(art)
+
+
+def check_alignment_against_official(art):
+    """Real case: Gemma's key spans on SmolLM2's tokens select what the official cal_overlap selects."""
+    official = pytest.importorskip("longppl.longppl")
+    from pipeline.alignment import hard_key_mask
+    from pipeline.scoring import iter_documents
+
+    smol = load_model("smollm2-135m", dtype="float32", device="cpu")
+    checked = 0
+    for view in iter_documents(art):
+        offsets = encode_with_offsets(smol.tokenizer, view.text).offsets
+        for alpha, beta in [(2.0, -2.0), (0.5, -5.0), (0.1, -10.0)]:
+            starts, ends = view.spans_at(alpha, beta)
+            ours = np.flatnonzero(hard_key_mask(offsets, starts, ends))
+            theirs = official.cal_overlap(offsets.tolist(), list(zip(starts.tolist(), ends.tolist(), strict=True)))
+            assert ours.tolist() == [i + 1 for i in theirs]  # cal_overlap returns loss indices, i - 1
+            checked += len(ours)
+    assert checked > 20

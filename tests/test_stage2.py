@@ -138,7 +138,7 @@ def test_context_limit_names_the_row(other_model_dir, tiny_artifact, tmp_path):
 
 def test_document_longer_than_the_model(tiny_artifact, tmp_path):
     short_model = save_tiny_model(tmp_path / "short", build_tokenizer(300), "llama", max_positions=64)
-    with pytest.raises(PipelineError, match="more than its context of 64.*allow_truncation=true"):
+    with pytest.raises(PipelineError, match=r"more than its context of 64.*allow_truncation=true"):
         score(short_model, tiny_artifact, tmp_path)
     row = score(short_model, tiny_artifact, tmp_path, "allow_truncation=true")
     assert row["corpus"]["n_truncated"] == 3 and all(d["truncated"] for d in row["documents"])
@@ -163,13 +163,13 @@ def artifact_copy(tiny_artifact, tmp_path):
 def test_altered_artifact_file(artifact_copy, other_model_dir, tmp_path):
     path = artifact_copy / "spans.parquet"
     path.write_bytes(path.read_bytes()[:-1] + b"\x00")
-    with pytest.raises(PipelineError, match="spans.parquet does not match the sha256"):
+    with pytest.raises(PipelineError, match=r"spans\.parquet does not match the sha256"):
         score(other_model_dir, artifact_copy, tmp_path)
 
 
 def test_missing_artifact_file(artifact_copy, other_model_dir, tmp_path):
     (artifact_copy / "tokens.parquet").unlink()
-    with pytest.raises(PipelineError, match="missing tokens.parquet"):
+    with pytest.raises(PipelineError, match=r"missing tokens\.parquet"):
         score(other_model_dir, artifact_copy, tmp_path)
 
 
