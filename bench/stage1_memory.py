@@ -1,7 +1,7 @@
 """Peak resident memory of stage 1 above the loaded evaluator, per document length.
 
 Each length runs in its own process (a clean peak); a sampler thread reads the process's resident
-set size every 10 ms. Reported: RSS after loading the model (baseline), peak RSS during the long
+set size every 10 ms. Reported: RSS after loading the model and one 12-token pass (baseline), peak RSS during the long
 and short passes of one document, and their difference.
 
     make bench-memory                       # Gemma 3 270M, float32, 2k/4k/8k tokens, K=4096, d=1024
@@ -74,6 +74,7 @@ def measure_one(args: argparse.Namespace) -> dict:
     ids = document_ids(lm.tokenizer, n_tokens)
     seq = torch.tensor([lm.bos_token_id, *ids[: n_tokens - 1]])
     scorer = TargetScorer(lm.model, head_chunk=args.head_chunk)
+    scorer.check_against_full_forward()  # touches every weight: the baseline is the loaded model
     gc.collect()
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
