@@ -20,7 +20,6 @@ import io
 import json
 import math
 import re
-import sys
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.artifacts import write_bytes_atomic
+from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.provenance import file_sha256
 
@@ -641,17 +641,7 @@ def run(cfg: Any) -> dict[str, Path]:
 
 
 def main() -> None:
-    import hydra
-
-    @hydra.main(config_path="../conf", config_name="leaderboard", version_base=None)
-    def _entry(cfg) -> None:
-        try:
-            run(cfg)
-        except PipelineError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-
-    _entry()
+    hydra_main("leaderboard", run)
 
 
 if __name__ == "__main__":

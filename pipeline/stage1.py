@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import resource
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import artifacts, keytokens
+from pipeline.cli import hydra_main
 from pipeline.corpus import CorpusSpec, Document, load_corpus
 from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256, library_versions, text_sha256
@@ -335,17 +335,7 @@ def _plain(value: Any) -> Any:
 
 
 def main() -> None:
-    import hydra
-
-    @hydra.main(config_path="../conf", config_name="keytokens", version_base=None)
-    def _entry(cfg) -> None:
-        try:
-            run(cfg)
-        except PipelineError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-
-    _entry()
+    hydra_main("keytokens", run)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from pipeline import __version__, scoring
 from pipeline.artifacts import load_artifact
+from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256, library_versions
 
@@ -149,17 +149,7 @@ def print_result(row: dict[str, Any], results: Path) -> None:
 
 
 def main() -> None:
-    import hydra
-
-    @hydra.main(config_path="../conf", config_name="score", version_base=None)
-    def _entry(cfg) -> None:
-        try:
-            run(cfg)
-        except PipelineError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-
-    _entry()
+    hydra_main("score", run)
 
 
 if __name__ == "__main__":
