@@ -245,6 +245,21 @@ def load_model(
     )
 
 
+def load_configured_model(model_cfg: Any, run_cfg: Any) -> LoadedModel:
+    """Load the model a Hydra ``evaluator/`` or ``model/`` group describes, with the run's dtype,
+    device and cache directory."""
+    return load_model(
+        str(model_cfg.spec),
+        dtype=run_cfg.dtype,
+        device=run_cfg.device,
+        device_map=model_cfg.get("device_map"),
+        revision=model_cfg.get("revision"),
+        trust_remote_code=bool(model_cfg.get("trust_remote_code")),
+        attn_implementation=model_cfg.get("attn_implementation"),
+        cache_dir=run_cfg.get("cache_dir"),
+    )
+
+
 def _load_error_message(source: ModelSource, exc: Exception) -> str:
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if source.kind == "hub":

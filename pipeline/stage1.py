@@ -199,18 +199,9 @@ def run(cfg: Any) -> dict[str, Any]:
     docs = load_corpus(spec)
 
     from pipeline.logprobs import TargetScorer
-    from pipeline.models import load_model
+    from pipeline.models import load_configured_model
 
-    lm = load_model(
-        str(cfg.evaluator.spec),
-        dtype=cfg.dtype,
-        device=cfg.device,
-        device_map=cfg.evaluator.get("device_map"),
-        revision=cfg.evaluator.get("revision"),
-        trust_remote_code=bool(cfg.evaluator.get("trust_remote_code")),
-        attn_implementation=cfg.evaluator.get("attn_implementation"),
-        cache_dir=cfg.get("cache_dir"),
-    )
+    lm = load_configured_model(cfg.evaluator, cfg)
     bos_id = lm.bos_token_id if cfg.add_bos else None
     context = lm.context_length
     if cfg.max_tokens is not None and context is not None and cfg.max_tokens + (bos_id is not None) > context:

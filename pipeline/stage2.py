@@ -45,7 +45,7 @@ def run(cfg: Any) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from pipeline.logprobs import TargetScorer
-    from pipeline.models import EMBEDDED_MODELS, load_model
+    from pipeline.models import EMBEDDED_MODELS, load_configured_model
 
     started = time.time()
     spec = str(cfg.model.spec)
@@ -58,16 +58,7 @@ def run(cfg: Any) -> dict[str, Any]:
         )
     artifact = load_artifact(artifact_path)
     settings = score_settings(cfg)
-    lm = load_model(
-        spec,
-        dtype=cfg.dtype,
-        device=cfg.device,
-        device_map=cfg.model.get("device_map"),
-        revision=cfg.model.get("revision"),
-        trust_remote_code=bool(cfg.model.get("trust_remote_code")),
-        attn_implementation=cfg.model.get("attn_implementation"),
-        cache_dir=cfg.get("cache_dir"),
-    )
+    lm = load_configured_model(cfg.model, cfg)
     scorer = TargetScorer(lm.model, head_chunk=settings.head_chunk)
     scorer.check_against_full_forward()
     views = list(scoring.iter_documents(artifact))
