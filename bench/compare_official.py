@@ -62,7 +62,9 @@ class Sampler:
 
 
 def bench_text(tokenizer, n_tokens: int, doc: int | None) -> str:
-    """A text of exactly about n_tokens evaluator tokens: one sample document, or all concatenated."""
+    """A text of n_tokens - 1 evaluator tokens (n_tokens with BOS): one sample document, or all
+    concatenated. (The official find_key_token fails when its last window holds a single token,
+    iterating a 0-d tensor; sequences of a multiple of d tokens avoid that.)"""
     from pipeline.models import encode_with_offsets
 
     rows = [
@@ -70,8 +72,8 @@ def bench_text(tokenizer, n_tokens: int, doc: int | None) -> str:
     ]
     text = rows[doc] if doc is not None else "\n\n".join(rows)
     enc = encode_with_offsets(tokenizer, text)
-    if len(enc.ids) > n_tokens:
-        text = text[: int(enc.offsets[n_tokens, 0])]
+    if len(enc.ids) >= n_tokens:
+        text = text[: int(enc.offsets[n_tokens - 1, 0])]
     return text
 
 

@@ -216,6 +216,34 @@ class ArtifactWriter:
 # ----------------------------------------------------------------------------------------------
 # Reading, with verification
 
+HUB_PREFIX = "hf://datasets/"
+
+
+def locate_artifact(spec: str) -> tuple[Path, dict[str, Any]]:
+    """A local artifact directory, or ``hf://datasets/<org>/<name>[@revision]`` downloaded from the
+    Hub (``snapshot_download``, cached); returns the directory and where it came from, with the
+    resolved commit for a Hub dataset."""
+    if not spec.startswith(HUB_PREFIX):
+        path = Path(spec)
+        if not path.exists():
+            raise PipelineError(
+                f"no key-token artifact at {path}: run `make keytokens` first, or pass KEYTOKENS=<dir>"
+            )
+        return path, {"path": str(path)}
+    repo, _, revision = spec.removeprefix(HUB_PREFIX).partition("@")
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = Path(snapshot_download(repo_id=repo, repo_type="dataset", revision=revision or None))
+    except Exception as exc:  # offline, missing, gated: all one answer for the user
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PipelineError(
+            f"could not download key-token dataset '{repo}' from the Hugging Face Hub ({detail}): on a "
+            f"connected machine run `huggingface-cli download {repo} --repo-type dataset --local-dir DIR` "
+            "and pass KEYTOKENS=DIR"
+        ) from exc
+    return path, {"hub": repo, "revision": path.name, "requested_revision": revision or None}
+
 
 @dataclass
 class KeyTokenArtifact:

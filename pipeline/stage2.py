@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__, scoring
-from pipeline.artifacts import load_artifact
+from pipeline.artifacts import HUB_PREFIX, load_artifact, locate_artifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256, library_versions
@@ -49,13 +49,13 @@ def run(cfg: Any) -> dict[str, Any]:
 
     started = time.time()
     spec = str(cfg.model.spec)
-    if spec in EMBEDDED_MODELS or Path(spec).expanduser().exists():
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    artifact_path = Path(to_absolute_path(str(cfg.keytokens)))
-    if not artifact_path.exists():
-        raise PipelineError(
-            f"no key-token artifact at {artifact_path}: run `make keytokens` first, or pass KEYTOKENS=<dir>"
-        )
+    keytokens_spec = str(cfg.keytokens)
+    local_model = spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
+    if local_model and not keytokens_spec.startswith(HUB_PREFIX):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast
+    if not keytokens_spec.startswith(HUB_PREFIX):
+        keytokens_spec = to_absolute_path(keytokens_spec)
+    artifact_path, artifact_source = locate_artifact(keytokens_spec)
     artifact = load_artifact(artifact_path)
     settings = score_settings(cfg)
     lm = load_configured_model(cfg.model, cfg)
@@ -67,6 +67,7 @@ def run(cfg: Any) -> dict[str, Any]:
         for view in tqdm(views, desc="documents", unit="doc", disable=not cfg.progress)
     ]
     row = result_row(cfg, lm, artifact, settings, scores, time.time() - started)
+    row["artifact"]["source"] = artifact_source
     append_result(Path(to_absolute_path(str(cfg.results))), row)
     print_result(row, Path(to_absolute_path(str(cfg.results))))
     return row

@@ -184,3 +184,25 @@ def test_unknown_schema_version(artifact_copy, other_model_dir, tmp_path):
 def test_missing_artifact(other_model_dir, tmp_path):
     with pytest.raises(PipelineError, match="run `make keytokens` first"):
         score(other_model_dir, tmp_path / "nothing", tmp_path)
+
+
+def test_artifact_from_the_hub_cache(tiny_artifact, other_model_dir, tmp_path, monkeypatch):
+    """The real snapshot_download path, answered from a local Hub cache (no network)."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "datasets--org--keytokens"
+    shutil.copytree(tiny_artifact, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    row = score(other_model_dir, "hf://datasets/org/keytokens", tmp_path)
+    assert row["artifact"]["source"] == {
+        "hub": "org/keytokens",
+        "revision": commit,
+        "requested_revision": None,
+    }
+    with pytest.raises(
+        PipelineError, match="could not download key-token dataset 'org/missing'.*KEYTOKENS=DIR"
+    ):
+        score(other_model_dir, "hf://datasets/org/missing@v1", tmp_path)
