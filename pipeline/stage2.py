@@ -16,7 +16,6 @@ from typing import Any
 from pipeline import __version__, scoring
 from pipeline.artifacts import HUB_PREFIX, load_artifact, locate_artifact
 from pipeline.cli import hydra_main
-from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256, library_versions
 
 

@@ -203,6 +203,6 @@ def test_artifact_from_the_hub_cache(tiny_artifact, other_model_dir, tmp_path, m
         "requested_revision": None,
     }
     with pytest.raises(
-        PipelineError, match="could not download key-token dataset 'org/missing'.*KEYTOKENS=DIR"
+        PipelineError, match=r"could not download key-token dataset 'org/missing'.*KEYTOKENS=DIR"
     ):
         score(other_model_dir, "hf://datasets/org/missing@v1", tmp_path)
