@@ -26,7 +26,7 @@ import torch
 
 from pipeline.errors import PipelineError
 
-DEFAULT_HEAD_CHUNK = 512
+DEFAULT_HEAD_CHUNK = 256
 
 
 def _head_postprocess(config) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -45,6 +45,12 @@ def _head_postprocess(config) -> Callable[[torch.Tensor], torch.Tensor]:
         return logits
 
     return post
+
+
+def _logsumexp_inplace(logits: torch.Tensor) -> torch.Tensor:
+    """Row-wise logsumexp that reuses ``logits`` as its workspace (one chunk of memory, not two)."""
+    peak = logits.amax(dim=1, keepdim=True)
+    return logits.sub_(peak).exp_().sum(dim=1).log_() + peak.squeeze(1)
 
 
 class TargetScorer:
@@ -79,7 +85,7 @@ class TargetScorer:
             b = min(a + self.head_chunk, len(targets))
             logits = self.post(self.head(hidden[a:b])).to(work_dtype)
             picked = logits.gather(1, targets[a:b, None]).squeeze(1)
-            out[a:b] = (picked - torch.logsumexp(logits, dim=1)).to("cpu", torch.float64)
+            out[a:b] = (picked - _logsumexp_inplace(logits)).to("cpu", torch.float64)
         return out
 
     def score(self, seq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

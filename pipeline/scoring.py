@@ -29,7 +29,7 @@ class ScoreSettings:
     context_limit: int | None = None  # at most this many tokens of context per prediction
     allow_truncation: bool = False  # score the prefix that fits the model's context (flagged)
     grid: tuple[tuple[float, float], ...] = keytokens.PAPER_GRID
-    head_chunk: int = 512
+    head_chunk: int = 256
     window_batch_tokens: int = 16384
 
 
