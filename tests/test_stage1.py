@@ -183,3 +183,32 @@ def test_unknown_model(run_stage1):
         run_stage1("evaluator.spec=./nowhere/checkpoint")
     with pytest.raises(PipelineError, match="huggingface-cli download org/missing-model"):
         run_stage1("evaluator.spec=org/missing-model")
+
+
+class NoOffsets:
+    """A tokenizer without offset support (like the slow Phi-3 tokenizer the official package met)."""
+
+    def __init__(self, fast):
+        self.fast = fast
+        self.name_or_path = "no-offsets"
+
+    def __call__(self, text, add_special_tokens=False, return_offsets_mapping=False):
+        if return_offsets_mapping:
+            raise NotImplementedError("return_offset_mapping is not available")
+        return self.fast(text, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids, **kwargs):
+        return self.fast.decode(ids, **kwargs)
+
+
+def test_offsets_fallback_by_decoding(tokenizer):
+    from pipeline.models import encode_with_offsets
+
+    text = "Federal law provides powers.\r\nline 7: REGISTER_CONTENT is 4512, café."
+    fast = encode_with_offsets(tokenizer, text)
+    slow = encode_with_offsets(NoOffsets(tokenizer), text)
+    assert slow.offsets_from == "decode" and fast.offsets_from == "tokenizer"
+    np.testing.assert_array_equal(slow.ids, fast.ids)
+    np.testing.assert_array_equal(slow.offsets, fast.offsets)
+    with pytest.raises(PipelineError, match="do not add up"):
+        encode_with_offsets(NoOffsets(tokenizer), "unseen emoji 🦊🎉 split into bytes")
