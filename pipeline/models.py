@@ -313,9 +313,10 @@ def encode_with_offsets(tokenizer: Any, text: str) -> Encoding:
         source = "decode"
     check_reproduces_text(tokenizer, ids, text)
     if len(ids) and offsets[-1, 1] != len(text):
+        name = getattr(tokenizer, "name_or_path", "")
         raise PipelineError(
-            f"character offsets from decoding tokenizer '{getattr(tokenizer, 'name_or_path', '')}' "
-            f"do not add up to the text ({offsets[-1, 1]} of {len(text)} characters; tokens split characters into bytes): "
+            f"character offsets from decoding tokenizer '{name}' do not add up to the text "
+            f"({offsets[-1, 1]} of {len(text)} characters; its tokens split characters into bytes): "
             "use the model's fast tokenizer, which reports offsets itself"
         )
     return Encoding(ids=ids, offsets=offsets, offsets_from=source)
