@@ -15,10 +15,12 @@ PIP         := $(BIN)/python -m pip --disable-pip-version-check -q
 ARGS        ?=
 MODEL       ?=
 KEYTOKENS   ?=
+REPO        ?=
+DRY_RUN     ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score leaderboard test lint clean-venv bench-memory bench-stage2 bench bench-quick
+.PHONY: setup keytokens score leaderboard leaderboard-refresh publish test lint clean-venv bench-memory bench-stage2 bench bench-quick
 
 setup: $(STAMP)
 
@@ -40,6 +42,12 @@ score: $(STAMP)
 
 leaderboard: $(STAMP)
 	$(BIN)/python -m pipeline.leaderboard $(ARGS)
+
+leaderboard-refresh: $(STAMP)
+	$(BIN)/python -m pipeline.refresh $(ARGS)
+
+publish: $(STAMP)
+	$(BIN)/python -m pipeline.publish $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)

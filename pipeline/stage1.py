@@ -5,6 +5,7 @@ Run as ``python -m pipeline.stage1 [key=value ...]`` (Hydra overrides; see ``con
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import time
@@ -180,6 +181,18 @@ def corpus_spec(cfg: Any) -> CorpusSpec:
     )
 
 
+def result_identity(settings: dict[str, Any]) -> dict[str, Any]:
+    """What the numbers depend on: the settings without file locations (the evaluator's file hash
+    or revision and the documents' hashes stand for them), so that the same run on another machine
+    has the same fingerprint."""
+    identity = json.loads(json.dumps(settings))
+    identity["evaluator"].pop("path", None)
+    if identity["evaluator"]["kind"] in ("local", "gguf"):  # the spec is a path too
+        identity["evaluator"].pop("spec", None)
+    identity["corpus"].pop("path", None)
+    return identity
+
+
 def artifact_name(cfg: Any) -> str:
     if cfg.name:
         return str(cfg.name)
@@ -225,7 +238,7 @@ def run(cfg: Any) -> dict[str, Any]:
     }
     settings["documents"] = [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared]
     settings["libraries"] = {k: v for k, v in library_versions().items() if k in ("torch", "transformers")}
-    fingerprint = json_sha256(settings)
+    fingerprint = json_sha256(result_identity(settings))
     root = Path(to_absolute_path(cfg.output_dir)) / artifact_name(cfg)
     writer = artifacts.ArtifactWriter(root, settings, fingerprint)
     if writer.is_complete():

@@ -212,3 +212,12 @@ def test_offsets_fallback_by_decoding(tokenizer):
     np.testing.assert_array_equal(slow.offsets, fast.offsets)
     with pytest.raises(PipelineError, match="do not add up"):
         encode_with_offsets(NoOffsets(tokenizer), "unseen emoji 🦊🎉 split into bytes")
+
+
+def test_fingerprint_does_not_depend_on_file_locations(run_stage1, tiny_model_dir, corpus, tmp_path, capsys):
+    _, manifest = run_stage1()
+    moved_model = shutil.copytree(tiny_model_dir, tmp_path / "moved-model")
+    moved_corpus = shutil.copy(corpus, tmp_path / "moved.jsonl")
+    cfg = compose_stage1(stage1_overrides(moved_model, moved_corpus, tmp_path / "out"))
+    assert stage1.run(cfg)["fingerprint"] == manifest["fingerprint"]
+    assert "nothing to do" in capsys.readouterr().out

@@ -1,0 +1,143 @@
+"""Sharing key-token artifacts as Hugging Face Hub datasets (`make publish`).
+
+The uploaded folder is the artifact itself (its Parquet tables and manifest, unchanged, so the
+hashes still verify) plus a dataset card whose YAML front matter declares one config per table:
+``datasets.load_dataset(<repo or folder>, "tokens")`` works, and stage 2 scores from it with
+``KEYTOKENS=hf://datasets/<org>/<name>``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pipeline.artifacts import MANIFEST, TABLES, load_artifact, write_bytes_atomic
+from pipeline.cli import hydra_main
+from pipeline.errors import PipelineError
+
+CITATION = """@inproceedings{fang2025wrong,
+  title     = {What is Wrong with Perplexity for Long-context Language Modeling?},
+  author    = {Lizhe Fang and Yifei Wang and Zhaoyang Liu and Chenheng Zhang and Stefanie Jegelka
+               and Jinyang Gao and Bolin Ding and Yisen Wang},
+  booktitle = {International Conference on Learning Representations (ICLR)},
+  year      = {2025}
+}"""
+
+
+def dataset_card(manifest: dict[str, Any], repo: str, license_id: str) -> str:
+    """README.md for the Hub: YAML front matter (license, configs, parameters), then prose."""
+    s = manifest["settings"]
+    evaluator = s["evaluator"]
+    configs = "\n".join(
+        f"- config_name: {name}\n  data_files: {name}.parquet"
+        + ("\n  default: true" if name == "spans" else "")
+        for name in TABLES
+    )
+    params = {k: s[k] for k in ("K", "d", "alpha", "beta", "gamma", "max_tokens", "min_tokens", "dtype")}
+    n_docs = manifest["files"]["documents.parquet"]["rows"]
+    n_tokens = manifest["files"]["tokens.parquet"]["rows"]
+    front = [
+        "---",
+        f"license: {license_id}",
+        "tags: [longppl, long-context, perplexity, key-tokens]",
+        f"configs:\n{configs}",
+        "longppl:",
+        f"  schema_version: {manifest['schema_version']}",
+        f"  fingerprint: {manifest['fingerprint']}",
+        f"  evaluator: {json.dumps(evaluator['spec'])}",
+        f"  evaluator_revision: {json.dumps(evaluator.get('revision') or evaluator.get('file_sha256'))}",
+        *(f"  {k}: {json.dumps(v)}" for k, v in params.items()),
+        "---",
+    ]
+    body = f"""
+# Key tokens for LongPPL: {repo}
+
+Key tokens of {n_docs} documents of the corpus `{s["corpus"]["name"]}`, found by the evaluator
+`{evaluator["spec"]}` with the method of Fang et al. (ICLR 2025): a token is key when its
+long-short difference LSD = log P(x | full context) - log P(x | last K tokens) exceeds alpha and
+its long-context log-prob exceeds beta (K={s["K"]}, d={s["d"]}, alpha={s["alpha"]},
+beta={s["beta"]}, gamma={s["gamma"]}). Spans are character offsets into the stored texts, so any
+model, with any tokenizer, can be scored against them.
+
+| config | rows | what |
+|---|---:|---|
+| `documents` | {n_docs} | the exact texts scored, their sha256, evaluator token counts, truncation flags |
+| `tokens` | {n_tokens} | per evaluator token: character span, long and short log-prob, LSD, weight, is_key |
+| `spans` | {manifest["files"]["spans.parquet"]["rows"]} | merged key-token character intervals |
+
+`manifest.json` records every setting, library versions and the sha256 of each file.
+
+Score a model against it with the LongPPL pipeline:
+
+```sh
+make score MODEL=<model> KEYTOKENS=hf://datasets/{repo}
+```
+
+## Citation
+
+```bibtex
+{CITATION}
+```
+"""
+    return "\n".join(front) + "\n" + body
+
+
+def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, license_id: str) -> Path:
+    """Write the exact folder that would be uploaded: the verified artifact files and the card."""
+    artifact = load_artifact(artifact_dir)
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise PipelineError(f"{out} is not empty: choose another out_dir or delete it")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in [*(f"{t}.parquet" for t in TABLES), MANIFEST]:
+        shutil.copy2(artifact.root / name, out / name)
+    card = dataset_card(artifact.manifest, repo, license_id)
+    write_bytes_atomic(out / "README.md", card.encode())
+    load_artifact(out)  # the copy verifies like the original
+    return out
+
+
+def upload(folder: Path, repo: str, private: bool) -> str:
+    """Create the dataset repository if needed and upload the folder; returns the commit URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+        info = api.upload_folder(
+            folder_path=str(folder),
+            repo_id=repo,
+            repo_type="dataset",
+            commit_message="LongPPL key-token artifact",
+        )
+    except Exception as exc:  # offline, no token, no rights: one line that says what to do
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PipelineError(
+            f"could not upload to the Hub dataset '{repo}' ({detail}): log in with `huggingface-cli login` "
+            f"on a connected machine, or upload the prepared folder {folder} yourself"
+        ) from exc
+    return str(getattr(info, "commit_url", info))
+
+
+def run(cfg: Any) -> Path:
+    from hydra.utils import to_absolute_path
+
+    if not cfg.repo or "/" not in str(cfg.repo):
+        raise PipelineError("set REPO=<org>/<name> (the Hub dataset to create or update)")
+    out = Path(to_absolute_path(str(cfg.out_dir or f"artifacts/publish/{str(cfg.repo).replace('/', '--')}")))
+    folder = prepare_folder(to_absolute_path(str(cfg.keytokens)), out, str(cfg.repo), str(cfg.license))
+    if cfg.dry_run:
+        print(f"dry run: the folder that would be uploaded to {cfg.repo} is {folder}")
+        return folder
+    print(f"uploaded: {upload(folder, str(cfg.repo), bool(cfg.private))}")
+    return folder
+
+
+def main() -> None:
+    hydra_main("publish", run)
+
+
+if __name__ == "__main__":
+    main()

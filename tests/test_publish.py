@@ -1,0 +1,49 @@
+"""Publishing: the dry-run folder loads with `datasets` through its card and scores like the original."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import publish
+from pipeline.errors import PipelineError
+from tests.conftest import compose_config
+from tests.test_stage2 import score
+
+
+def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_path):
+    import datasets
+
+    cfg = compose_config(
+        "publish",
+        [
+            f"keytokens={tiny_artifact}",
+            "repo=org/keytokens",
+            "dry_run=true",
+            f"out_dir={tmp_path / 'folder'}",
+        ],
+    )
+    folder = publish.run(cfg)
+    card = (folder / "README.md").read_text()
+    assert (
+        card.startswith("---\nlicense: cc-by-4.0")
+        and "config_name: tokens" in card
+        and "@inproceedings" in card
+    )
+    tokens = datasets.load_dataset(str(folder), "tokens", split="train")
+    docs = datasets.load_dataset(str(folder), "documents", split="train")
+    assert tokens.num_rows == sum(docs["n_tokens"]) and "lsd" in tokens.column_names
+    assert datasets.load_dataset(str(folder), split="train").column_names[:2] == ["doc_id", "span_index"]
+    original = score(other_model_dir, tiny_artifact, tmp_path)
+    published = score(other_model_dir, folder, tmp_path)
+    assert published["corpus"] == original["corpus"]
+    with pytest.raises(PipelineError, match="not empty"):
+        publish.run(cfg)
+
+
+def test_upload_failure_is_one_line(tiny_artifact, tmp_path, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    cfg = compose_config(
+        "publish", [f"keytokens={tiny_artifact}", "repo=org/keytokens", f"out_dir={tmp_path / 'up'}"]
+    )
+    with pytest.raises(PipelineError, match="could not upload to the Hub dataset 'org/keytokens'"):
+        publish.run(cfg)
