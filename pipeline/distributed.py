@@ -45,6 +45,16 @@ def init_ranks(use_cuda: bool) -> Ranks:
     )
 
 
+def local_gpus(ranks: Ranks) -> list[int]:
+    """This rank's slice of the node's GPUs: with 8 GPUs and 2 ranks per node, rank 1 gets 4-7."""
+    import torch
+
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    count = torch.cuda.device_count()
+    share = max(1, count // per_node)
+    return list(range(ranks.local_rank * share, min((ranks.local_rank + 1) * share, count)))
+
+
 def shutdown(ranks: Ranks) -> None:
     if ranks.world > 1:
         import torch.distributed as dist

@@ -200,6 +200,7 @@ def load_model(
     dtype: str = "auto",
     device: str = "auto",
     device_map: str | None = None,
+    gpus: list[int] | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
     attn_implementation: str | None = "sdpa",
@@ -226,6 +227,8 @@ def load_model(
         kwargs["attn_implementation"] = attn_implementation
     if device_map:
         kwargs["device_map"] = device_map
+        if gpus is not None:  # shard over these GPUs only (one slice per data-parallel rank)
+            kwargs["max_memory"] = {g: torch.cuda.get_device_properties(g).total_memory for g in gpus}
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             location,
@@ -245,7 +248,7 @@ def load_model(
     )
 
 
-def load_configured_model(model_cfg: Any, run_cfg: Any) -> LoadedModel:
+def load_configured_model(model_cfg: Any, run_cfg: Any, gpus: list[int] | None = None) -> LoadedModel:
     """Load the model a Hydra ``evaluator/`` or ``model/`` group describes, with the run's dtype,
     device and cache directory."""
     return load_model(
@@ -257,6 +260,7 @@ def load_configured_model(model_cfg: Any, run_cfg: Any) -> LoadedModel:
         trust_remote_code=bool(model_cfg.get("trust_remote_code")),
         attn_implementation=model_cfg.get("attn_implementation"),
         cache_dir=run_cfg.get("cache_dir"),
+        gpus=gpus,
     )
 
 

@@ -347,14 +347,17 @@ def _wants_cuda(cfg: Any) -> bool:
 
 def _load_evaluator(cfg: Any, ranks: distributed.Ranks):
     """Load the evaluator; with several ranks, rank 0 first (it converts a GGUF once for all), and
-    each rank on its own GPU unless the model is sharded with device_map."""
+    each rank on its own slice of the node's GPUs (one GPU, or several with device_map=auto)."""
     from pipeline.models import load_configured_model
 
-    if ranks.world > 1 and _wants_cuda(cfg) and not cfg.evaluator.get("device_map"):
-        cfg.device = f"cuda:{ranks.local_rank}"
+    gpus = None
+    if ranks.world > 1 and _wants_cuda(cfg):
+        gpus = distributed.local_gpus(ranks)
+        if not cfg.evaluator.get("device_map"):
+            cfg.device = f"cuda:{gpus[0]}"
     if not ranks.is_main:
         ranks.barrier()
-    lm = load_configured_model(cfg.evaluator, cfg)
+    lm = load_configured_model(cfg.evaluator, cfg, gpus=gpus)
     if ranks.is_main:
         ranks.barrier()
     return lm
