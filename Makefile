@@ -21,7 +21,7 @@ DRY_RUN     ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score leaderboard leaderboard-refresh publish test lint clean-venv bench-memory bench-stage2 bench bench-quick
+.PHONY: setup keytokens score leaderboard leaderboard-refresh publish show test lint clean-venv bench-memory bench-stage2 bench bench-quick
 
 setup: $(STAMP)
 
@@ -51,6 +51,9 @@ leaderboard: $(STAMP)
 
 leaderboard-refresh: $(STAMP)
 	$(BIN)/python -m pipeline.refresh $(ARGS)
+
+show: $(STAMP)
+	$(BIN)/python -m pipeline.view $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(ARGS)
 
 publish: $(STAMP)
 	$(BIN)/python -m pipeline.publish $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)

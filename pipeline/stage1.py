@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline import artifacts, distributed, keytokens
+from pipeline import artifacts, distributed, keytokens, view
 from pipeline.cli import hydra_main
 from pipeline.corpus import CorpusSpec, Document, load_corpus
 from pipeline.errors import PipelineError
@@ -286,6 +286,7 @@ def run(cfg: Any) -> dict[str, Any]:
     }
     manifest = writer.finalize(range(len(prepared)), extra)
     print_summary(root, manifest, time.time() - started)
+    print(f"key tokens  {view.write_view(root, view.default_path(root, None))} (open in a browser)")
     ranks.barrier()
     distributed.shutdown(ranks)
     return manifest

@@ -221,3 +221,23 @@ def test_fingerprint_does_not_depend_on_file_locations(run_stage1, tiny_model_di
     cfg = compose_stage1(stage1_overrides(moved_model, moved_corpus, tmp_path / "out"))
     assert stage1.run(cfg)["fingerprint"] == manifest["fingerprint"]
     assert "nothing to do" in capsys.readouterr().out
+
+
+def test_key_token_view(run_stage1, tmp_path):
+    import html as html_lib
+    import re
+
+    from pipeline.view import document_html
+
+    root, _ = run_stage1()
+    page = document_html(root, "doc-0")
+    art = artifacts.load_artifact(root)
+    text = art.texts()["doc-0"]
+    assert page.count('class="key"') > 0 and "LSD" in page
+    body = page.split('<div class="text">', 1)[1].rsplit("</div>", 1)[0]
+    assert html_lib.unescape(re.sub(r"<[^>]+>", "", body)) == text  # every character shown once, in order
+    assert (
+        root.parent.parent / "views" / "test" / "doc-0.html"
+    ).is_file()  # stage 1 wrote the first document's page
+    with pytest.raises(PipelineError, match="no document 'nope'"):
+        document_html(root, "nope")
