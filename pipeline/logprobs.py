@@ -56,7 +56,7 @@ def _logsumexp_inplace(logits: torch.Tensor) -> torch.Tensor:
 class TargetScorer:
     """Computes log P(seq[p + 1] | seq[: p + 1]) for chosen positions p of one or more sequences."""
 
-    def __init__(self, model, head_chunk: int = DEFAULT_HEAD_CHUNK):
+    def __init__(self, model, head_chunk: int = DEFAULT_HEAD_CHUNK, vocab_tile: int | None = None):
         self.model = model
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
         self.head = model.get_output_embeddings()
@@ -64,6 +64,9 @@ class TargetScorer:
             raise PipelineError(f"{type(model).__name__} has no output head: not a causal language model")
         self.post = _head_postprocess(model.config)
         self.head_chunk = max(1, int(head_chunk))
+        # Vocabulary tiles (online logsumexp) keep each block of logits small enough for the cache;
+        # only for a plain linear head. None: one block of head_chunk x vocabulary.
+        self.vocab_tile = vocab_tile if isinstance(self.head, torch.nn.Linear) else None
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()
@@ -81,12 +84,37 @@ class TargetScorer:
         out = torch.empty(len(targets), dtype=torch.float64)
         work_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         targets = targets.to(hidden.device)
+        vocab = self.head.weight.shape[0]
         for a in range(0, len(targets), self.head_chunk):
             b = min(a + self.head_chunk, len(targets))
-            logits = self.post(self.head(hidden[a:b])).to(work_dtype)
-            picked = logits.gather(1, targets[a:b, None]).squeeze(1)
-            out[a:b] = (picked - _logsumexp_inplace(logits)).to("cpu", torch.float64)
+            if self.vocab_tile is None or self.vocab_tile >= vocab:
+                logits = self.post(self.head(hidden[a:b])).to(work_dtype)
+                picked = logits.gather(1, targets[a:b, None]).squeeze(1)
+                out[a:b] = (picked - _logsumexp_inplace(logits)).to("cpu", torch.float64)
+            else:
+                out[a:b] = self._tiled(hidden[a:b], targets[a:b], work_dtype).to("cpu", torch.float64)
         return out
+
+    def _tiled(self, hidden: torch.Tensor, targets: torch.Tensor, work_dtype: torch.dtype) -> torch.Tensor:
+        """Target log-probs over vocabulary tiles: a running max and sum of exponentials."""
+        weight, bias = self.head.weight, self.head.bias
+        n = len(targets)
+        running_max = torch.full((n,), -torch.inf, dtype=work_dtype, device=hidden.device)
+        running_sum = torch.zeros(n, dtype=work_dtype, device=hidden.device)
+        picked = torch.empty(n, dtype=work_dtype, device=hidden.device)
+        for v in range(0, weight.shape[0], self.vocab_tile):
+            w = slice(v, v + self.vocab_tile)
+            logits = self.post(
+                torch.nn.functional.linear(hidden, weight[w], None if bias is None else bias[w])
+            )
+            logits = logits.to(work_dtype)
+            inside = ((targets >= v) & (targets < v + logits.shape[1])).nonzero().squeeze(1)
+            picked[inside] = logits[inside, targets[inside] - v]
+            tile_max = torch.maximum(running_max, logits.amax(dim=1))
+            tile_sum = logits.sub_(tile_max[:, None]).exp_().sum(dim=1)
+            running_sum = running_sum * torch.exp(running_max - tile_max) + tile_sum
+            running_max = tile_max
+        return picked - (running_sum.log() + running_max)
 
     def score(self, seq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """log P(seq[p + 1] | seq[: p + 1]) for each position p, one forward pass over ``seq``."""

@@ -113,3 +113,13 @@ def test_context_limited_logprobs_see_at_most_window_tokens(n, window):
         context = ids[:p] if p < window else expected_short_context(ids, p, window - d, d, BOS)
         assert len(context) <= window + 1  # + the BOS prefix
         assert abs(values[p] - direct_logprob(model, context, ids[p])) < 1e-9
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_vocabulary_tiles_give_the_same_logprobs(arch):
+    model = build_model(arch, VOCAB)
+    seq = torch.randint(2, VOCAB, (40,), generator=torch.Generator().manual_seed(3))
+    whole = TargetScorer(model, head_chunk=7).score(seq, torch.arange(39))
+    for tile in (1, 10, 32, 96):
+        tiled = TargetScorer(model, head_chunk=7, vocab_tile=tile).score(seq, torch.arange(39))
+        np.testing.assert_allclose(tiled.numpy(), whole.numpy(), rtol=0, atol=1e-12)
