@@ -215,7 +215,30 @@ TASKS = {
 # The parent: runs each job in a watched subprocess, compares, writes the report
 
 
+CACHE = ROOT / "artifacts/bench/jobs.jsonl"
+
+
 def run_job(job: dict, cap_gb: float, timeout: float) -> dict:
+    """One job's result: from this run's cache when it finished before (a crashed bench resumes),
+    else measured in a subprocess and appended to the cache."""
+    key = json.dumps({**job, "cap_gb": cap_gb}, sort_keys=True)
+    if CACHE.is_file():
+        for line in CACHE.read_text().splitlines():
+            entry = json.loads(line)
+            if entry["key"] == key:
+                return entry["result"]
+    result = _measure(job, cap_gb, timeout)
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with CACHE.open("a") as handle:
+        handle.write(json.dumps({"key": key, "result": result}) + "\n")
+    outcome = result.get("failed") or f"{result['seconds']:.1f} s, {result['process_peak_gb']:.2f} GB"
+    print(
+        f"{job['task']} {job['tokens']} tokens (doc {job.get('doc')}): {outcome}", file=sys.stderr, flush=True
+    )
+    return result
+
+
+def _measure(job: dict, cap_gb: float, timeout: float) -> dict:
     """Run one job in a subprocess; kill it past the memory cap or the timeout."""
     import psutil
 
@@ -242,8 +265,14 @@ def run_job(job: dict, cap_gb: float, timeout: float) -> dict:
         err.seek(0)
         if killed:
             return {"failed": killed, "process_peak_gb": peak / 1e9}
+        if proc.returncode < 0:  # the kernel's OOM killer acts before the watchdog's next look
+            return {
+                "failed": f"killed by signal {-proc.returncode} (out of memory)",
+                "process_peak_gb": peak / 1e9,
+            }
         if proc.returncode != 0:
-            return {"failed": "error: " + err.read().strip().splitlines()[-1][:300]}
+            lines = err.read().strip().splitlines() or ["no output"]
+            return {"failed": "error: " + lines[-1][:300], "process_peak_gb": peak / 1e9}
         result = json.loads(out.read().strip().splitlines()[-1])
         result["process_peak_gb"] = peak / 1e9
         return result
@@ -425,7 +454,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--output", default=str(ROOT / "docs/benchmarks.md"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--fresh", action="store_true", help="ignore results cached by an earlier run")
     args = parser.parse_args()
+    if args.fresh and not args.worker:
+        CACHE.unlink(missing_ok=True)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
