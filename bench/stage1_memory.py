@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 4096, 8192])
     parser.add_argument("--K", type=int, default=4096)
     parser.add_argument("--d", type=int, default=1024)
-    parser.add_argument("--head-chunk", type=int, default=256)
+    parser.add_argument("--head-chunk", type=int, default=1024)
     parser.add_argument("--window-batch-tokens", type=int, default=16384)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -26,7 +26,8 @@ import torch
 
 from pipeline.errors import PipelineError
 
-DEFAULT_HEAD_CHUNK = 256
+DEFAULT_HEAD_CHUNK = 1024
+DEFAULT_VOCAB_TILE = 8192
 
 
 def _head_postprocess(config) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -56,7 +57,9 @@ def _logsumexp_inplace(logits: torch.Tensor) -> torch.Tensor:
 class TargetScorer:
     """Computes log P(seq[p + 1] | seq[: p + 1]) for chosen positions p of one or more sequences."""
 
-    def __init__(self, model, head_chunk: int = DEFAULT_HEAD_CHUNK, vocab_tile: int | None = None):
+    def __init__(
+        self, model, head_chunk: int = DEFAULT_HEAD_CHUNK, vocab_tile: int | None = DEFAULT_VOCAB_TILE
+    ):
         self.model = model
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
         self.head = model.get_output_embeddings()
@@ -64,9 +67,10 @@ class TargetScorer:
             raise PipelineError(f"{type(model).__name__} has no output head: not a causal language model")
         self.post = _head_postprocess(model.config)
         self.head_chunk = max(1, int(head_chunk))
-        # Vocabulary tiles (online logsumexp) keep each block of logits small enough for the cache;
-        # only for a plain linear head. None: one block of head_chunk x vocabulary.
+        # Vocabulary tiles (online logsumexp) keep each block of logits small enough for the cache
+        # (faster, and less memory); only for a plain linear head. None: head_chunk x vocabulary.
         self.vocab_tile = vocab_tile if isinstance(self.head, torch.nn.Linear) else None
+        self.vocab_size = self.head.weight.shape[0]
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()
@@ -84,10 +88,9 @@ class TargetScorer:
         out = torch.empty(len(targets), dtype=torch.float64)
         work_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         targets = targets.to(hidden.device)
-        vocab = self.head.weight.shape[0]
         for a in range(0, len(targets), self.head_chunk):
             b = min(a + self.head_chunk, len(targets))
-            if self.vocab_tile is None or self.vocab_tile >= vocab:
+            if self.vocab_tile is None or self.vocab_tile >= self.vocab_size:
                 logits = self.post(self.head(hidden[a:b])).to(work_dtype)
                 picked = logits.gather(1, targets[a:b, None]).squeeze(1)
                 out[a:b] = (picked - _logsumexp_inplace(logits)).to("cpu", torch.float64)
@@ -123,7 +126,7 @@ class TargetScorer:
 
     def check_against_full_forward(self, length: int = 12) -> None:
         """Guard: the chunked head must reproduce the model's own logits on a short probe."""
-        vocab = self.head.weight.shape[0]
+        vocab = self.vocab_size
         seq = torch.arange(length, dtype=torch.long) * 7919 % vocab
         positions = torch.arange(length - 1)
         ours = self.score(seq, positions)

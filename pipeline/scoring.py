@@ -29,7 +29,8 @@ class ScoreSettings:
     context_limit: int | None = None  # at most this many tokens of context per prediction
     allow_truncation: bool = False  # score the prefix that fits the model's context (flagged)
     grid: tuple[tuple[float, float], ...] = keytokens.PAPER_GRID
-    head_chunk: int = 256
+    head_chunk: int = 1024
+    vocab_tile: int | None = 8192
     window_batch_tokens: int = 16384
 
 

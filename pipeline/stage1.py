@@ -248,7 +248,7 @@ def run(cfg: Any) -> dict[str, Any]:
         return artifacts.load_artifact(root).manifest
     writer.start()
 
-    scorer = TargetScorer(lm.model, head_chunk=cfg.head_chunk)
+    scorer = TargetScorer(lm.model, head_chunk=cfg.head_chunk, vocab_tile=cfg.get("vocab_tile"))
     scorer.check_against_full_forward()
     done = writer.finished()
     cfg.progress = bool(cfg.progress) and ranks.is_main  # one set of bars: rank 0's (balanced ranks)
@@ -278,6 +278,7 @@ def run(cfg: Any) -> dict[str, Any]:
         "run": {
             "device": str(lm.device),
             "head_chunk": cfg.head_chunk,
+            "vocab_tile": cfg.get("vocab_tile"),
             "window_batch_tokens": cfg.window_batch_tokens,
             "wall_seconds": round(time.time() - started, 1),
             "resumed_documents": len(done),

@@ -26,6 +26,7 @@ def score_settings(cfg: Any) -> scoring.ScoreSettings:
         allow_truncation=bool(cfg.allow_truncation),
         grid=tuple((float(a), float(b)) for a, b in cfg.grid),
         head_chunk=int(cfg.head_chunk),
+        vocab_tile=cfg.get("vocab_tile"),
         window_batch_tokens=int(cfg.window_batch_tokens),
     )
 
@@ -58,7 +59,7 @@ def run(cfg: Any) -> dict[str, Any]:
     artifact = load_artifact(artifact_path)
     settings = score_settings(cfg)
     lm = load_configured_model(cfg.model, cfg)
-    scorer = TargetScorer(lm.model, head_chunk=settings.head_chunk)
+    scorer = TargetScorer(lm.model, head_chunk=settings.head_chunk, vocab_tile=settings.vocab_tile)
     scorer.check_against_full_forward()
     views = list(scoring.iter_documents(artifact))
     scores = [

@@ -92,7 +92,7 @@ def test_head_postprocessing_is_checked():
 def test_head_memory_is_bounded_by_chunk(monkeypatch):
     """The head never sees more than head_chunk positions at once."""
     model = build_model("llama", VOCAB)
-    scorer = TargetScorer(model, head_chunk=7)
+    scorer = TargetScorer(model, head_chunk=7, vocab_tile=None)
     seen = []
     head = scorer.head
     monkeypatch.setattr(scorer, "head", lambda h: seen.append(h.shape[0]) or head(h))
@@ -123,3 +123,15 @@ def test_vocabulary_tiles_give_the_same_logprobs(arch):
     for tile in (1, 10, 32, 96):
         tiled = TargetScorer(model, head_chunk=7, vocab_tile=tile).score(seq, torch.arange(39))
         np.testing.assert_allclose(tiled.numpy(), whole.numpy(), rtol=0, atol=1e-12)
+
+
+def test_tiled_head_memory_is_bounded_by_chunk_and_tile(monkeypatch):
+    model = build_model("llama", VOCAB)
+    scorer = TargetScorer(model, head_chunk=7, vocab_tile=10)
+    shapes = []
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(
+        torch.nn.functional, "linear", lambda *a, **k: shapes.append(linear(*a, **k).shape) or linear(*a, **k)
+    )
+    scorer.score_hidden(torch.randn(50, 32, dtype=torch.float64), torch.randint(0, VOCAB, (50,)))
+    assert shapes and max(s[0] for s in shapes) <= 7 and max(s[1] for s in shapes) <= 10
