@@ -33,28 +33,14 @@ def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def score_config(cfg: Any, model: Any, results: Path) -> Any:
-    """The stage 2 configuration of one pinned model, composed like `make score` would."""
-    from hydra import compose, initialize_config_dir
-
-    overrides = [
-        "model=local",
-        f"model.spec={model.spec}",
-        f"model.name={model.name}",
-        f"keytokens={cfg.keytokens}",
-        f"results={results}",
-        "progress=false",
-        *(
-            f"model.{k}={json.dumps(v) if v is not None else 'null'}"
-            for k, v in model.items()
-            if k not in ("spec", "name")
-        ),
-        *(
-            f"{k}={json.dumps(OmegaConf.to_container(v) if OmegaConf.is_config(v) else v)}"
-            for k, v in cfg.settings.items()
-        ),
-    ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose("score", overrides=overrides)
+    """The stage 2 configuration of one pinned model: ``conf/score.yaml`` with the ``model/local``
+    group, the model's fields and the refresh's settings (composed without a nested Hydra run)."""
+    base = OmegaConf.load(CONF_DIR / "score.yaml")
+    for key in ("defaults", "hydra"):
+        base.pop(key, None)
+    base.model = OmegaConf.merge(OmegaConf.load(CONF_DIR / "model" / "local.yaml"), model)
+    base.keytokens, base.results, base.progress = str(cfg.keytokens), str(results), False
+    return OmegaConf.merge(base, cfg.settings)
 
 
 def compare(model: str, fresh: dict[str, Any], recorded: dict[str, Any], tolerance: float) -> list[str]:
