@@ -94,6 +94,11 @@ class LoadedModel:
         return self.tokenizer.bos_token_id
 
 
+def is_local_model(spec: str) -> bool:
+    """True when loading ``spec`` needs no network: an embedded model or an existing path."""
+    return spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
+
+
 def default_cache_dir() -> Path:
     """Where converted GGUF checkpoints live; ``LONGPPL_CACHE`` overrides it."""
     return Path(os.environ.get("LONGPPL_CACHE", Path.home() / ".cache" / "longppl"))

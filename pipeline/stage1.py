@@ -20,6 +20,7 @@ from pipeline import artifacts, distributed, keytokens, view
 from pipeline.cli import hydra_main
 from pipeline.corpus import CorpusSpec, Document, load_corpus
 from pipeline.errors import PipelineError
+from pipeline.models import is_local_model
 from pipeline.provenance import json_sha256, library_versions, text_sha256
 
 RESULT_SETTINGS = (
@@ -207,7 +208,7 @@ def run(cfg: Any) -> dict[str, Any]:
 
     started = time.time()
     spec = corpus_spec(cfg)
-    if not spec.needs_network and _is_local_model(str(cfg.evaluator.spec)):
+    if not spec.needs_network and is_local_model(str(cfg.evaluator.spec)):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast, never wait on retries
     docs = load_corpus(spec)
 
@@ -320,7 +321,7 @@ def _score_all(
 
 
 def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
-    art = artifacts.load_artifact(root)
+    art = artifacts.load_artifact(root, verify_hashes=False)  # finalize just hashed these files
     lsd = np.asarray(art.tokens["lsd"].to_numpy(zero_copy_only=False), dtype=np.float64)
     lsd = lsd[~np.isnan(lsd)]
     n_tokens = art.tokens.num_rows
@@ -363,12 +364,6 @@ def _load_evaluator(cfg: Any, ranks: distributed.Ranks):
     if ranks.is_main:
         ranks.barrier()
     return lm
-
-
-def _is_local_model(spec: str) -> bool:
-    from pipeline.models import EMBEDDED_MODELS
-
-    return spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
 
 
 def _plain(value: Any) -> Any:

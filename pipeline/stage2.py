@@ -45,13 +45,12 @@ def run(cfg: Any) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from pipeline.logprobs import TargetScorer
-    from pipeline.models import EMBEDDED_MODELS, load_configured_model
+    from pipeline.models import is_local_model, load_configured_model
 
     started = time.time()
     spec = str(cfg.model.spec)
     keytokens_spec = str(cfg.keytokens)
-    local_model = spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
-    if local_model and not keytokens_spec.startswith(HUB_PREFIX):
+    if is_local_model(spec) and not keytokens_spec.startswith(HUB_PREFIX):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast
     if not keytokens_spec.startswith(HUB_PREFIX):
         keytokens_spec = to_absolute_path(keytokens_spec)
