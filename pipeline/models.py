@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline import attention
 from pipeline.errors import PipelineError
 from pipeline.provenance import file_sha256
 
@@ -66,6 +67,7 @@ class ModelSource:
     revision: str | None = None
     file_sha256: str | None = None
     weights_sha256: dict[str, str] = field(default_factory=dict)
+    attn_implementation: str | None = None  # changes numbers at the level of float rounding
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -208,7 +210,7 @@ def load_model(
     gpus: list[int] | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
-    attn_implementation: str | None = "sdpa",
+    attn_implementation: str | None = attention.NAME,
     cache_dir: str | Path | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from any supported spec, in eval mode."""
@@ -246,6 +248,7 @@ def load_model(
     if not device_map:
         model.to(torch_device)
     model.eval()
+    source.attn_implementation = getattr(model.config, "_attn_implementation", None)
     if source.kind == "hub":
         source.revision = getattr(model.config, "_commit_hash", None) or revision
     return LoadedModel(

@@ -72,15 +72,25 @@ def build_model(arch: str, vocab_size: int, max_positions: int = 1024, seed: int
     import torch
     from transformers import AutoModelForCausalLM
 
+    import pipeline.attention  # noqa: F401  (registers blocked_sdpa)
+
     torch.manual_seed(seed)
     config = tiny_config(arch, vocab_size, max_positions)
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = "blocked_sdpa"
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
     # Larger weights than the default init, so that log-probs depend strongly on the context.
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(8.0)
     return model.eval()
+
+
+@pytest.fixture(autouse=True)
+def small_attention_blocks(monkeypatch):
+    """Query blocks of 8 tokens, so that the tiny models' sequences go through the block-sparse path."""
+    from pipeline import attention
+
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 8)
 
 
 @pytest.fixture(scope="session")
