@@ -21,7 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pipeline.logprobs import DEFAULT_HEAD_CHUNK  # noqa: E402
 
 
 class PeakRSS:
@@ -106,7 +109,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 4096, 8192])
     parser.add_argument("--K", type=int, default=4096)
     parser.add_argument("--d", type=int, default=1024)
-    parser.add_argument("--head-chunk", type=int, default=1024)
+    parser.add_argument("--head-chunk", type=int, default=DEFAULT_HEAD_CHUNK)
     parser.add_argument("--window-batch-tokens", type=int, default=16384)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -19,7 +19,7 @@ import torch
 from pipeline import alignment, keytokens
 from pipeline.artifacts import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.logprobs import TargetScorer, context_limited_logprobs
+from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer, context_limited_logprobs
 from pipeline.models import LoadedModel, encode_with_offsets
 
 
@@ -29,8 +29,8 @@ class ScoreSettings:
     context_limit: int | None = None  # at most this many tokens of context per prediction
     allow_truncation: bool = False  # score the prefix that fits the model's context (flagged)
     grid: tuple[tuple[float, float], ...] = keytokens.PAPER_GRID
-    head_chunk: int = 1024
-    vocab_tile: int | None = 8192
+    head_chunk: int = DEFAULT_HEAD_CHUNK
+    vocab_tile: int | None = DEFAULT_VOCAB_TILE
     window_batch_tokens: int = 16384
 
 
