@@ -98,18 +98,25 @@ class TargetScorer:
                 out[a:b] = self._tiled(hidden[a:b], targets[a:b], work_dtype).to("cpu", torch.float64)
         return out
 
+    def logit_tiles(self, hidden: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+        """(first vocabulary id, logits) of each vocabulary tile for these hidden states (the whole
+        vocabulary in one tile when ``vocab_tile`` is None)."""
+        if self.vocab_tile is None:
+            yield 0, self.post(self.head(hidden))
+            return
+        weight, bias = self.head.weight, self.head.bias
+        for v in range(0, self.vocab_size, self.vocab_tile):
+            w = slice(v, v + self.vocab_tile)
+            logits = torch.nn.functional.linear(hidden, weight[w], None if bias is None else bias[w])
+            yield v, self.post(logits)
+
     def _tiled(self, hidden: torch.Tensor, targets: torch.Tensor, work_dtype: torch.dtype) -> torch.Tensor:
         """Target log-probs over vocabulary tiles: a running max and sum of exponentials."""
-        weight, bias = self.head.weight, self.head.bias
         n = len(targets)
         running_max = torch.full((n,), -torch.inf, dtype=work_dtype, device=hidden.device)
         running_sum = torch.zeros(n, dtype=work_dtype, device=hidden.device)
         picked = torch.empty(n, dtype=work_dtype, device=hidden.device)
-        for v in range(0, weight.shape[0], self.vocab_tile):
-            w = slice(v, v + self.vocab_tile)
-            logits = self.post(
-                torch.nn.functional.linear(hidden, weight[w], None if bias is None else bias[w])
-            )
+        for v, logits in self.logit_tiles(hidden):
             logits = logits.to(work_dtype)
             inside = ((targets >= v) & (targets < v + logits.shape[1])).nonzero().squeeze(1)
             picked[inside] = logits[inside, targets[inside] - v]
@@ -306,21 +313,11 @@ def top1_hits(scorer: TargetScorer, hidden: torch.Tensor, targets: torch.Tensor)
     ties) from hidden states (n x hidden), over vocabulary tiles: no full-vocabulary logits for more
     than ``head_chunk`` positions of one tile."""
     hits = np.zeros(len(targets), dtype=bool)
-    weight = scorer.head.weight
-    bias = getattr(scorer.head, "bias", None)
-    tile = scorer.vocab_tile or scorer.vocab_size
     for a in range(0, len(targets), scorer.head_chunk):
         h = hidden[a : a + scorer.head_chunk]
         best = torch.full((len(h),), -torch.inf, dtype=torch.float64, device=h.device)
         best_id = torch.zeros(len(h), dtype=torch.long, device=h.device)
-        for v in range(0, scorer.vocab_size, tile):
-            if scorer.vocab_tile is None:
-                logits = scorer.post(scorer.head(h))
-            else:
-                w = slice(v, v + tile)
-                logits = scorer.post(
-                    torch.nn.functional.linear(h, weight[w], None if bias is None else bias[w])
-                )
+        for v, logits in scorer.logit_tiles(h):
             value, index = logits.to(torch.float64).max(dim=1)
             better = value > best
             best = torch.where(better, value, best)

@@ -3,6 +3,7 @@ top-1 predictions in stage 2's windows, retrieval accuracy and the report."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -151,8 +152,9 @@ def test_top1_counts_hits():
     )
     with torch.no_grad():
         scorer.head.weight.copy_(torch.tensor([[1.0, 0], [0, 1], [2, 0], [0, 2], [-1, -1]]))
-    from pipeline.logprobs import top1_hits
+    from pipeline.logprobs import TargetScorer, top1_hits
 
+    scorer.logit_tiles = functools.partial(TargetScorer.logit_tiles, scorer)  # the real tiling, on this head
     hidden = torch.tensor([[1.0, 0], [0, 1], [-1, -1]])
     assert top1_hits(scorer, hidden, torch.tensor([2, 1, 4])).tolist() == [True, False, True]
 
