@@ -14,6 +14,7 @@ STAMP       := $(VENV)/.installed
 PIP         := $(BIN)/python -m pip --disable-pip-version-check -q
 ARGS        ?=
 MODEL       ?=
+ARTIFACT    ?= $(KEYTOKENS)# a key-token artifact (directory or hf://datasets/...); KEYTOKENS= is its older name
 KEYTOKENS   ?=
 REPO        ?=
 NPROC       ?= 1
@@ -38,43 +39,43 @@ $(STAMP): pyproject.toml constraints.txt
 # NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs).
 keytokens: $(STAMP)
 ifeq ($(NPROC),1)
-	$(BIN)/python -m pipeline.stage1 $(ARGS)
+	$(BIN)/python -m pipeline.keytokens $(ARGS)
 else
-	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.stage1 $(ARGS)
+	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.keytokens $(ARGS)
 endif
 
 score: $(STAMP)
-	$(BIN)/python -m pipeline.stage2 $(if $(MODEL),model.spec=$(MODEL)) $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(ARGS)
+	$(BIN)/python -m pipeline.score $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
 
 leaderboard: $(STAMP)
-	$(BIN)/python -m pipeline.leaderboard $(ARGS)
+	$(BIN)/python -m pipeline.reporting.leaderboard $(ARGS)
 
 leaderboard-refresh: $(STAMP)
-	$(BIN)/python -m pipeline.refresh $(ARGS)
+	$(BIN)/python -m pipeline.reporting.refresh $(ARGS)
 
 show: $(STAMP)
-	$(BIN)/python -m pipeline.view $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(ARGS)
+	$(BIN)/python -m pipeline.reporting.keytoken_page $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
 
 # The paper's claims checked with the embedded models (docs/validation.md); 11 minutes on 2 cores (measured).
 validate: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pipeline.validation $(ARGS)
 
 publish: $(STAMP)
-	$(BIN)/python -m pipeline.publish $(if $(KEYTOKENS),keytokens=$(KEYTOKENS)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
+	$(BIN)/python -m pipeline.reporting.publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
 
 test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)
 
-# tests/test_view_browser.py loads the key-token page in headless Chromium (Debian's package, ~400 MB,
+# tests/test_keytoken_page_browser.py loads the key-token page in headless Chromium (Debian's package, ~400 MB,
 # about 20 s to install). Installed here when missing and we are root; otherwise the fix is printed
 # and that test fails.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing chromium (apt-get) for tests/test_view_browser.py"; \
+	  echo "installing chromium (apt-get) for tests/test_keytoken_page_browser.py"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	else \
-	  echo "chromium is missing: run 'sudo apt-get install -y --no-install-recommends chromium' (tests/test_view_browser.py)"; \
+	  echo "chromium is missing: run 'sudo apt-get install -y --no-install-recommends chromium' (tests/test_keytoken_page_browser.py)"; \
 	fi
 
 lint: $(STAMP)
@@ -85,13 +86,13 @@ clean-venv:
 	rm -rf $(VENV)
 
 bench-memory: $(STAMP)
-	$(BIN)/python bench/stage1_memory.py $(ARGS)
+	$(BIN)/python -m bench.stage1_memory $(ARGS)
 
 bench-stage2: $(STAMP)
-	$(BIN)/python bench/stage2_overhead.py $(ARGS)
+	$(BIN)/python -m bench.stage2_overhead $(ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python bench/compare_official.py $(ARGS)
+	$(BIN)/python -m bench.compare_official $(ARGS)
 
 bench-quick: $(STAMP)
-	$(BIN)/python bench/compare_official.py --quick $(ARGS)
+	$(BIN)/python -m bench.compare_official --quick $(ARGS)

@@ -5,7 +5,7 @@ set size every 10 ms. Reported: RSS after loading the model and one 12-token pas
 and short passes of one document, and their difference.
 
     make bench-memory                       # Gemma 3 270M, float32, 2k/4k/8k tokens, K=4096, d=1024
-    .venv/bin/python bench/stage1_memory.py --tokens 8192 --K 1024 --d 1024
+    .venv/bin/python -m bench.stage1_memory --tokens 8192 --K 1024 --d 1024
 """
 
 from __future__ import annotations
@@ -16,42 +16,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pipeline.logprobs import DEFAULT_HEAD_CHUNK  # noqa: E402
-
-
-class PeakRSS:
-    """Samples this process's resident memory in a background thread."""
-
-    def __init__(self, interval: float = 0.01):
-        import psutil
-
-        self.process = psutil.Process()
-        self.interval = interval
-        self.peak = self.process.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.process.memory_info().rss)
-            time.sleep(self.interval)
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss)
+from bench.common import ROOT, PeakRSS
+from pipeline.logprobs import DEFAULT_HEAD_CHUNK
 
 
 def document_ids(tokenizer, n_tokens: int) -> list[int]:
@@ -120,7 +88,8 @@ def main() -> None:
     for n in args.tokens:
         cmd = [
             sys.executable,
-            __file__,
+            "-m",
+            "bench.stage1_memory",
             "--one",
             "--tokens",
             str(n),

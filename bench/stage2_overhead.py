@@ -6,29 +6,28 @@ weights and the alpha/beta grid. Both are timed alternately per document, repeat
 ratio of total times is reported.
 
     make bench-stage2
-    .venv/bin/python bench/stage2_overhead.py --model smollm2-135m --documents 4 --repeats 2
+    .venv/bin/python -m bench.stage2_overhead --model smollm2-135m --documents 4 --repeats 2
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-DEFAULT_ARTIFACT = ROOT / "artifacts/keytokens/govreport_sample--gemma3-270m--K1024-d1024-max4096"
+from bench.common import default_artifact
+from pipeline.artifacts import iter_documents, load_artifact
+from pipeline.logprobs import TargetScorer, full_context_logprobs
+from pipeline.models import load_model
+from pipeline.score import ScoreSettings, score_document
+from pipeline.tokenization import encode_with_offsets
 
 
 def plain_ppl(lm, scorer, text: str) -> tuple[float, float]:
     """(sum of NLL, tokens) of one text: tokenization and one forward pass, nothing else."""
-    from pipeline.logprobs import full_context_logprobs
-    from pipeline.models import encode_with_offsets
-
     enc = encode_with_offsets(lm.tokenizer, text)
     seq = torch.tensor([lm.bos_token_id, *enc.ids.tolist()])
     logprobs = full_context_logprobs(scorer, seq)[1:]
@@ -40,34 +39,28 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--artifact", default=str(DEFAULT_ARTIFACT))
+    parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--documents", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-
-    from pipeline.artifacts import load_artifact
-    from pipeline.logprobs import TargetScorer
-    from pipeline.models import load_model
-    from pipeline.scoring import ScoreSettings, iter_documents, score_document
-
     artifact = load_artifact(args.artifact)
-    views = list(iter_documents(artifact))[: args.documents]
+    docs = list(iter_documents(artifact))[: args.documents]
     lm = load_model(args.model, dtype="float32", device="cpu")
     scorer = TargetScorer(lm.model)
     settings = ScoreSettings()
     plain_s = stage2_s = 0.0
     for _ in range(args.repeats):
-        for view in views:
+        for doc in docs:
             t = time.perf_counter()
-            nll, n = plain_ppl(lm, scorer, view.text)
+            nll, n = plain_ppl(lm, scorer, doc.text)
             plain_s += time.perf_counter() - t
             t = time.perf_counter()
-            scored = score_document(lm, scorer, view, settings)
+            scored = score_document(lm, scorer, doc, settings)
             stage2_s += time.perf_counter() - t
             assert np.isclose(scored.all.nll, nll) and scored.all.n == n, (
                 "both paths must compute the same PPL"
             )
-    print(f"| path | seconds ({args.repeats} x {len(views)} documents) | ratio |")
+    print(f"| path | seconds ({args.repeats} x {len(docs)} documents) | ratio |")
     print("|---|---:|---:|")
     print(f"| plain PPL (tokenize + forward) | {plain_s:.1f} | 1.000 |")
     print(

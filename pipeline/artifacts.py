@@ -21,24 +21,26 @@ An artifact is a directory ``artifacts/keytokens/<name>/`` holding:
 
 While stage 1 runs, each finished document lives in ``parts/<index>/`` (written to a temporary
 directory and renamed, so a part is complete or absent) and ``run.json`` holds the settings
-fingerprint that a resumed run must match. Every file is written atomically.
+fingerprint that a resumed run must match (``pipeline.artifact_writer``). Every file is written
+atomically (``pipeline.files``).
+
+Reading: ``load_artifact`` checks the schema version, file hashes and text hashes; ``iter_documents``
+gives each document's text, evaluator tokens and key spans as numpy arrays (``ArtifactDocument``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import keytokens
 from pipeline.errors import PipelineError
 from pipeline.provenance import file_sha256, text_sha256
 
@@ -89,128 +91,11 @@ SPANS_SCHEMA = pa.schema(
 TABLES = {"documents": DOCUMENTS_SCHEMA, "tokens": TOKENS_SCHEMA, "spans": SPANS_SCHEMA}
 
 
-# ----------------------------------------------------------------------------------------------
-# Atomic file writes
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, value: Any) -> None:
-    write_bytes_atomic(
-        path, (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+def table_from_columns(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
+    """A table of ``schema`` from one array per column (NaN becomes null: a missing value)."""
+    return pa.table(
+        {f.name: pa.array(columns[f.name], type=f.type, from_pandas=True) for f in schema}, schema=schema
     )
-
-
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    write_bytes_atomic(path, sink.getvalue().to_pybytes())
-
-
-# ----------------------------------------------------------------------------------------------
-# Writing, with resume
-
-
-class ArtifactWriter:
-    """Writes one artifact document by document; resumes an interrupted run with the same settings."""
-
-    def __init__(self, root: Path, settings: dict[str, Any], fingerprint: str):
-        self.root = Path(root)
-        self.settings = settings
-        self.fingerprint = fingerprint
-
-    @property
-    def parts(self) -> Path:
-        return self.root / PARTS
-
-    def is_complete(self) -> bool:
-        """True when a finished artifact with these settings is already here."""
-        manifest = self.root / MANIFEST
-        if not manifest.is_file():
-            return False
-        recorded = json.loads(manifest.read_text())
-        self._check_same(recorded.get("fingerprint"), recorded.get("settings", {}))
-        return True
-
-    def start(self) -> None:
-        state = self.root / RUN_STATE
-        if state.is_file():
-            recorded = json.loads(state.read_text())
-            self._check_same(recorded.get("fingerprint"), recorded.get("settings", {}))
-        else:
-            write_json_atomic(state, {"fingerprint": self.fingerprint, "settings": self.settings})
-        self.parts.mkdir(parents=True, exist_ok=True)
-
-    def _check_same(self, fingerprint: str | None, recorded: dict[str, Any]) -> None:
-        if fingerprint == self.fingerprint:
-            return
-        changed = sorted(
-            k for k in set(recorded) | set(self.settings) if recorded.get(k) != self.settings.get(k)
-        )
-        detail = "; ".join(f"{k}: {recorded.get(k)!r} -> {self.settings.get(k)!r}" for k in changed[:4])
-        raise PipelineError(
-            f"{self.root} holds a run with other settings ({detail or 'fingerprint differs'}): "
-            "pass name=<new name> to keep both, or delete that directory to start over"
-        )
-
-    def finished(self) -> set[int]:
-        """Indices of documents whose part is complete."""
-        if not self.parts.is_dir():
-            return set()
-        return {int(p.name) for p in self.parts.iterdir() if p.is_dir() and p.name.isdigit()}
-
-    def write_part(self, index: int, document: dict[str, Any], tokens: pa.Table, spans: pa.Table) -> None:
-        """Write one document's rows; the part appears whole or not at all."""
-        staging = Path(tempfile.mkdtemp(dir=self.parts, prefix=".tmp-"))
-        try:
-            write_table_atomic(
-                staging / "documents.parquet", pa.Table.from_pylist([document], DOCUMENTS_SCHEMA)
-            )
-            write_table_atomic(staging / "tokens.parquet", tokens.cast(TOKENS_SCHEMA))
-            write_table_atomic(staging / "spans.parquet", spans.cast(SPANS_SCHEMA))
-            os.replace(staging, self.parts / f"{index:06d}")
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-
-    def finalize(self, indices: Iterable[int], manifest_extra: dict[str, Any]) -> dict[str, Any]:
-        """Concatenate the parts in document order, write the tables, then the manifest, last."""
-        indices = sorted(indices)
-        files = {}
-        for name, schema in TABLES.items():
-            pieces = [pq.read_table(self.parts / f"{i:06d}" / f"{name}.parquet") for i in indices]
-            table = pa.concat_tables(pieces).cast(schema) if pieces else schema.empty_table()
-            path = self.root / f"{name}.parquet"
-            write_table_atomic(path, table)
-            files[path.name] = {
-                "sha256": file_sha256(path),
-                "bytes": path.stat().st_size,
-                "rows": table.num_rows,
-            }
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "fingerprint": self.fingerprint,
-            "settings": self.settings,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "files": files,
-            **manifest_extra,
-        }
-        write_json_atomic(self.root / MANIFEST, manifest)
-        shutil.rmtree(self.parts, ignore_errors=True)
-        (self.root / RUN_STATE).unlink(missing_ok=True)
-        return manifest
 
 
 # ----------------------------------------------------------------------------------------------
@@ -239,7 +124,7 @@ def locate_artifact(spec: str) -> tuple[Path, dict[str, Any]]:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise PipelineError(
             f"could not download key-token dataset '{repo}' from the Hugging Face Hub ({detail}): on a "
-            f"connected machine run `huggingface-cli download {repo} --repo-type dataset --local-dir DIR` "
+            f"connected machine run `hf download {repo} --repo-type dataset --local-dir DIR` "
             "and pass KEYTOKENS=DIR"
         ) from exc
     return path, {"hub": repo, "revision": path.name, "requested_revision": revision or None}
@@ -307,3 +192,50 @@ def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtif
         if text_sha256(text) != sha:
             raise PipelineError(f"artifact {root}: the text of document '{doc_id}' does not match its sha256")
     return artifact
+
+
+# ----------------------------------------------------------------------------------------------
+# One document at a time
+
+
+class ArtifactDocument:
+    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays."""
+
+    def __init__(self, doc_id: str, text: str, tokens: Any, spans: Any):
+        self.doc_id = doc_id
+        self.text = text
+        self.eval_offsets = np.stack([tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()], axis=1)
+        self.lsd = _floats(tokens["lsd"])
+        self.long = _floats(tokens["long_logprob"])
+        self.soft_weight = _floats(tokens["soft_weight"])
+        self.span_starts = spans["char_start"].to_numpy().astype(np.int64)
+        self.span_ends = spans["char_end"].to_numpy().astype(np.int64)
+
+    def spans_at(self, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Key spans re-thresholded from the stored LSD and LCL: no evaluator needed."""
+        key = keytokens.is_key(self.lsd, self.long, alpha, beta)
+        starts, ends, _ = keytokens.merge_spans(self.eval_offsets[key, 0], self.eval_offsets[key, 1])
+        return starts, ends
+
+
+def _floats(column: Any) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def iter_documents(artifact: KeyTokenArtifact) -> Iterator[ArtifactDocument]:
+    """The artifact's documents in order; tokens and spans are sliced by the stored counts."""
+    docs = artifact.documents
+    token_ends = np.cumsum(docs["n_tokens"].to_numpy())
+    span_ends = np.cumsum(docs["n_spans"].to_numpy())
+    for i, (doc_id, text) in enumerate(
+        zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist(), strict=True)
+    ):
+        t0 = int(token_ends[i - 1]) if i else 0
+        s0 = int(span_ends[i - 1]) if i else 0
+        tokens = artifact.tokens.slice(t0, int(token_ends[i]) - t0)
+        spans = artifact.spans.slice(s0, int(span_ends[i]) - s0)
+        if tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
+            raise PipelineError(
+                f"artifact {artifact.root}: token rows are not in document order at '{doc_id}'"
+            )
+        yield ArtifactDocument(doc_id, text, tokens, spans)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
 
@@ -113,8 +115,6 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _parquet_rows(path: Path) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
-
     return pq.read_table(path).to_pylist()
 
 

@@ -12,6 +12,9 @@ import os
 from dataclasses import dataclass
 from datetime import timedelta
 
+import torch
+import torch.distributed as dist
+
 
 @dataclass(frozen=True)
 class Ranks:
@@ -25,8 +28,6 @@ class Ranks:
 
     def barrier(self) -> None:
         if self.world > 1:
-            import torch.distributed as dist
-
             dist.barrier()
 
 
@@ -35,7 +36,6 @@ def init_ranks(use_cuda: bool) -> Ranks:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Ranks()
-    import torch.distributed as dist
 
     if not dist.is_initialized():
         # Stage 1 on a large evaluator runs for hours: ranks may wait long for each other at the end.
@@ -47,8 +47,6 @@ def init_ranks(use_cuda: bool) -> Ranks:
 
 def local_gpus(ranks: Ranks) -> list[int]:
     """This rank's slice of the node's GPUs: with 8 GPUs and 2 ranks per node, rank 1 gets 4-7."""
-    import torch
-
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     count = torch.cuda.device_count()
     share = max(1, count // per_node)
@@ -57,8 +55,6 @@ def local_gpus(ranks: Ranks) -> list[int]:
 
 def shutdown(ranks: Ranks) -> None:
     if ranks.world > 1:
-        import torch.distributed as dist
-
         dist.destroy_process_group()
 
 

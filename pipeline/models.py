@@ -16,8 +16,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline import attention
 from pipeline.errors import PipelineError
@@ -156,8 +156,6 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
     transformers refuses ``save_pretrained`` on a GGUF-loaded model, so a fresh model is built from
     the config and given the dequantised state dict. The directory appears atomically.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     sha = file_sha256(gguf)
     target = _gguf_cache_path(gguf, sha, cache_dir or default_cache_dir())
     if (target / "longppl-source.json").is_file():
@@ -214,8 +212,6 @@ def load_model(
     cache_dir: str | Path | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from any supported spec, in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     source = resolve_source(spec)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -256,20 +252,47 @@ def load_model(
     )
 
 
-def load_configured_model(model_cfg: Any, run_cfg: Any, gpus: list[int] | None = None) -> LoadedModel:
-    """Load the model a Hydra ``evaluator/`` or ``model/`` group describes, with the run's dtype,
-    device and cache directory."""
-    return load_model(
-        str(model_cfg.spec),
-        dtype=run_cfg.dtype,
-        device=run_cfg.device,
-        device_map=model_cfg.get("device_map"),
-        revision=model_cfg.get("revision"),
-        trust_remote_code=bool(model_cfg.get("trust_remote_code")),
-        attn_implementation=model_cfg.get("attn_implementation"),
-        cache_dir=run_cfg.get("cache_dir"),
-        gpus=gpus,
-    )
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model as a Hydra ``evaluator/`` or ``model/`` group describes it (``conf/model/*.yaml``)."""
+
+    spec: str
+    revision: str | None = None
+    device_map: str | None = None
+    trust_remote_code: bool = False
+    attn_implementation: str | None = attention.NAME
+    name: str | None = None  # the leaderboard's name for it; None: derived from the spec
+
+    @classmethod
+    def from_config(cls, node: Any) -> ModelChoice:
+        return cls(
+            spec=str(node.spec),
+            revision=node.get("revision"),
+            device_map=node.get("device_map"),
+            trust_remote_code=bool(node.get("trust_remote_code")),
+            attn_implementation=node.get("attn_implementation"),
+            name=node.get("name"),
+        )
+
+    def load(
+        self,
+        *,
+        dtype: str = "auto",
+        device: str = "auto",
+        cache_dir: str | Path | None = None,
+        gpus: list[int] | None = None,
+    ) -> LoadedModel:
+        return load_model(
+            self.spec,
+            dtype=dtype,
+            device=device,
+            device_map=self.device_map,
+            gpus=gpus,
+            revision=self.revision,
+            trust_remote_code=self.trust_remote_code,
+            attn_implementation=self.attn_implementation,
+            cache_dir=cache_dir,
+        )
 
 
 def _load_error_message(source: ModelSource, exc: Exception) -> str:
@@ -285,87 +308,9 @@ def _load_error_message(source: ModelSource, exc: Exception) -> str:
             )
         return (
             f"could not load '{source.spec}' from the Hugging Face Hub ({why}): on a machine with "
-            f"network access run `huggingface-cli download {source.spec} --local-dir DIR`, then pass "
+            f"network access run `hf download {source.spec} --local-dir DIR`, then pass "
             f"the local directory as the model (detail: {first_line})"
         )
     if "trust_remote_code" in str(exc):
         return f"'{source.spec}' needs custom code: pass trust_remote_code=true if you trust it"
     return f"could not load model '{source.spec}' from {source.path}: {first_line}"
-
-
-# ----------------------------------------------------------------------------------------------
-# Tokenization with character offsets
-
-
-@dataclass
-class Encoding:
-    """Token ids of a text (no special tokens) and each token's [start, end) character span."""
-
-    ids: np.ndarray  # int64, shape (n,)
-    offsets: np.ndarray  # int64, shape (n, 2)
-    offsets_from: str  # "tokenizer" or "decode" (fallback for tokenizers without offset support)
-
-
-def encode_with_offsets(tokenizer: Any, text: str) -> Encoding:
-    """Tokenize ``text`` without special tokens and return character offsets for every token.
-
-    Fast tokenizers give offsets directly. Others (the official package met this with Phi-3) get
-    offsets from decoding: each token's length is the growth of the decoded text when it is added.
-    Either way the tokenizer must reproduce the text exactly, or the error says so: spans computed
-    on a text the tokenizer altered would silently point at the wrong characters.
-    """
-    try:
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = np.asarray(enc["input_ids"], dtype=np.int64)
-        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-        source = "tokenizer"
-    except (NotImplementedError, TypeError, ValueError):
-        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
-        offsets = offsets_by_decoding(tokenizer, ids)
-        source = "decode"
-    check_reproduces_text(tokenizer, ids, text)
-    if len(ids) and offsets[-1, 1] != len(text):
-        name = getattr(tokenizer, "name_or_path", "")
-        raise PipelineError(
-            f"character offsets from decoding tokenizer '{name}' do not add up to the text "
-            f"({offsets[-1, 1]} of {len(text)} characters; its tokens split characters into bytes): "
-            "use the model's fast tokenizer, which reports offsets itself"
-        )
-    return Encoding(ids=ids, offsets=offsets, offsets_from=source)
-
-
-def _decode(tokenizer: Any, ids: Any) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
-def offsets_by_decoding(tokenizer: Any, ids: np.ndarray) -> np.ndarray:
-    """Character offsets from decoding pairs of tokens (for tokenizers that give no offsets).
-
-    The length of token i is ``len(decode(ids[i-1:i+1])) - len(decode(ids[i-1:i]))``: decoding it
-    after its predecessor keeps SentencePiece's leading space, which decoding it alone would drop.
-    """
-    lengths = np.empty(len(ids), dtype=np.int64)
-    for i in range(len(ids)):
-        if i == 0:
-            lengths[i] = len(_decode(tokenizer, ids[:1]))
-        else:
-            lengths[i] = len(_decode(tokenizer, ids[i - 1 : i + 1])) - len(_decode(tokenizer, ids[i - 1 : i]))
-    ends = np.cumsum(np.maximum(lengths, 0))
-    starts = ends - np.maximum(lengths, 0)
-    return np.stack([starts, ends], axis=1)
-
-
-def check_reproduces_text(tokenizer: Any, ids: np.ndarray, text: str) -> None:
-    decoded = _decode(tokenizer, ids)
-    if decoded == text:
-        return
-    at = next(
-        (i for i, (a, b) in enumerate(zip(decoded, text, strict=False)) if a != b),
-        min(len(decoded), len(text)),
-    )
-    name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
-    raise PipelineError(
-        f"tokenizer '{name}' does not reproduce the text (it normalises it; first difference at "
-        f"character {at}: {text[at : at + 12]!r} became {decoded[at : at + 12]!r}): character spans "
-        "cannot be mapped onto its tokens; use a model whose tokenizer round-trips text"
-    )

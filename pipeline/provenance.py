@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -51,3 +52,25 @@ def library_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return versions
+
+
+def machine() -> str:
+    """The machine and software a measurement ran on, in one line (for reports)."""
+    import psutil
+    import torch
+    import transformers
+
+    return (
+        f"{_cpu_name()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, torch "
+        f"{torch.__version__} ({torch.get_num_threads()} threads), transformers {transformers.__version__}"
+    )
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()

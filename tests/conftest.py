@@ -125,7 +125,7 @@ STAGE1_TEXTS = [
 ]
 
 
-def stage1_overrides(model_dir, corpus, out, *extra) -> list[str]:
+def keytokens_overrides(model_dir, corpus, out, *extra) -> list[str]:
     return [
         "evaluator=local",
         f"evaluator.spec={model_dir}",
@@ -149,14 +149,12 @@ def stage1_overrides(model_dir, corpus, out, *extra) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_artifact(tmp_path_factory, tiny_model_dir):
     """A stage 1 artifact of the tiny evaluator on three short documents."""
-    from pipeline import stage1
-
     tmp = tmp_path_factory.mktemp("artifact")
     corpus = tmp / "corpus.jsonl"
     corpus.write_text(
         "".join(json.dumps({"id": f"doc-{i}", "text": t}) + "\n" for i, t in enumerate(STAGE1_TEXTS))
     )
-    stage1.run(compose_stage1(stage1_overrides(tiny_model_dir, corpus, tmp)))
+    run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp)))
     return tmp / "test"
 
 
@@ -177,5 +175,13 @@ def compose_config(name: str, overrides: list[str]):
         return compose(name, overrides=overrides)
 
 
-def compose_stage1(overrides: list[str]):
+def compose_keytokens(overrides: list[str]):
     return compose_config("keytokens", overrides)
+
+
+def run_keytokens(cfg) -> dict:
+    """The keytokens stage on a composed config, as `make keytokens` runs it; returns the manifest."""
+    from pipeline.keytokens.run import run
+    from pipeline.keytokens.settings import KeyTokenSettings
+
+    return run(KeyTokenSettings.from_config(cfg))

@@ -12,9 +12,9 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import artifacts, stage1
+from pipeline import artifacts
 from pipeline.distributed import assign
-from tests.conftest import ROOT, compose_stage1, stage1_overrides
+from tests.conftest import ROOT, compose_keytokens, keytokens_overrides, run_keytokens
 
 WORDS = ["federal", "law", "provides", "powers", "president", "congress", "emergency", "report", "statute"]
 
@@ -36,10 +36,13 @@ def corpus(tmp_path_factory):
     return path
 
 
-def stage1_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
-    args = [*stage1_overrides(model_dir, corpus, out, "max_tokens=400"), "hydra.run.dir=" + str(out / "logs")]
+def keytokens_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
+    args = [
+        *keytokens_overrides(model_dir, corpus, out, "max_tokens=400"),
+        "hydra.run.dir=" + str(out / "logs"),
+    ]
     if nproc == 1:
-        return [sys.executable, "-m", "pipeline.stage1", *args]
+        return [sys.executable, "-m", "pipeline.keytokens", *args]
     return [
         sys.executable,
         "-m",
@@ -47,7 +50,7 @@ def stage1_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",
-        "pipeline.stage1",
+        "pipeline.keytokens",
         *args,
     ]
 
@@ -60,7 +63,7 @@ def run_cmd(cmd, **kwargs):
 @pytest.fixture(scope="module")
 def reference(tiny_model_dir, corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
-    done = run_cmd(stage1_command(tiny_model_dir, corpus, out))
+    done = run_cmd(keytokens_command(tiny_model_dir, corpus, out))
     assert done.returncode == 0, done.stderr[-2000:]
     return tables(out / "test")
 
@@ -74,7 +77,7 @@ def test_assignment_is_balanced_and_deterministic():
 
 
 def test_two_processes_give_the_same_tables(tiny_model_dir, corpus, tmp_path, reference):
-    done = run_cmd(stage1_command(tiny_model_dir, corpus, tmp_path, nproc=2))
+    done = run_cmd(keytokens_command(tiny_model_dir, corpus, tmp_path, nproc=2))
     assert done.returncode == 0, done.stderr[-3000:]
     assert tables(tmp_path / "test") == reference
     manifest = json.loads((tmp_path / "test" / "manifest.json").read_text())
@@ -83,7 +86,7 @@ def test_two_processes_give_the_same_tables(tiny_model_dir, corpus, tmp_path, re
 
 @pytest.mark.parametrize("kill_after_parts", [0, 1, 3, 7])
 def test_killed_run_resumes_to_the_same_tables(tiny_model_dir, corpus, tmp_path, reference, kill_after_parts):
-    cmd = stage1_command(tiny_model_dir, corpus, tmp_path)
+    cmd = keytokens_command(tiny_model_dir, corpus, tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parts = tmp_path / "test" / "parts"
@@ -105,5 +108,5 @@ def test_killed_run_resumes_to_the_same_tables(tiny_model_dir, corpus, tmp_path,
 
 
 def test_in_process_run_matches_the_subprocess(tiny_model_dir, corpus, tmp_path, reference):
-    stage1.run(compose_stage1(stage1_overrides(tiny_model_dir, corpus, tmp_path, "max_tokens=400")))
+    run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path, "max_tokens=400")))
     assert tables(tmp_path / "test") == reference

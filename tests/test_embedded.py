@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import artifacts, stage1
-from pipeline.models import encode_with_offsets, load_model
-from tests.conftest import ROOT, compose_stage1
+from pipeline import artifacts
+from pipeline.models import load_model
+from pipeline.tokenization import encode_with_offsets
+from tests.conftest import ROOT, compose_keytokens, run_keytokens
 
 pytestmark = pytest.mark.integration
 SAMPLE = ROOT / "data" / "govreport-sample.jsonl"
@@ -40,7 +41,7 @@ def test_both_embedded_tokenizers_reproduce_every_shipped_document(gemma, sample
 
 def test_stage1_with_the_embedded_evaluator(gemma, write_corpus, tmp_path, sample_docs):
     corpus = write_corpus([{"id": d["id"], "text": d["text"][:1500]} for d in sample_docs[:2]])
-    cfg = compose_stage1(
+    cfg = compose_keytokens(
         [
             "corpus=local",
             f"corpus.path={corpus}",
@@ -53,7 +54,7 @@ def test_stage1_with_the_embedded_evaluator(gemma, write_corpus, tmp_path, sampl
             "device=cpu",
         ]
     )
-    manifest = stage1.run(cfg)
+    manifest = run_keytokens(cfg)
     art = artifacts.load_artifact(tmp_path / "gemma")
     assert manifest["settings"]["evaluator"]["spec"] == "gemma3-270m"
     assert art.documents.num_rows == 2 and all(n <= 256 for n in art.documents["n_tokens"].to_pylist())
@@ -71,14 +72,14 @@ def check_alignment_against_official(art):
     """Real case: Gemma's key spans on SmolLM2's tokens select what the official cal_overlap selects."""
     official = pytest.importorskip("longppl.longppl")
     from pipeline.alignment import hard_key_mask
-    from pipeline.scoring import iter_documents
+    from pipeline.artifacts import iter_documents
 
     smol = load_model("smollm2-135m", dtype="float32", device="cpu")
     checked = 0
-    for view in iter_documents(art):
-        offsets = encode_with_offsets(smol.tokenizer, view.text).offsets
+    for doc in iter_documents(art):
+        offsets = encode_with_offsets(smol.tokenizer, doc.text).offsets
         for alpha, beta in [(2.0, -2.0), (0.5, -5.0), (0.1, -10.0)]:
-            starts, ends = view.spans_at(alpha, beta)
+            starts, ends = doc.spans_at(alpha, beta)
             ours = np.flatnonzero(hard_key_mask(offsets, starts, ends))
             slices = list(zip(starts.tolist(), ends.tolist(), strict=True))
             theirs = official.cal_overlap(offsets.tolist(), slices)

@@ -13,8 +13,9 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from pipeline import leaderboard
 from pipeline.errors import PipelineError
+from pipeline.reporting import correlations, leaderboard
+from pipeline.results import METRICS, read_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACT = {"name": "govreport_sample--gemma3-270m--K1024-d1024-max4096", "fingerprint": "ab12cd34ef56" * 4}
@@ -91,7 +92,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def test_table_order_and_values(scores, tmp_path):
-    paths = leaderboard.render(leaderboard.load_results(scores), tmp_path / "out", source=scores)
+    paths = leaderboard.render(read_scores(scores), tmp_path / "out", source=scores)
     assert set(paths) == {"leaderboard.md", "leaderboard.csv", "leaderboard.png"}
     rows = read_csv(paths["leaderboard.csv"])
     assert [r["model"] for r in rows] == ["qwen2.5-0.5b", "smollm2-135m", "gemma3-270m"]
@@ -112,7 +113,7 @@ def test_table_order_and_values(scores, tmp_path):
 
 def test_null_longppl_sorts_last(tmp_path):
     rows = [*base_rows(), result("tiny-0m", (40.0, None, None), "2026-11-22T04:00:00+00:00")]
-    df = leaderboard.load_results(write_lines(tmp_path / "s.jsonl", rows))
+    df = read_scores(write_lines(tmp_path / "s.jsonl", rows))
     board = leaderboard.select(df)
     assert board["entry"].to_list() == ["qwen2.5-0.5b", "smollm2-135m", "gemma3-270m", "tiny-0m"]
     out = read_csv(leaderboard.render(df, tmp_path / "out")["leaderboard.csv"])
@@ -120,16 +121,16 @@ def test_null_longppl_sorts_last(tmp_path):
 
 
 def test_correlations_match_scipy(scores, bench, tmp_path):
-    paths = leaderboard.render(leaderboard.load_results(scores), tmp_path / "out", bench, source=scores)
+    paths = leaderboard.render(read_scores(scores), tmp_path / "out", bench, source=scores)
     assert {"correlations.md", "correlations.csv"} <= set(paths)
     assert {f"scatter-{b}.png" for b in ("LongBench", "LongEval", "RULER")} <= set(paths)
     models = sorted(SCORES)  # the pipeline passes the common models in name order
     written = {(r["metric"], r["benchmark"]): r for r in read_csv(paths["correlations.csv"])}
-    board = leaderboard.select(leaderboard.load_results(scores))
-    table = leaderboard.correlations(board, leaderboard.load_benchmarks(bench))
+    board = leaderboard.select(read_scores(scores))
+    table = correlations.correlations(board, correlations.load_benchmarks(bench))
     computed = {(r["metric"], r["benchmark"]): r for r in table.iter_rows(named=True)}
     assert len(written) == len(computed) == 9
-    for m, (metric, label) in enumerate(leaderboard.METRICS.items()):
+    for m, (metric, label) in enumerate(METRICS.items()):
         assert metric in ("ppl", "longppl", "longppl_soft")
         xs = [SCORES[name][m] for name in models]
         for b, bench_name in enumerate(("LongBench", "LongEval", "RULER")):
@@ -149,7 +150,7 @@ def test_benchmark_with_missing_values(tmp_path):
     scores = write_lines(tmp_path / "s.jsonl", rows)
     values = {**BENCHMARKS, "llama-1b": (30.0, 25.0, None)}
     bench = write_benchmarks(tmp_path / "b.csv", values)
-    paths = leaderboard.render(leaderboard.load_results(scores), tmp_path / "out", bench)
+    paths = leaderboard.render(read_scores(scores), tmp_path / "out", bench)
     written = {(r["metric"], r["benchmark"]): r for r in read_csv(paths["correlations.csv"])}
     assert written[("LongPPL", "RULER")]["n"] == "3" and written[("LongPPL", "LongBench")]["n"] == "4"
     xs = [SCORES[m][1] for m in sorted(SCORES)]
@@ -163,9 +164,9 @@ def test_benchmark_with_missing_values(tmp_path):
 
 
 def test_second_render_is_byte_identical(scores, bench, tmp_path):
-    df = leaderboard.load_results(scores)
+    df = read_scores(scores)
     first = leaderboard.render(df, tmp_path / "a", bench, source=scores)
-    second = leaderboard.render(leaderboard.load_results(scores), tmp_path / "b", bench, source=scores)
+    second = leaderboard.render(read_scores(scores), tmp_path / "b", bench, source=scores)
     assert sorted(first) == sorted(second) and len(first) == 8
     for name in first:
         assert first[name].read_bytes() == second[name].read_bytes(), name
@@ -173,7 +174,7 @@ def test_second_render_is_byte_identical(scores, bench, tmp_path):
 
 
 def test_rerender_without_benchmarks_removes_stale_correlations(scores, bench, tmp_path):
-    df = leaderboard.load_results(scores)
+    df = read_scores(scores)
     leaderboard.render(df, tmp_path / "out", bench)
     paths = leaderboard.render(df, tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(paths)
@@ -194,7 +195,7 @@ def test_newest_row_wins(tmp_path):
         # an older artifact is not shown by default
         result("smollm2-135m", (1.0, 1.0, 1.0), "2026-11-01T00:00:00+00:00", OLD_ARTIFACT),
     ]
-    df = leaderboard.load_results(write_lines(tmp_path / "s.jsonl", rows))
+    df = read_scores(write_lines(tmp_path / "s.jsonl", rows))
     assert df.height == len(rows)
     board = leaderboard.select(df)
     got = dict(zip(board["entry"], board["longppl"], strict=True))
@@ -218,7 +219,7 @@ def test_benchmark_names_not_matching(scores, tmp_path):
     values = {"smollm2-135m": (1, 2, 3), "Qwen2.5-0.5B": (4, 5, 6), "gemma3-270m": (7, 8, 9), "x": (1, 1, 1)}
     bench = write_benchmarks(tmp_path / "b.csv", values)
     with pytest.raises(PipelineError) as info:
-        leaderboard.render(leaderboard.load_results(scores), tmp_path / "out", bench)
+        leaderboard.render(read_scores(scores), tmp_path / "out", bench)
     message = str(info.value)
     assert "\n" not in message
     assert "not on the leaderboard: Qwen2.5-0.5B, x;" in message
@@ -230,11 +231,11 @@ def test_benchmark_names_not_matching(scores, tmp_path):
 def test_fewer_than_three_common_models(scores, tmp_path):
     bench = write_benchmarks(tmp_path / "b.csv", {m: BENCHMARKS[m] for m in ("smollm2-135m", "gemma3-270m")})
     with pytest.raises(PipelineError, match=r"only 2 model\(s\) .* at least 3"):
-        leaderboard.render(leaderboard.load_results(scores), tmp_path / "out", bench)
+        leaderboard.render(read_scores(scores), tmp_path / "out", bench)
 
 
 def test_bad_benchmarks_file(scores, tmp_path):
-    df = leaderboard.load_results(scores)
+    df = read_scores(scores)
     bad_header = write_benchmarks(tmp_path / "h.csv", BENCHMARKS, header="name,LongBench,LongEval,RULER")
     with pytest.raises(PipelineError, match="first column `model`"):
         leaderboard.render(df, tmp_path / "out", bad_header)
@@ -245,10 +246,10 @@ def test_bad_benchmarks_file(scores, tmp_path):
 
 def test_missing_or_empty_results(tmp_path):
     with pytest.raises(PipelineError, match=r"no scores in .*missing\.jsonl.*make score MODEL="):
-        leaderboard.load_results(tmp_path / "missing.jsonl")
+        read_scores(tmp_path / "missing.jsonl")
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(PipelineError, match=r"no scores in .*empty\.jsonl"):
-        leaderboard.load_results(tmp_path / "empty.jsonl")
+        read_scores(tmp_path / "empty.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -267,7 +268,7 @@ def test_missing_or_empty_results(tmp_path):
 def test_malformed_line(tmp_path, bad, reason):
     path = write_lines(tmp_path / "s.jsonl", [*base_rows()[:2], bad, base_rows()[2]])
     with pytest.raises(PipelineError, match=rf"line 3 is not a valid result \(.*{reason}"):
-        leaderboard.load_results(path)
+        read_scores(path)
 
 
 def compose(overrides: list[str]):
@@ -292,9 +293,9 @@ def test_hydra_run_prints_markdown(scores, bench, tmp_path, capsys):
 
 
 def test_command_line(scores, tmp_path):
-    """`python -m pipeline.leaderboard`: Markdown on stdout; a PipelineError is one line and exit 2."""
+    """`python -m pipeline.reporting.leaderboard`: Markdown on stdout; an error is one line, exit 2."""
     logs = f"hydra.run.dir={tmp_path / 'logs'}"
-    command = [sys.executable, "-m", "pipeline.leaderboard", logs, f"out_dir={tmp_path / 'out'}"]
+    command = [sys.executable, "-m", "pipeline.reporting.leaderboard", logs, f"out_dir={tmp_path / 'out'}"]
     done = subprocess.run([*command, f"results={scores}"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("# LongPPL leaderboard") and "| 1 | qwen2.5-0.5b |" in done.stdout
@@ -306,7 +307,7 @@ def test_command_line(scores, tmp_path):
 
 
 def test_load_results_columns(scores):
-    df = leaderboard.load_results(scores)
+    df = read_scores(scores)
     assert df.height == 3 and df.schema["date"] == pl.Datetime("us", "UTC")
     for column in ("model_name", "artifact", "fingerprint", "context_limit", "ppl", "longppl", "result_id"):
         assert column in df.columns

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import publish
 from pipeline.errors import PipelineError
+from pipeline.reporting import publish
 from tests.conftest import compose_config
-from tests.test_stage2 import score
+from tests.test_score import score
 
 
 def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_path):
@@ -16,7 +16,7 @@ def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_pat
     cfg = compose_config(
         "publish",
         [
-            f"keytokens={tiny_artifact}",
+            f"artifact={tiny_artifact}",
             "repo=org/keytokens",
             "dry_run=true",
             f"out_dir={tmp_path / 'folder'}",
@@ -43,7 +43,7 @@ def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_pat
 def test_upload_failure_is_one_line(tiny_artifact, tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     cfg = compose_config(
-        "publish", [f"keytokens={tiny_artifact}", "repo=org/keytokens", f"out_dir={tmp_path / 'up'}"]
+        "publish", [f"artifact={tiny_artifact}", "repo=org/keytokens", f"out_dir={tmp_path / 'up'}"]
     )
     with pytest.raises(PipelineError, match="could not upload to the Hub dataset 'org/keytokens'"):
         publish.run(cfg)

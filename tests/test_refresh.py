@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from pipeline import refresh
 from pipeline.artifacts import load_artifact
 from pipeline.errors import PipelineError
+from pipeline.reporting import refresh
 from tests.conftest import compose_config
 
 
@@ -17,7 +17,7 @@ def refresh_config(artifact, model_dir, recorded, *extra):
     return compose_config(
         "refresh",
         [
-            f"keytokens={artifact}",
+            f"artifact={artifact}",
             f"fingerprint={fingerprint}",
             f"recorded={recorded}",
             f"models=[{{name: tiny, spec: '{model_dir}', revision: null}}]",

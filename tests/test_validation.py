@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import synthetic, validation, validation_report
 from pipeline.corpus import CorpusSpec, load_corpus
 from pipeline.logprobs import TargetScorer, context_limited_logprobs, context_limited_top1
+from pipeline.validation import report, study, synthetic
 from tests.conftest import build_model
 
 # ----------------------------------------------------------------------------------------------
@@ -74,31 +74,31 @@ def test_corpus_reads_back_and_as_a_stage1_corpus(tmp_path):
 def test_confusion_metrics_on_a_hand_made_example():
     truth = np.array([1, 1, 1, 0, 0, 0, 0, 0, 0, 0], dtype=bool)
     predicted = np.array([1, 1, 0, 1, 0, 0, 0, 0, 0, 0], dtype=bool)
-    c = validation.confusion(predicted, truth)
+    c = study.confusion(predicted, truth)
     assert (c.tp, c.fp, c.fn, c.tn) == (2, 1, 1, 6)
     assert c.accuracy == pytest.approx(0.8)
     assert c.precision == pytest.approx(2 / 3)
     assert c.recall == pytest.approx(2 / 3)
     assert c.specificity == pytest.approx(6 / 7)
     assert c.balanced_accuracy == pytest.approx((2 / 3 + 6 / 7) / 2)
-    empty = validation.confusion(np.zeros(3, bool), np.zeros(3, bool))
+    empty = study.confusion(np.zeros(3, bool), np.zeros(3, bool))
     assert empty.precision is None and empty.recall is None and empty.balanced_accuracy is None
     assert empty.accuracy == 1.0
 
 
 def test_overlap_and_rules():
     offsets = np.array([[0, 2], [2, 5], [5, 6], [6, 9]])
-    assert validation.overlap_mask(offsets, [[3, 6]]).tolist() == [False, True, True, False]
+    assert study.overlap_mask(offsets, [[3, 6]]).tolist() == [False, True, True, False]
     lsd = np.array([3.0, 3.0, 0.1, np.nan])
     lcl = np.array([-0.5, -4.0, -0.1, -0.1])
-    rules = validation.classifiers(lsd, lcl, alpha=2.0, beta=-2.0)
+    rules = study.classifiers(lsd, lcl, alpha=2.0, beta=-2.0)
     assert rules["LSD"].tolist() == [True, True, False, False]
     assert rules["LCL"].tolist() == [True, False, True, True]
     assert rules["LSD and LCL"].tolist() == [True, False, False, False]
 
 
 def test_identification_rows():
-    tokens = validation.QATokens(
+    tokens = study.QATokens(
         doc_id=np.array(["a"] * 4),
         lsd=np.array([3.0, 1.5, 0.0, 2.5]),
         lcl=np.array([-0.1, -0.2, -0.1, -3.0]),
@@ -106,7 +106,7 @@ def test_identification_rows():
         answer=np.array([True, True, False, False]),
         response=np.array([True, True, True, False]),
     )
-    rows = validation.identification(tokens, [(2.0, -2.0), (1.0, -2.0)])
+    rows = study.identification(tokens, [(2.0, -2.0), (1.0, -2.0)])
     got = {(r["scope"], r["threshold"]): (r["tp"], r["fp"], r["fn"], r["tn"]) for r in rows}
     assert got[("qa", "LSD > 2")] == (1, 1, 1, 1)
     assert got[("qa", "LSD > 2 and LCL > -2")] == (1, 0, 1, 2)
@@ -162,11 +162,11 @@ def test_top1_counts_hits():
 def test_retrieval_on_a_tiny_model(tiny_scorer, tokenizer):
     docs = synthetic.make_corpus(0, 1, n_lines=6, n_questions=2, min_gap_lines=2)
     lm = SimpleNamespace(tokenizer=tokenizer, bos_token_id=0)
-    got = validation.retrieval(lm, tiny_scorer, docs, window=32)
+    got = study.retrieval(lm, tiny_scorer, docs, window=32)
     assert got["n_answers"] == 2
     assert got["n_answer_tokens"] >= 2
     assert 0.0 <= got["token_accuracy"] <= 1.0 and got["answer_ppl"] > 1.0
-    assert validation.retrieval(lm, tiny_scorer, docs, window=32) == got
+    assert study.retrieval(lm, tiny_scorer, docs, window=32) == got
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def test_report_renders_with_missing_correlations():
     ]
     truth = np.array([True, False])
     ident = [
-        {"scope": scope, "threshold": t, "rule": t, **validation.confusion(np.ones(2, bool), truth).to_dict()}
+        {"scope": scope, "threshold": t, "rule": t, **study.confusion(np.ones(2, bool), truth).to_dict()}
         for scope in ("qa", "responses")
         for t in ("LSD > 2", "LCL > -2", "LSD > 2 and LCL > -2")
     ]
@@ -195,10 +195,10 @@ def test_report_renders_with_missing_correlations():
         "evaluator_retrieval": {"full": row, "short": row},
         "govreport": {"artifact": "g", "documents": ["g-0"]},
         "family": family,
-        "correlations": validation.correlations(family),
+        "correlations": study.correlations(family),
     }  # fmt: skip
     timing = {"stage 1": 1.0, "total": 2.0}
-    text = validation_report.render(results, timing, Path("docs/validation"), "v.html")
+    text = report.render(results, timing, Path("docs/validation"), "v.html", [(2.0, -2.0)])
     assert "| full | 50.0% | 25.0% |" in text
     assert "n/a" in text  # two variants: no correlation
-    assert "![metrics against retrieval accuracy](docs/validation/family.png)" in text
+    assert "![metrics against retrieval accuracy](validation/family.png)" in text  # relative to docs/

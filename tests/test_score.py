@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import artifacts, stage2
+from pipeline import artifacts
 from pipeline.errors import PipelineError
 from pipeline.models import load_model
+from pipeline.score.run import run as run_score
 from tests.conftest import build_tokenizer, compose_config, save_tiny_model
 
 
@@ -21,7 +22,7 @@ def score(model_dir, artifact, tmp_path, *extra):
         [
             "model=local",
             f"model.spec={model_dir}",
-            f"keytokens={artifact}",
+            f"artifact={artifact}",
             f"results={tmp_path}/scores.jsonl",
             "dtype=float64",
             "device=cpu",
@@ -30,7 +31,7 @@ def score(model_dir, artifact, tmp_path, *extra):
             *extra,
         ],
     )
-    return stage2.run(cfg)
+    return run_score(cfg)
 
 
 def direct_logprobs(model, ids: list[int]) -> np.ndarray:

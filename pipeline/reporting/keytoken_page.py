@@ -1,5 +1,5 @@
-"""A page to look at key tokens (as the paper's Appendix E): a document with its key tokens
-highlighted, every token's LSD and LCL on hover (``make show``; stage 1 writes one per run).
+"""The key-token page (as the paper's Appendix E): a document with its key tokens highlighted,
+every token's LSD and LCL on hover (`make show`; the keytokens stage writes one per run).
 """
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ import html
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import load_artifact, write_bytes_atomic
+from pipeline.artifacts import load_artifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
+from pipeline.files import write_bytes_atomic
+from pipeline.reporting.common import fmt
 
 STYLE = """
 body { font: 15px/1.6 Georgia, serif; max-width: 56em; margin: 2em auto; color: #222; }
@@ -20,10 +22,6 @@ header { font: 13px/1.5 system-ui, sans-serif; color: #555; border-bottom: 1px s
 .key { background: rgba(230, 80, 40, var(--w)); border-radius: 2px; }
 .key:hover, .tok:hover { outline: 1px solid #888; }
 """
-
-
-def _fmt(value: float | None) -> str:
-    return "none" if value is None else f"{value:.3f}"
 
 
 def document_html(artifact_dir: str | Path, doc_id: str | None = None) -> str:
@@ -43,7 +41,7 @@ def document_html(artifact_dir: str | Path, doc_id: str | None = None) -> str:
         if start < cursor or start == end:  # characters shared with the previous token: shown once
             continue
         pieces.append(html.escape(text[cursor:start]))
-        title = f"LSD {_fmt(row['lsd'])}, LCL {_fmt(row['long_logprob'])}"
+        title = f"LSD {fmt(row['lsd'], '.3f', 'none')}, LCL {fmt(row['long_logprob'], '.3f', 'none')}"
         piece = html.escape(text[start:end])
         if row["is_key"]:
             weight = min(1.0, 0.25 + 0.75 * min(row["lsd"], 8.0) / 8.0)
@@ -73,18 +71,16 @@ def default_path(artifact_dir: Path, doc_id: str | None) -> Path:
     return artifact_dir.parent.parent / "views" / artifact_dir.name / f"{doc}.html"
 
 
-def write_view(artifact_dir: str | Path, out: str | Path, doc_id: str | None = None) -> Path:
+def write_page(artifact_dir: str | Path, out: str | Path, doc_id: str | None = None) -> Path:
     out = Path(out)
     write_bytes_atomic(out, document_html(artifact_dir, doc_id).encode("utf-8"))
     return out
 
 
 def run(cfg: Any) -> Path:
-    from hydra.utils import to_absolute_path
-
-    artifact = Path(to_absolute_path(str(cfg.keytokens)))
-    out = Path(to_absolute_path(str(cfg.out))) if cfg.out else default_path(artifact, cfg.doc_id)
-    path = write_view(artifact, out, cfg.doc_id)
+    artifact = Path(cfg.artifact)
+    out = Path(cfg.out) if cfg.out else default_path(artifact, cfg.doc_id)
+    path = write_page(artifact, out, cfg.doc_id)
     print(f"wrote {path}")
     return path
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import view
 from pipeline.artifacts import load_artifact
+from pipeline.reporting import keytoken_page
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
@@ -75,7 +75,7 @@ def expected_key_tokens(artifact_dir: Path, doc_id: str) -> list[dict]:
 
 
 def test_key_tokens_render_in_headless_chromium(tiny_artifact, tmp_path):
-    page = view.write_view(tiny_artifact, tmp_path / "view.html", "doc-0")
+    page = keytoken_page.write_page(tiny_artifact, tmp_path / "view.html", "doc-0")
     expected = expected_key_tokens(tiny_artifact, "doc-0")
     assert expected, "the tiny artifact should have key tokens in doc-0"
     parser = KeySpans()
@@ -94,7 +94,7 @@ def test_highlight_is_painted(tiny_artifact, tmp_path):
     """A screenshot of the page has the highlight colour (rgba(230, 80, 40, w) on white) in it."""
     from PIL import Image
 
-    page = view.write_view(tiny_artifact, tmp_path / "view.html", "doc-0")
+    page = keytoken_page.write_page(tiny_artifact, tmp_path / "view.html", "doc-0")
     shot = tmp_path / "shot.png"
     run_browser(page, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1000,1400")
     pixels = np.asarray(Image.open(shot).convert("RGB"), dtype=np.int32)

@@ -3,6 +3,10 @@
 LSD = LCL - short, with LCL = log P(x_i | x_<i) and short = log P(x_i | last K..K+d-1 tokens).
 A key token has LSD > alpha and LCL > beta (paper Eq. 4); its soft weight is min(exp(LSD), gamma)
 (Eq. 7). Tokens without a short context have no LSD, no soft weight, and are never key.
+
+This package is also the keytokens stage (`make keytokens`, ``python -m pipeline.keytokens``), which
+finds them in a corpus: ``settings`` (the run's typed settings), ``documents`` (which documents, which
+tokens), ``tables`` (one document's artifact rows), ``run`` (the run).
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
-"""Stage 2 scoring: PPL, LongPPL and LongPPL-soft of any causal LM against a key-token artifact.
+"""The score stage: PPL, LongPPL and LongPPL-soft of any causal LM against a key-token artifact.
 
 Per document: the evaluated model's tokens of the artifact's text, one forward pass (or windows
 of ``context_limit`` tokens), then the evaluator's key spans and soft weights carried onto those
 tokens (``pipeline.alignment``). The corpus values are token-weighted: the exponential of the mean
 negative log-likelihood over all scored tokens of all documents (key tokens for LongPPL, weights
 for LongPPL-soft), as in the paper.
+
+This package is also the score stage (`make score`, ``python -m pipeline.score``): ``run`` scores one
+model against an artifact and appends the result to the results file (``pipeline.results``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import numpy as np
 import torch
 
 from pipeline import alignment, keytokens
-from pipeline.artifacts import KeyTokenArtifact
+from pipeline.artifacts import ArtifactDocument
 from pipeline.errors import PipelineError
 from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer, context_limited_logprobs
-from pipeline.models import LoadedModel, encode_with_offsets
+from pipeline.models import LoadedModel
+from pipeline.tokenization import encode_with_offsets
 
 
 @dataclass(frozen=True)
@@ -84,52 +88,11 @@ def grid_label(alpha: float, beta: float) -> str:
     return f"alpha={alpha:g},beta={beta:g}"
 
 
-class DocumentView:
-    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays."""
-
-    def __init__(self, doc_id: str, text: str, tokens: Any, spans: Any):
-        self.doc_id = doc_id
-        self.text = text
-        self.eval_offsets = np.stack([tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()], axis=1)
-        self.lsd = _floats(tokens["lsd"])
-        self.long = _floats(tokens["long_logprob"])
-        self.soft_weight = _floats(tokens["soft_weight"])
-        self.span_starts = spans["char_start"].to_numpy().astype(np.int64)
-        self.span_ends = spans["char_end"].to_numpy().astype(np.int64)
-
-    def spans_at(self, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
-        """Key spans re-thresholded from the stored LSD and LCL: no evaluator needed."""
-        key = keytokens.is_key(self.lsd, self.long, alpha, beta)
-        starts, ends, _ = keytokens.merge_spans(self.eval_offsets[key, 0], self.eval_offsets[key, 1])
-        return starts, ends
-
-
-def _floats(column: Any) -> np.ndarray:
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-
-
-def iter_documents(artifact: KeyTokenArtifact):
-    """The artifact's documents in order; tokens and spans are sliced by the stored counts."""
-    docs = artifact.documents
-    token_ends = np.cumsum(docs["n_tokens"].to_numpy())
-    span_ends = np.cumsum(docs["n_spans"].to_numpy())
-    for i, (doc_id, text) in enumerate(
-        zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist(), strict=True)
-    ):
-        t0 = int(token_ends[i - 1]) if i else 0
-        s0 = int(span_ends[i - 1]) if i else 0
-        tokens = artifact.tokens.slice(t0, int(token_ends[i]) - t0)
-        spans = artifact.spans.slice(s0, int(span_ends[i]) - s0)
-        if tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
-            raise PipelineError(
-                f"artifact {artifact.root}: token rows are not in document order at '{doc_id}'"
-            )
-        yield DocumentView(doc_id, text, tokens, spans)
-
-
-def score_document(lm: LoadedModel, scorer: TargetScorer, view: DocumentView, settings: ScoreSettings):
+def score_document(
+    lm: LoadedModel, scorer: TargetScorer, doc: ArtifactDocument, settings: ScoreSettings
+) -> DocumentScore:
     """Log-probs of the evaluated model on one text, and every metric's sums."""
-    enc = encode_with_offsets(lm.tokenizer, view.text)
+    enc = encode_with_offsets(lm.tokenizer, doc.text)
     bos = lm.bos_token_id if settings.add_bos else None
     prefix = [] if bos is None else [bos]
     ids, offsets = enc.ids, enc.offsets
@@ -138,7 +101,7 @@ def score_document(lm: LoadedModel, scorer: TargetScorer, view: DocumentView, se
     if limit is not None and len(prefix) + len(ids) > limit:
         if not settings.allow_truncation:
             raise PipelineError(
-                f"document '{view.doc_id}' has {len(ids) + len(prefix)} tokens for {lm.source.spec}, "
+                f"document '{doc.doc_id}' has {len(ids) + len(prefix)} tokens for {lm.source.spec}, "
                 f"more than its "
                 f"context of {limit}: pass context_limit=<tokens> to score with a sliding window, or "
                 "allow_truncation=true to score the prefix that fits (flagged per document)"
@@ -152,20 +115,20 @@ def score_document(lm: LoadedModel, scorer: TargetScorer, view: DocumentView, se
     scored = ~np.isnan(logprobs)  # without BOS the first token is not predicted
     nll = -logprobs[scored]
     tok = offsets[scored]
-    result = DocumentScore(view.doc_id, n_tokens=len(enc.ids), truncated=truncated)
+    result = DocumentScore(doc.doc_id, n_tokens=len(enc.ids), truncated=truncated)
     result.all.add(nll)
-    key = alignment.hard_key_mask(tok, view.span_starts, view.span_ends)
+    key = alignment.hard_key_mask(tok, doc.span_starts, doc.span_ends)
     result.key.add(nll[key])
-    weights = alignment.soft_weights(tok, view.eval_offsets, view.soft_weight, len(view.text))
+    weights = alignment.soft_weights(tok, doc.eval_offsets, doc.soft_weight, len(doc.text))
     has_weight = ~np.isnan(weights)
     result.soft.add(nll[has_weight], weights[has_weight])
     for alpha, beta in settings.grid:
-        starts, ends = view.spans_at(alpha, beta)
+        starts, ends = doc.spans_at(alpha, beta)
         result.grid[grid_label(alpha, beta)] = Sums()
         result.grid[grid_label(alpha, beta)].add(nll[alignment.hard_key_mask(tok, starts, ends)])
-    all_key = alignment.hard_key_mask(offsets, view.span_starts, view.span_ends)
+    all_key = alignment.hard_key_mask(offsets, doc.span_starts, doc.span_ends)
     result.key_chars, result.covered_key_chars = alignment.covered_key_chars(
-        offsets, all_key, view.span_starts, view.span_ends
+        offsets, all_key, doc.span_starts, doc.span_ends
     )
     return result
 

@@ -9,11 +9,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import artifacts, stage1
+from pipeline import artifacts, files
+from pipeline.artifact_writer import ArtifactWriter
 from pipeline.errors import PipelineError
 from pipeline.keytokens import merge_spans
 from pipeline.provenance import file_sha256, text_sha256
-from tests.conftest import STAGE1_TEXTS, compose_stage1, stage1_overrides
+from tests.conftest import STAGE1_TEXTS, compose_keytokens, keytokens_overrides, run_keytokens
 
 TEXTS = STAGE1_TEXTS
 
@@ -26,10 +27,10 @@ def corpus(write_corpus):
 @pytest.fixture
 def run_stage1(tiny_model_dir, corpus, tmp_path):
     def run(*extra, corpus_path=None):
-        cfg = compose_stage1(
-            stage1_overrides(tiny_model_dir, corpus_path or corpus, tmp_path / "out", *extra)
+        cfg = compose_keytokens(
+            keytokens_overrides(tiny_model_dir, corpus_path or corpus, tmp_path / "out", *extra)
         )
-        manifest = stage1.run(cfg)
+        manifest = run_keytokens(cfg)
         return tmp_path / "out" / "test", manifest
 
     return run
@@ -100,7 +101,7 @@ def test_rerun_is_a_no_op_and_resume_ends_identical(run_stage1):
     tables = {n: pq.read_table(root / f"{n}.parquet") for n in artifacts.TABLES}
     manifest = json.loads((root / "manifest.json").read_text())
     shutil.rmtree(root)
-    writer = artifacts.ArtifactWriter(root, manifest["settings"], manifest["fingerprint"])
+    writer = ArtifactWriter(root, manifest["settings"], manifest["fingerprint"])
     writer.start()
     first = {n: t.filter(t["doc_id"].to_numpy(zero_copy_only=False) == "doc-0") for n, t in tables.items()}
     writer.write_part(0, first["documents"].to_pylist()[0], first["tokens"], first["spans"])
@@ -113,7 +114,7 @@ def test_rerun_is_a_no_op_and_resume_ends_identical(run_stage1):
 def test_resume_with_other_settings_is_an_error(run_stage1, tiny_model_dir, corpus, tmp_path):
     root, _ = run_stage1()
     (root / "manifest.json").unlink()
-    artifacts.write_json_atomic(root / "run.json", {"fingerprint": "other", "settings": {"K": 99}})
+    files.write_json_atomic(root / "run.json", {"fingerprint": "other", "settings": {"K": 99}})
     with pytest.raises(PipelineError, match=r"other settings.*K"):
         run_stage1()
     shutil.rmtree(root)
@@ -181,7 +182,7 @@ def test_unknown_model(run_stage1):
         run_stage1("evaluator.spec=/nowhere/model.gguf")
     with pytest.raises(PipelineError, match="model path not found"):
         run_stage1("evaluator.spec=./nowhere/checkpoint")
-    with pytest.raises(PipelineError, match="huggingface-cli download org/missing-model"):
+    with pytest.raises(PipelineError, match="hf download org/missing-model"):
         run_stage1("evaluator.spec=org/missing-model")
 
 
@@ -202,7 +203,7 @@ class NoOffsets:
 
 
 def test_offsets_fallback_by_decoding(tokenizer):
-    from pipeline.models import encode_with_offsets
+    from pipeline.tokenization import encode_with_offsets
 
     text = "Federal law provides powers.\r\nline 7: REGISTER_CONTENT is 4512, café."
     fast = encode_with_offsets(tokenizer, text)
@@ -218,8 +219,8 @@ def test_fingerprint_does_not_depend_on_file_locations(run_stage1, tiny_model_di
     _, manifest = run_stage1()
     moved_model = shutil.copytree(tiny_model_dir, tmp_path / "moved-model")
     moved_corpus = shutil.copy(corpus, tmp_path / "moved.jsonl")
-    cfg = compose_stage1(stage1_overrides(moved_model, moved_corpus, tmp_path / "out"))
-    assert stage1.run(cfg)["fingerprint"] == manifest["fingerprint"]
+    cfg = compose_keytokens(keytokens_overrides(moved_model, moved_corpus, tmp_path / "out"))
+    assert run_keytokens(cfg)["fingerprint"] == manifest["fingerprint"]
     assert "nothing to do" in capsys.readouterr().out
 
 
@@ -227,7 +228,7 @@ def test_key_token_view(run_stage1, tmp_path):
     import html as html_lib
     import re
 
-    from pipeline.view import document_html
+    from pipeline.reporting.keytoken_page import document_html
 
     root, _ = run_stage1()
     page = document_html(root, "doc-0")

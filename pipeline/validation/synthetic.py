@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.artifacts import write_bytes_atomic
+from pipeline.files import write_bytes_atomic
 
 HEADER = (
     "Below is a record of lines I want you to remember. Each line begins with 'line <line name>' and "

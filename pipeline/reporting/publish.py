@@ -13,9 +13,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import MANIFEST, TABLES, load_artifact, write_bytes_atomic
+from pipeline.artifacts import MANIFEST, TABLES, load_artifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
+from pipeline.files import write_bytes_atomic
 
 CITATION = """@inproceedings{fang2025wrong,
   title     = {What is Wrong with Perplexity for Long-context Language Modeling?},
@@ -115,19 +116,17 @@ def upload(folder: Path, repo: str, private: bool) -> str:
     except Exception as exc:  # offline, no token, no rights: one line that says what to do
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise PipelineError(
-            f"could not upload to the Hub dataset '{repo}' ({detail}): log in with `huggingface-cli login` "
+            f"could not upload to the Hub dataset '{repo}' ({detail}): log in with `hf auth login` "
             f"on a connected machine, or upload the prepared folder {folder} yourself"
         ) from exc
     return str(getattr(info, "commit_url", info))
 
 
 def run(cfg: Any) -> Path:
-    from hydra.utils import to_absolute_path
-
     if not cfg.repo or "/" not in str(cfg.repo):
         raise PipelineError("set REPO=<org>/<name> (the Hub dataset to create or update)")
-    out = Path(to_absolute_path(str(cfg.out_dir or f"artifacts/publish/{str(cfg.repo).replace('/', '--')}")))
-    folder = prepare_folder(to_absolute_path(str(cfg.keytokens)), out, str(cfg.repo), str(cfg.license))
+    out = Path(str(cfg.out_dir or f"artifacts/publish/{str(cfg.repo).replace('/', '--')}"))
+    folder = prepare_folder(str(cfg.artifact), out, str(cfg.repo), str(cfg.license))
     if cfg.dry_run:
         print(f"dry run: the folder that would be uploaded to {cfg.repo} is {folder}")
         return folder

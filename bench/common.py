@@ -1,0 +1,91 @@
+"""What the benchmarks share: peak memory sampling, jobs in watched subprocesses, the repository
+root and the default artifact. The benchmarks run as modules from the repository root
+(``python -m bench.<name>``, as the Makefile does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the embedded models and local artifacts need no network
+
+
+def default_artifact() -> Path:
+    """The artifact `make keytokens` writes by default (``default_artifact`` in conf/common.yaml)."""
+    from pipeline.cli import compose
+
+    return ROOT / str(compose("score").artifact)
+
+
+class PeakRSS:
+    """Peak resident memory of this process, sampled in a background thread."""
+
+    def __init__(self, interval: float = 0.01):
+        import psutil
+
+        self.process = psutil.Process()
+        self.interval = interval
+        self.peak = self.process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak = self.process.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.process.memory_info().rss)
+
+
+def run_watched(cmd: list[str], cap_gb: float, timeout: float) -> dict:
+    """Run ``cmd`` (which prints one JSON object as its last stdout line) in a subprocess whose
+    resident memory, children included, is sampled every 50 ms; kill it past ``cap_gb`` or
+    ``timeout`` seconds. Returns that object with ``process_peak_gb``, or ``failed`` and the peak."""
+    import psutil
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
+        watched, peak, started, killed = psutil.Process(proc.pid), 0, time.time(), None
+        while proc.poll() is None:
+            try:
+                rss = sum(p.memory_info().rss for p in [watched, *watched.children(recursive=True)])
+            except psutil.NoSuchProcess:
+                break
+            peak = max(peak, rss)
+            if rss > cap_gb * 1e9:
+                killed = f"exceeded the {cap_gb:g} GB memory cap"
+            elif time.time() - started > timeout:
+                killed = f"timed out ({timeout:.0f} s)"
+            if killed:
+                proc.kill()
+            time.sleep(0.05)
+        proc.wait()
+        out.seek(0)
+        err.seek(0)
+        failed = killed or _failure(proc.returncode, err.read())
+        if failed:
+            return {"failed": failed, "process_peak_gb": peak / 1e9}
+        return {**json.loads(out.read().strip().splitlines()[-1]), "process_peak_gb": peak / 1e9}
+
+
+def _failure(returncode: int, stderr: str) -> str | None:
+    if returncode < 0:  # the kernel's OOM killer acts before the watchdog's next look
+        return f"killed by signal {-returncode} (out of memory)"
+    if returncode != 0:
+        lines = stderr.strip().splitlines() or ["no output"]
+        return "error: " + lines[-1][:300]
+    return None

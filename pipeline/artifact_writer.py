@@ -1,0 +1,125 @@
+"""Writing a key-token artifact document by document, crash-safe and resumable.
+
+Each finished document is a part, ``parts/<index>/`` (its three tables, written to a temporary
+directory and renamed into place: a part is complete or absent); ``run.json`` holds the settings
+fingerprint that a resumed run must match. ``finalize`` concatenates the parts in document order
+into the tables of ``pipeline.artifacts`` and writes the manifest last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.artifacts import (
+    DOCUMENTS_SCHEMA,
+    MANIFEST,
+    PARTS,
+    RUN_STATE,
+    SCHEMA_VERSION,
+    SPANS_SCHEMA,
+    TABLES,
+    TOKENS_SCHEMA,
+)
+from pipeline.errors import PipelineError
+from pipeline.files import write_json_atomic, write_table_atomic
+from pipeline.provenance import file_sha256
+
+
+class ArtifactWriter:
+    """Writes one artifact document by document; resumes an interrupted run with the same settings."""
+
+    def __init__(self, root: Path, settings: dict[str, Any], fingerprint: str):
+        self.root = Path(root)
+        self.settings = settings
+        self.fingerprint = fingerprint
+
+    @property
+    def parts(self) -> Path:
+        return self.root / PARTS
+
+    def is_complete(self) -> bool:
+        """True when a finished artifact with these settings is already here."""
+        manifest = self.root / MANIFEST
+        if not manifest.is_file():
+            return False
+        recorded = json.loads(manifest.read_text())
+        self._check_same(recorded.get("fingerprint"), recorded.get("settings", {}))
+        return True
+
+    def start(self) -> None:
+        state = self.root / RUN_STATE
+        if state.is_file():
+            recorded = json.loads(state.read_text())
+            self._check_same(recorded.get("fingerprint"), recorded.get("settings", {}))
+        else:
+            write_json_atomic(state, {"fingerprint": self.fingerprint, "settings": self.settings})
+        self.parts.mkdir(parents=True, exist_ok=True)
+
+    def _check_same(self, fingerprint: str | None, recorded: dict[str, Any]) -> None:
+        if fingerprint == self.fingerprint:
+            return
+        changed = sorted(
+            k for k in set(recorded) | set(self.settings) if recorded.get(k) != self.settings.get(k)
+        )
+        detail = "; ".join(f"{k}: {recorded.get(k)!r} -> {self.settings.get(k)!r}" for k in changed[:4])
+        raise PipelineError(
+            f"{self.root} holds a run with other settings ({detail or 'fingerprint differs'}): "
+            "pass name=<new name> to keep both, or delete that directory to start over"
+        )
+
+    def finished(self) -> set[int]:
+        """Indices of documents whose part is complete."""
+        if not self.parts.is_dir():
+            return set()
+        return {int(p.name) for p in self.parts.iterdir() if p.is_dir() and p.name.isdigit()}
+
+    def write_part(self, index: int, document: dict[str, Any], tokens: pa.Table, spans: pa.Table) -> None:
+        """Write one document's rows; the part appears whole or not at all."""
+        staging = Path(tempfile.mkdtemp(dir=self.parts, prefix=".tmp-"))
+        try:
+            write_table_atomic(
+                staging / "documents.parquet", pa.Table.from_pylist([document], DOCUMENTS_SCHEMA)
+            )
+            write_table_atomic(staging / "tokens.parquet", tokens.cast(TOKENS_SCHEMA))
+            write_table_atomic(staging / "spans.parquet", spans.cast(SPANS_SCHEMA))
+            os.replace(staging, self.parts / f"{index:06d}")
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def finalize(self, indices: Iterable[int], manifest_extra: dict[str, Any]) -> dict[str, Any]:
+        """Concatenate the parts in document order, write the tables, then the manifest, last."""
+        indices = sorted(indices)
+        files = {}
+        for name, schema in TABLES.items():
+            pieces = [pq.read_table(self.parts / f"{i:06d}" / f"{name}.parquet") for i in indices]
+            table = pa.concat_tables(pieces).cast(schema) if pieces else schema.empty_table()
+            path = self.root / f"{name}.parquet"
+            write_table_atomic(path, table)
+            files[path.name] = {
+                "sha256": file_sha256(path),
+                "bytes": path.stat().st_size,
+                "rows": table.num_rows,
+            }
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "fingerprint": self.fingerprint,
+            "settings": self.settings,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "files": files,
+            **manifest_extra,
+        }
+        write_json_atomic(self.root / MANIFEST, manifest)
+        shutil.rmtree(self.parts, ignore_errors=True)
+        (self.root / RUN_STATE).unlink(missing_ok=True)
+        return manifest

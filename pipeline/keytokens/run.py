@@ -1,0 +1,229 @@
+"""The keytokens run (`make keytokens`): an evaluator reads a corpus and writes the key-token artifact.
+
+Steps: load the corpus and the evaluator, choose and tokenize the documents, fingerprint the settings
+(a finished artifact with the same fingerprint is left untouched; an unfinished one is resumed), score
+this rank's documents one part at a time, then (rank 0) write the tables, the manifest and the
+key-token page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from pipeline import distributed
+from pipeline.artifact_writer import ArtifactWriter
+from pipeline.artifacts import load_artifact
+from pipeline.corpus import load_corpus
+from pipeline.errors import PipelineError
+from pipeline.keytokens.documents import Prepared, prepare_documents
+from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.keytokens.tables import keytoken_tables
+from pipeline.logprobs import TargetScorer
+from pipeline.models import LoadedModel, is_local_model
+from pipeline.provenance import json_sha256, library_versions, text_sha256
+from pipeline.reporting import keytoken_page
+
+
+@dataclass
+class Selection:
+    """The documents of a run, the settings record they give, and its fingerprint."""
+
+    prepared: list[Prepared]
+    skipped: list[dict[str, str]]
+    record: dict[str, Any]
+    fingerprint: str
+
+
+def run(settings: KeyTokenSettings) -> dict[str, Any]:
+    """The whole run; returns the artifact's manifest."""
+    started = time.time()
+    if not settings.corpus.needs_network and is_local_model(settings.evaluator.spec):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast, never wait on retries
+    docs = load_corpus(settings.corpus)
+    ranks = distributed.init_ranks(use_cuda=wants_cuda(settings.device))
+    lm = load_evaluator(settings, ranks)
+    selection = select(docs, lm, settings)
+    writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
+    if writer.is_complete():
+        if ranks.is_main:
+            print(f"{writer.root} is complete with these settings: nothing to do")
+        distributed.shutdown(ranks)
+        return load_artifact(writer.root).manifest
+    writer.start()
+    resumed = len(writer.finished())
+    score_documents(lm, selection.prepared, settings, writer, ranks)
+    manifest = None
+    if ranks.is_main:
+        manifest = finish(writer, selection, lm, settings, ranks.world, resumed, time.time() - started)
+    ranks.barrier()  # rank 0 has finalized
+    distributed.shutdown(ranks)
+    return manifest or load_artifact(writer.root).manifest
+
+
+def wants_cuda(device: str) -> bool:
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+def load_evaluator(settings: KeyTokenSettings, ranks: distributed.Ranks) -> LoadedModel:
+    """Load the evaluator; with several ranks, rank 0 first (it converts a GGUF once for all), and
+    each rank on its own slice of the node's GPUs (one GPU, or several with device_map=auto)."""
+    gpus, device = None, settings.device
+    if ranks.world > 1 and wants_cuda(settings.device):
+        gpus = distributed.local_gpus(ranks)
+        if not settings.evaluator.device_map:
+            device = f"cuda:{gpus[0]}"
+    if not ranks.is_main:
+        ranks.barrier()
+    lm = settings.evaluator.load(dtype=settings.dtype, device=device, cache_dir=settings.cache_dir, gpus=gpus)
+    if ranks.is_main:
+        ranks.barrier()
+    return lm
+
+
+def select(docs: list, lm: LoadedModel, settings: KeyTokenSettings) -> Selection:
+    """The documents this run scores, within the evaluator's context, and the settings record."""
+    bos = int(settings.add_bos and lm.bos_token_id is not None)
+    context = lm.context_length
+    if settings.max_tokens is not None and context is not None and settings.max_tokens + bos > context:
+        raise PipelineError(
+            f"max_tokens={settings.max_tokens} exceeds the evaluator's context of {context} tokens: "
+            f"set max_tokens<={context - bos}"
+        )
+    prepared, skipped = prepare_documents(docs, lm.tokenizer, settings, context, bos)
+    if not prepared:
+        raise PipelineError(f"no document of corpus '{settings.corpus.name}' can be scored: {skipped[:3]}")
+    record = settings_record(settings, lm, prepared)
+    return Selection(prepared, skipped, record, json_sha256(result_identity(record)))
+
+
+def settings_record(settings: KeyTokenSettings, lm: LoadedModel, prepared: list[Prepared]) -> dict[str, Any]:
+    """The manifest's ``settings``: what the numbers depend on, and where the inputs came from."""
+    spec = settings.corpus
+    return {
+        **settings.result_settings(),
+        "evaluator": lm.source.to_dict(),
+        "corpus": {
+            "name": spec.name,
+            "path": spec.path,
+            "dataset": spec.dataset,
+            "split": spec.split,
+            "revision": spec.revision,
+            "text_field": spec.text_field,
+        },
+        "documents": [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared],
+        "libraries": {k: v for k, v in library_versions().items() if k in ("torch", "transformers")},
+    }
+
+
+def result_identity(record: dict[str, Any]) -> dict[str, Any]:
+    """What the numbers depend on: the settings without file locations (the evaluator's file hash
+    or revision and the documents' hashes stand for them), so that the same run on another machine
+    has the same fingerprint."""
+    identity = json.loads(json.dumps(record))
+    identity["evaluator"].pop("path", None)
+    if identity["evaluator"]["kind"] in ("local", "gguf"):  # the spec is a path too
+        identity["evaluator"].pop("spec", None)
+    identity["corpus"].pop("path", None)
+    return identity
+
+
+def score_documents(
+    lm: LoadedModel,
+    prepared: list[Prepared],
+    settings: KeyTokenSettings,
+    writer: ArtifactWriter,
+    ranks: distributed.Ranks,
+) -> None:
+    """Score and write this rank's unfinished documents; progress is counted in tokens, for an
+    honest ETA (one set of bars: rank 0's, since ranks are balanced)."""
+    scorer = TargetScorer(lm.model, head_chunk=settings.head_chunk, vocab_tile=settings.vocab_tile)
+    scorer.check_against_full_forward()
+    bos_id = lm.bos_token_id if settings.add_bos else None
+    owners = distributed.assign([len(p.ids) for p in prepared], ranks.world)
+    mine = [p for p in prepared if owners[p.index] == ranks.rank]
+    done = writer.finished()
+    show = settings.progress and ranks.is_main
+
+    def windows(batches):
+        return tqdm(batches, desc="  short windows", unit="batch", leave=False, disable=not show)
+
+    total = sum(len(p.ids) for p in mine)
+    initial = sum(len(p.ids) for p in mine if p.index in done)
+    with tqdm(
+        total=total, initial=initial, desc="documents", unit="tok", unit_scale=True, disable=not show
+    ) as bar:
+        for item in (p for p in mine if p.index not in done):
+            bar.set_postfix_str(item.doc.id)
+            writer.write_part(item.index, *keytoken_tables(scorer, item, settings, bos_id, progress=windows))
+            bar.update(len(item.ids))
+    ranks.barrier()  # every rank's parts are written
+
+
+def finish(
+    writer: ArtifactWriter,
+    selection: Selection,
+    lm: LoadedModel,
+    settings: KeyTokenSettings,
+    processes: int,
+    resumed: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """Write the tables and the manifest (rank 0), print the summary, write the key-token page."""
+    extra = {
+        "documents": [
+            {
+                "doc_id": p.doc.id,
+                "sha256": text_sha256(p.text),
+                "source_sha256": p.doc.sha256,
+                "n_tokens": len(p.ids),
+                "truncated": p.truncated,
+            }
+            for p in selection.prepared
+        ],
+        "skipped": selection.skipped,
+        "libraries": library_versions(),
+        "run": {
+            "device": str(lm.device),
+            "head_chunk": settings.head_chunk,
+            "vocab_tile": settings.vocab_tile,
+            "window_batch_tokens": settings.window_batch_tokens,
+            "wall_seconds": round(seconds, 1),
+            "resumed_documents": resumed,
+            "processes": processes,
+        },
+    }
+    manifest = writer.finalize(range(len(selection.prepared)), extra)
+    print_summary(writer.root, manifest, seconds)
+    page = keytoken_page.write_page(writer.root, keytoken_page.default_path(writer.root, None))
+    print(f"key tokens  {page} (open in a browser)")
+    return manifest
+
+
+def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
+    art = load_artifact(root, verify_hashes=False)  # finalize just hashed these files
+    lsd = np.asarray(art.tokens["lsd"].to_numpy(zero_copy_only=False), dtype=np.float64)
+    lsd = lsd[~np.isnan(lsd)]
+    n_key = int(np.asarray(art.tokens["is_key"]).sum())
+    q = np.quantile(lsd, [0.5, 0.9, 0.99, 0.999]) if len(lsd) else [float("nan")] * 4
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    lines = [
+        f"documents   {art.documents.num_rows} scored, {len(manifest.get('skipped', []))} skipped"
+        f" ({sum(art.documents['truncated'].to_pylist())} truncated)",
+        f"tokens      {art.tokens.num_rows} ({len(lsd)} with a short context)",
+        f"key tokens  {n_key} ({100 * n_key / max(len(lsd), 1):.2f}% of tokens with a short context)",
+        f"LSD         median {q[0]:.3f}, p90 {q[1]:.3f}, p99 {q[2]:.3f}, p99.9 {q[3]:.3f}",
+        f"wall time   {seconds:.0f} s (peak memory {peak_gb:.2f} GB)",
+        f"output      {root}",
+    ]
+    lines += [f"skipped     {skip['doc_id']}: {skip['reason']}" for skip in manifest.get("skipped", [])]
+    print("\n".join(lines))

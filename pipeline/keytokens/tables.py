@@ -1,0 +1,89 @@
+"""One document through the evaluator: its long and short log-probs, key tokens and spans, as the
+rows of the artifact's three tables (``pipeline.artifacts``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from pipeline import keytokens
+from pipeline.artifacts import SPANS_SCHEMA, TOKENS_SCHEMA, table_from_columns
+from pipeline.keytokens.documents import Prepared
+from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.logprobs import TargetScorer, long_and_short_logprobs
+from pipeline.provenance import text_sha256
+
+
+def keytoken_tables(
+    scorer: TargetScorer,
+    item: Prepared,
+    settings: KeyTokenSettings,
+    bos_id: int | None,
+    progress: Callable[[Iterator], Iterator] | None = None,
+) -> tuple[dict[str, Any], pa.Table, pa.Table]:
+    """(documents row, tokens table, spans table) of one document (paper Eq. 2-4, 7, 8)."""
+    prefix = [bos_id] if bos_id is not None else []
+    seq = torch.tensor(prefix + item.ids.tolist(), dtype=torch.long)
+    passes = long_and_short_logprobs(
+        scorer,
+        seq,
+        settings.K,
+        settings.d,
+        bos_id=bos_id if settings.short_window_bos else None,
+        window_batch_tokens=settings.window_batch_tokens,
+        progress=progress,
+    )
+    long, short = passes.long[len(prefix) :], passes.short[len(prefix) :]
+    lsd = keytokens.long_short_difference(long, short)
+    key = keytokens.is_key(lsd, long, settings.alpha, settings.beta)
+    starts, ends = item.offsets[:, 0], item.offsets[:, 1]
+    span_starts, span_ends, span_counts = keytokens.merge_spans(starts[key], ends[key])
+    n, doc_id = len(item.ids), item.doc.id
+    tokens = table_from_columns(
+        TOKENS_SCHEMA,
+        {
+            "doc_id": [doc_id] * n,
+            "token_index": np.arange(n, dtype=np.int32),
+            "token_id": item.ids.astype(np.int64),
+            "char_start": starts.astype(np.int32),
+            "char_end": ends.astype(np.int32),
+            "long_logprob": long,
+            "short_logprob": short,
+            "lsd": lsd,
+            "soft_weight": keytokens.soft_weight(lsd, settings.gamma),
+            "is_key": key,
+        },
+    )
+    spans = table_from_columns(
+        SPANS_SCHEMA,
+        {
+            "doc_id": [doc_id] * len(span_starts),
+            "span_index": np.arange(len(span_starts), dtype=np.int32),
+            "char_start": span_starts.astype(np.int32),
+            "char_end": span_ends.astype(np.int32),
+            "n_tokens": span_counts.astype(np.int32),
+        },
+    )
+    return document_row(item, int(key.sum()), len(span_starts)), tokens, spans
+
+
+def document_row(item: Prepared, n_key_tokens: int, n_spans: int) -> dict[str, Any]:
+    """The document's row of ``documents.parquet``."""
+    return {
+        "doc_id": item.doc.id,
+        "doc_index": item.index,
+        "text": item.text,
+        "sha256": text_sha256(item.text),
+        "source_sha256": item.doc.sha256,
+        "n_chars": len(item.text),
+        "n_source_chars": len(item.doc.text),
+        "n_tokens": len(item.ids),
+        "truncated": item.truncated,
+        "n_key_tokens": n_key_tokens,
+        "n_spans": n_spans,
+        "offsets_from": item.offsets_from,
+    }

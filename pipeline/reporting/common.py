@@ -1,0 +1,112 @@
+"""What every report shares: number formatting, Markdown and CSV tables, figures, correlations.
+
+Outputs are byte-identical for the same inputs: fixed float formats, no timestamps, PNGs without
+software metadata.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+FIGSIZE = (7.0, 5.0)
+DPI = 100
+
+
+# ----------------------------------------------------------------------------------------------
+# Numbers and tables
+
+
+def fmt(value: float | None, spec: str = ".4f", missing: str = "n/a") -> str:
+    """A number in a fixed format; ``missing`` for None or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    return format(value, spec)
+
+
+def pct(value: float | None, spec: str = ".1f") -> str:
+    """A fraction as a percentage (``0.9188`` -> ``91.9%``)."""
+    return "n/a" if value is None else f"{format(100 * value, spec)}%"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; ``|`` in a cell is escaped and a line break becomes a space."""
+    lines = [header, ["---"] * len(header), *rows]
+    return "".join("| " + " | ".join(md_cell(c) for c in line) + " |\n" for line in lines)
+
+
+def md_cell(text: str) -> str:
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
+def csv_text(header: list[str], rows: list[list[str | None]]) -> str:
+    """CSV of text cells (format numbers first); empty or None cells are written empty."""
+    cells = [[None if c == "" else c for c in row] for row in rows]
+    return pl.DataFrame(cells, schema=dict.fromkeys(header, pl.String), orient="row").write_csv()
+
+
+def display_path(path: str | Path) -> str:
+    """A path relative to the working directory when under it (outputs do not depend on the checkout)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def newest(board: pl.DataFrame) -> dict[str, Any]:
+    """The newest row of a leaderboard frame (by date, then line)."""
+    return board.sort(["date", "line"], nulls_last=False).row(-1, named=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Correlations
+
+
+def correlate(xs: list[float], ys: list[float]) -> tuple[dict[str, float | None], str | None]:
+    """Pearson and Spearman correlations with two-sided p-values (scipy), and a note when undefined."""
+    from scipy import stats
+
+    empty = dict.fromkeys(("pearson_r", "pearson_p", "spearman_r", "spearman_p"))
+    if len(xs) < 3:
+        return empty, "fewer than 3 models with values"
+    if len(set(xs)) < 2 or len(set(ys)) < 2:
+        return empty, "constant values"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pearson = stats.pearsonr(xs, ys)
+        spearman = stats.spearmanr(xs, ys)
+    values = (pearson.statistic, pearson.pvalue, spearman.statistic, spearman.pvalue)
+    out = {k: (None if math.isnan(v) else float(v)) for k, v in zip(empty, values, strict=True)}
+    return out, None if None not in out.values() else "undefined (scipy returned NaN)"
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures (matplotlib's object API: no global state, no display needed)
+
+
+def figure(size: tuple[float, float] = FIGSIZE) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def labelled_scatter(ax: Any, xs: list[float], ys: list[float], labels: list[str]) -> None:
+    ax.scatter(xs, ys, color="tab:blue", zorder=2)
+    for x, y, label in zip(xs, ys, labels, strict=True):
+        ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
+    ax.margins(x=0.2, y=0.1)  # room for the labels
+    ax.grid(True, alpha=0.3)

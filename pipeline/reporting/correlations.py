@@ -1,0 +1,287 @@
+"""Correlation of the leaderboard's metrics with long-context benchmark scores (paper Table 1).
+
+Given ``benchmarks=<csv>`` (first column ``model``, the leaderboard's model names; then one numeric
+column per benchmark), the leaderboard also writes ``correlations.md`` / ``correlations.csv`` (Pearson
+and Spearman correlations, with two-sided p-values, of PPL, LongPPL and LongPPL-soft with each
+benchmark over the models in both files) and ``scatter-<benchmark>.png``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.errors import PipelineError
+from pipeline.provenance import file_sha256
+from pipeline.reporting.common import (
+    correlate,
+    csv_text,
+    display_path,
+    figure,
+    labelled_scatter,
+    md_table,
+    newest,
+    png,
+)
+from pipeline.results import METRICS
+
+MISSING = {"", "nan", "na", "n/a", "null", "none"}
+SCHEMA: dict[str, Any] = {
+    "metric": pl.String,
+    "benchmark": pl.String,
+    "n": pl.Int64,
+    "pearson_r": pl.Float64,
+    "pearson_p": pl.Float64,
+    "spearman_r": pl.Float64,
+    "spearman_p": pl.Float64,
+    "models": pl.String,
+    "note": pl.String,
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# The benchmarks file
+
+
+def load_benchmarks(path: str | Path) -> pl.DataFrame:
+    """A benchmarks CSV as ``model`` and one Float64 column per benchmark; empty cells and
+    NaN/NA/null are missing values (null)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"benchmarks file {path} does not exist: pass benchmarks=<path to a CSV>")
+    try:
+        header = pl.read_csv(path, has_header=False, n_rows=1, infer_schema=False).row(0)
+        cells = pl.read_csv(path, infer_schema=False)
+    except (pl.exceptions.PolarsError, ValueError) as exc:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PipelineError(
+            f"{path} is not a CSV table with one cell per column in every row ({detail})"
+        ) from None
+    header = [(h or "").strip() for h in header]
+    if not header or header[0] != "model" or len(header) < 2:
+        raise PipelineError(
+            f"{path} must start with a header `model,<benchmark>,...`: "
+            "first column `model`, then one numeric column per benchmark"
+        )
+    if len(set(header)) != len(header):
+        raise PipelineError(f"{path} repeats a column name in its header: give every benchmark its own name")
+    cells = cells.rename(dict(zip(cells.columns, header, strict=True)))
+    cells = cells.filter(~pl.all_horizontal(pl.all().is_null()))  # blank lines
+    table = pl.DataFrame(
+        {"model": [(m or "").strip() for m in cells["model"]]}
+        | {name: _numbers(path, name, cells[name].to_list()) for name in header[1:]},
+        schema={name: pl.String if name == "model" else pl.Float64 for name in header},
+    )
+    repeated = sorted(table.filter(pl.col("model").is_duplicated())["model"].unique())
+    if repeated:
+        raise PipelineError(f"{path} lists {', '.join(repeated)} more than once: keep one row per model")
+    return table
+
+
+def _numbers(path: Path, name: str, cells: list[str | None]) -> list[float | None]:
+    values = []
+    for row, cell in enumerate(cells, start=2):
+        text = (cell or "").strip()
+        if text.lower() in MISSING:
+            values.append(None)
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            raise PipelineError(
+                f"{path} row {row}: {name}={text!r} is not a number (leave the cell empty if missing)"
+            ) from None
+        values.append(None if math.isnan(value) else value)
+    return values
+
+
+def common_models(
+    board: pl.DataFrame, benchmarks: pl.DataFrame, source: str | Path = "benchmarks"
+) -> list[str]:
+    """Sorted leaderboard entries that have a benchmark row; every benchmark row must match an entry."""
+    entries, named = set(board["entry"]), set(benchmarks["model"])
+    unknown = sorted(named - entries)
+    if unknown:
+        raise PipelineError(
+            f"{source}: model names not on the leaderboard: {', '.join(unknown)}; leaderboard models "
+            f"without a benchmark row: {', '.join(sorted(entries - named)) or 'none'}; "
+            "the `model` column must use the leaderboard's model names"
+        )
+    common = sorted(entries & named)
+    if len(common) < 3:
+        raise PipelineError(
+            f"only {len(common)} model(s) are both on the leaderboard and in {source} "
+            f"({', '.join(common) or 'none'}): correlations need at least 3; score more models "
+            "(`make score MODEL=...`) or add their benchmark rows"
+        )
+    return common
+
+
+# ----------------------------------------------------------------------------------------------
+# The correlations
+
+
+def correlations(
+    board: pl.DataFrame, benchmarks: pl.DataFrame, source: str | Path = "benchmarks"
+) -> pl.DataFrame:
+    """Pearson and Spearman correlation (two-sided p-values) of each metric with each benchmark.
+
+    One row per (metric, benchmark), metrics in METRICS order and benchmarks in file order, over the
+    common models that have both values (``models``, ``;``-separated). Fewer than 3 such models or a
+    constant column gives nulls and a ``note``.
+    """
+    common = common_models(board, benchmarks, source)
+    metric_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
+    bench_rows = {r["model"]: r for r in benchmarks.iter_rows(named=True)}
+    rows = []
+    for metric, label in METRICS.items():
+        for bench in benchmarks.columns[1:]:
+            pairs = [
+                (m, metric_rows[m][metric], bench_rows[m][bench])
+                for m in common
+                if metric_rows[m][metric] is not None and bench_rows[m][bench] is not None
+            ]
+            stats, note = correlate([p[1] for p in pairs], [p[2] for p in pairs])
+            models = ";".join(p[0] for p in pairs)
+            rows.append(
+                {
+                    "metric": label,
+                    "benchmark": bench,
+                    "n": len(pairs),
+                    **stats,
+                    "models": models,
+                    "note": note,
+                }
+            )
+    return pl.DataFrame(rows, schema=SCHEMA, orient="row")
+
+
+def correlations_csv(table: pl.DataFrame) -> str:
+    """Correlations as CSV with full-precision (round-trip) floats; missing values empty."""
+    rows = [
+        [repr(v) if isinstance(v, float) else (None if v is None else str(v)) for v in row]
+        for row in table.iter_rows()
+    ]
+    return csv_text(table.columns, rows)
+
+
+def correlations_markdown(
+    board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFrame, source: str | Path
+) -> str:
+    """Correlations as Markdown: Pearson and Spearman tables (metric x benchmark) and notes."""
+    top = newest(board)
+    common = common_models(board, benchmarks, source)
+    head = [
+        "# Correlation of perplexity metrics with long-context benchmarks\n\n",
+        f"Leaderboard: artifact `{top['artifact']}` (fingerprint `{top['fingerprint'][:12]}`). "
+        f"Benchmarks: `{display_path(source)}` (sha256 `{file_sha256(source)}`).\n",
+        f"Models in both ({len(common)}): {', '.join(common)}.\n\n",
+        "Lower perplexity should go with higher benchmark scores, so a metric that tracks long-context "
+        "ability shows a strongly negative correlation (paper Table 1, Pearson: LongPPL -0.96/-0.86/-0.84 "
+        "with LongBench/LongEval/RULER, PPL -0.11/0.31/0.33). p-values are two-sided "
+        "(scipy.stats.pearsonr / spearmanr; Spearman's uses a t approximation) and rough with few models: "
+        "n, the number of models with both values, is given per cell.\n",
+    ]
+    body = [_stat_table(table, benchmarks.columns[1:], "pearson", "Pearson r")]
+    body.append(_stat_table(table, benchmarks.columns[1:], "spearman", "Spearman rho"))
+    notes = _notes(board, benchmarks, table, common)
+    tail = ["\n## Notes\n\n", *(f"- {n}\n" for n in notes)] if notes else []
+    return "".join(head + body + tail)
+
+
+def _stat_table(table: pl.DataFrame, benches: list[str], kind: str, title: str) -> str:
+    cells = {(r["metric"], r["benchmark"]): r for r in table.iter_rows(named=True)}
+    rows = []
+    for label in METRICS.values():
+        row = [label]
+        for bench in benches:
+            r = cells[(label, bench)]
+            value, p = r[f"{kind}_r"], r[f"{kind}_p"]
+            row.append("n/a" if value is None else f"{value:.3f} (p={p:.3g}, n={r['n']})")
+        rows.append(row)
+    return f"\n## {title}\n\n" + md_table(["metric", *benches], rows)
+
+
+def _notes(
+    board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFrame, common: list[str]
+) -> list[str]:
+    notes = []
+    left_out = sorted(set(board["entry"]) - set(common))
+    if left_out:
+        notes.append(f"Leaderboard entries without a benchmark row (left out): {', '.join(left_out)}.")
+    bench_rows = {r["model"]: r for r in benchmarks.iter_rows(named=True)}
+    for bench in benchmarks.columns[1:]:
+        missing = [m for m in common if bench_rows[m][bench] is None]
+        if missing:
+            notes.append(f"{bench}: no value for {', '.join(missing)}; left out of its correlations.")
+    board_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
+    for metric, label in METRICS.items():
+        missing = [m for m in common if board_rows[m][metric] is None]
+        if missing:
+            notes.append(f"{label}: no value for {', '.join(missing)} (no key tokens); left out of its rows.")
+    for r in table.filter(pl.col("note").is_not_null()).iter_rows(named=True):
+        notes.append(f"{r['metric']} vs {r['benchmark']}: n/a, {r['note']} (n={r['n']}).")
+    return notes
+
+
+# ----------------------------------------------------------------------------------------------
+# Pictures and files
+
+
+def scatter_png(board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFrame, bench: str) -> bytes:
+    """Three panels (PPL, LongPPL, LongPPL-soft vs one benchmark), one labelled point per model."""
+    fig = figure((4.0 * len(METRICS), 4.0))
+    board_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
+    scores = dict(zip(benchmarks["model"], benchmarks[bench], strict=True))
+    for i, (metric, label) in enumerate(METRICS.items(), start=1):
+        ax = fig.add_subplot(1, len(METRICS), i)
+        stats = table.filter((pl.col("metric") == label) & (pl.col("benchmark") == bench)).row(0, named=True)
+        models = [m for m in stats["models"].split(";") if m]
+        labelled_scatter(ax, [board_rows[m][metric] for m in models], [scores[m] for m in models], models)
+        r, rho = stats["pearson_r"], stats["spearman_r"]
+        summary = "n/a" if r is None else f"r={r:.2f}, rho={rho:.2f}"
+        ax.set_title(f"{label}: {summary} (n={stats['n']})", fontsize=9)
+        ax.set_xlabel(label)
+        ax.set_ylabel(bench)
+    fig.tight_layout()
+    return png(fig)
+
+
+def slug(name: str) -> str:
+    """A file-name-safe form of a benchmark name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "benchmark"
+
+
+def files(board: pl.DataFrame, benchmarks_csv: str | Path) -> dict[str, bytes]:
+    """{file name: contents} of the correlation outputs."""
+    benchmarks = load_benchmarks(benchmarks_csv)
+    table = correlations(board, benchmarks, benchmarks_csv)
+    out = {
+        "correlations.md": correlations_markdown(board, benchmarks, table, benchmarks_csv).encode(),
+        "correlations.csv": correlations_csv(table).encode(),
+    }
+    slugs: dict[str, str] = {}
+    for bench in benchmarks.columns[1:]:
+        name = slug(bench)
+        if name in slugs:
+            raise PipelineError(
+                f"benchmarks {slugs[name]!r} and {bench!r} would both be plotted to scatter-{name}.png: "
+                "rename one column"
+            )
+        slugs[name] = bench
+        out[f"scatter-{name}.png"] = scatter_png(board, benchmarks, table, bench)
+    return out
+
+
+def remove_stale(out: Path, keep: set[str]) -> None:
+    """Delete correlation files of an earlier run that this run does not write."""
+    if not out.is_dir():
+        return
+    for pattern in ("correlations.md", "correlations.csv", "scatter-*.png"):
+        for path in out.glob(pattern):
+            if path.name not in keep:
+                path.unlink()

@@ -1,0 +1,231 @@
+"""The leaderboard (`make leaderboard`): tables and a plot of the score runs of one artifact.
+
+Reads the results file (``pipeline.results``). One artifact is shown at a time (default: the one of
+the newest result); within it, a model scored several times with the same settings keeps its newest
+result. Writes, byte-identical for the same inputs:
+
+``leaderboard.md`` / ``leaderboard.csv`` / ``leaderboard.png``
+    one row per entry, sorted by LongPPL ascending (entries without key tokens last, ties by name);
+    the PNG plots PPL against LongPPL.
+``correlations.md`` / ``correlations.csv`` / ``scatter-<benchmark>.png`` (with ``benchmarks=<csv>``)
+    see ``pipeline.reporting.correlations``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.cli import hydra_main
+from pipeline.errors import PipelineError
+from pipeline.files import write_bytes_atomic
+from pipeline.provenance import file_sha256
+from pipeline.reporting import correlations
+from pipeline.reporting.common import (
+    csv_text,
+    display_path,
+    figure,
+    fmt,
+    labelled_scatter,
+    md_table,
+    newest,
+    png,
+)
+from pipeline.results import SCORE_HINT, read_scores
+
+# The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
+COLUMNS: dict[str, str | None] = {
+    "rank": "#",
+    "model": "model",
+    "longppl": "LongPPL",
+    "ppl": "PPL",
+    "longppl_soft": "LongPPL-soft",
+    "n_key_tokens": "key tokens",
+    "n_tokens": "tokens",
+    "key_char_coverage": "key-char coverage",
+    "context_limit": None,
+    "model_name": None,
+    "artifact": None,
+    "fingerprint": None,
+    "date": None,
+    "result_id": None,
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Selection
+
+
+def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
+    """The leaderboard of one artifact: newest result per (model, settings), sorted by LongPPL.
+
+    ``artifact`` is an artifact name, a fingerprint or a unique fingerprint prefix; None picks the
+    artifact of the newest result. Adds ``entry``: the model name, ``@ctx<N>`` for a context limit,
+    and the differing settings in brackets where that still leaves two entries with one name.
+    """
+    if df.is_empty():
+        raise PipelineError(f"no scores to show: {SCORE_HINT}")
+    ordered = df.drop("entry", strict=False).sort(["date", "line"], nulls_last=False)
+    fingerprint = pick_fingerprint(ordered, artifact)
+    rows = ordered.filter(pl.col("fingerprint") == fingerprint)
+    rows = rows.unique(subset=["model_name", "settings"], keep="last", maintain_order=True)
+    rows = rows.with_columns(pl.Series("entry", entry_names(rows), dtype=pl.String))
+    return rows.select("entry", *ordered.columns).sort(["longppl", "entry"], nulls_last=True)
+
+
+def pick_fingerprint(ordered: pl.DataFrame, artifact: str | None) -> str:
+    """The fingerprint that ``artifact`` (name, fingerprint or prefix; None: newest) names."""
+    if artifact is None:
+        return ordered["fingerprint"][-1]
+    key = str(artifact)
+    named = ordered.filter(pl.col("artifact") == key)
+    if not named.is_empty():
+        return named["fingerprint"][-1]
+    prefixed = sorted(set(ordered.filter(pl.col("fingerprint").str.starts_with(key))["fingerprint"]))
+    if key and len(prefixed) == 1:
+        return prefixed[0]
+    known = ordered.unique(subset=["fingerprint"], keep="last", maintain_order=True)
+    listing = ", ".join(
+        f"{n} ({f[:12]})" for n, f in zip(known["artifact"], known["fingerprint"], strict=True)
+    )
+    problem = "is ambiguous" if len(prefixed) > 1 else "matches no scored artifact"
+    raise PipelineError(
+        f"artifact={key!r} {problem}; scored artifacts: {listing}: pass artifact=<name or fingerprint>"
+    )
+
+
+def entry_names(rows: pl.DataFrame) -> list[str]:
+    """Model names, with the settings that tell apart two entries of one name."""
+    base = [
+        m if c is None else f"{m}@ctx{c}"
+        for m, c in zip(rows["model_name"], rows["context_limit"], strict=True)
+    ]
+    settings = [json.loads(s) for s in rows["settings"]]
+    names = list(base)
+    for label in sorted(set(base)):
+        group = [i for i, b in enumerate(base) if b == label]
+        if len(group) < 2:
+            continue
+        keys = sorted({k for i in group for k in settings[i]})
+        differ = [k for k in keys if len({_setting_text(settings[i].get(k)) for i in group}) > 1]
+        for i in group:
+            names[i] = f"{label}[{','.join(f'{k}={_setting_text(settings[i].get(k))}' for k in differ)}]"
+    return names
+
+
+def _setting_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs
+
+
+def table(board: pl.DataFrame) -> list[dict[str, str | None]]:
+    """The leaderboard's cells by column (``COLUMNS``): formatted numbers, None where missing."""
+    rows = []
+    for i, r in enumerate(board.iter_rows(named=True), start=1):
+        cells: dict[str, str | None] = {
+            "rank": str(i) if r["longppl"] is not None else "",
+            "model": r["entry"],
+        }
+        cells |= {m: fmt(r[m], missing=None) for m in ("longppl", "ppl", "longppl_soft", "key_char_coverage")}
+        cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
+        cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "result_id")}
+        cells["date"] = r["date"].isoformat() if r["date"] is not None else None
+        rows.append(cells)
+    return rows
+
+
+def leaderboard_markdown(board: pl.DataFrame, source: str | Path | None = None) -> str:
+    """The leaderboard as Markdown: a header naming the artifact, then the table."""
+    top = newest(board)
+    lines = [
+        "# LongPPL leaderboard\n\n",
+        f"Artifact `{top['artifact']}` (fingerprint `{top['fingerprint'][:12]}`), "
+        f"{board.height} entries, sorted by LongPPL (lower is better; entries without key tokens last).\n",
+    ]
+    if source is not None:
+        lines.append(f"Scores: `{display_path(source)}` (sha256 `{file_sha256(source)}`).\n")
+    shown = {k: v for k, v in COLUMNS.items() if v is not None}
+    rows = [["n/a" if row[k] is None else row[k] for k in shown] for row in table(board)]
+    return "".join(lines) + "\n" + md_table(list(shown.values()), rows)
+
+
+def leaderboard_csv(board: pl.DataFrame) -> str:
+    """The leaderboard rows as CSV, floats with a fixed number of decimals, missing values empty."""
+    return csv_text(list(COLUMNS), [[row[k] for k in COLUMNS] for row in table(board)])
+
+
+def leaderboard_png(board: pl.DataFrame) -> bytes:
+    """PPL against LongPPL, one labelled point per entry with a LongPPL."""
+    fig = figure()
+    ax = fig.add_subplot()
+    shown = board.filter(pl.col("longppl").is_not_null() & pl.col("ppl").is_not_null())
+    labelled_scatter(ax, shown["ppl"].to_list(), shown["longppl"].to_list(), shown["entry"].to_list())
+    if shown.is_empty():
+        ax.text(0.5, 0.5, "no entry has both PPL and LongPPL", ha="center", transform=ax.transAxes)
+    ax.set_xlabel("PPL")
+    ax.set_ylabel("LongPPL")
+    ax.set_title(f"{newest(board)['artifact']}", fontsize=9)
+    fig.tight_layout()
+    return png(fig)
+
+
+def render(
+    df: pl.DataFrame,
+    out_dir: str | Path,
+    benchmarks_csv: str | Path | None = None,
+    *,
+    artifact: str | None = None,
+    source: str | Path | None = None,
+) -> dict[str, Path]:
+    """Write the leaderboard (and correlations, given a benchmarks CSV) into ``out_dir``.
+
+    ``df`` is ``read_scores`` output (selection applied here) or ``select`` output; ``source`` is the
+    scores file, whose sha256 the Markdown records. Everything is computed before anything is written;
+    correlation files of an earlier run that this one does not produce are removed. Returns
+    {file name: path}.
+    """
+    board = select(df, artifact)
+    files = {
+        "leaderboard.md": leaderboard_markdown(board, source).encode(),
+        "leaderboard.csv": leaderboard_csv(board).encode(),
+        "leaderboard.png": leaderboard_png(board),
+    }
+    if benchmarks_csv is not None:
+        files.update(correlations.files(board, benchmarks_csv))
+    out = Path(out_dir)
+    correlations.remove_stale(out, set(files))
+    paths = {}
+    for name, data in files.items():
+        write_bytes_atomic(out / name, data)
+        paths[name] = out / name
+    return paths
+
+
+def run(cfg: Any) -> dict[str, Path]:
+    """Load, select, render; print the Markdown leaderboard and the written paths."""
+    benchmarks, artifact = cfg.get("benchmarks"), cfg.get("artifact")
+    paths = render(
+        read_scores(cfg.results),
+        Path(cfg.out_dir),
+        None if benchmarks is None else Path(benchmarks),
+        artifact=None if artifact is None else str(artifact),
+        source=Path(cfg.results),
+    )
+    print(paths["leaderboard.md"].read_text(encoding="utf-8"))
+    for path in paths.values():
+        print(f"wrote {path}")
+    return paths
+
+
+def main() -> None:
+    hydra_main("leaderboard", run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""The results file ``scores.jsonl``: one JSON line per score run. This module owns its schema.
+
+Written by the score stage (``score_row``, ``append``), read by the leaderboard (``read_scores``: one
+validated, flattened row per line) and by reproducible refreshes (``read_lines``). A line holds the
+model and its hash or revision, the artifact's name and fingerprint, the settings, library versions,
+date and wall time, and the corpus and per-document values of ``METRICS``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
+
+from pipeline import __version__
+from pipeline.errors import PipelineError
+from pipeline.provenance import json_sha256, library_versions
+
+METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
+SCORE_HINT = "run `make score MODEL=...` first"
+
+
+# ----------------------------------------------------------------------------------------------
+# The schema of one line
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("is not a number")
+    return None if math.isnan(value) else float(value)
+
+
+def _count(value: Any) -> int | None:
+    number = _number(value)
+    if number is None:
+        return None
+    if number != int(number):
+        raise ValueError("is not an integer")
+    return int(number)
+
+
+def _date(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("is not a string")
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO 8601 time") from None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+
+
+Number = Annotated[float | None, PlainValidator(_number)]
+Count = Annotated[int | None, PlainValidator(_count)]
+Date = Annotated[datetime | None, PlainValidator(_date)]
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class ArtifactRef(_Part):
+    name: str
+    fingerprint: str
+
+
+class CorpusValues(_Part):
+    ppl: Number = None
+    longppl: Number = None
+    longppl_soft: Number = None
+    key_char_coverage: Number = None
+    n_tokens: Count = None
+    n_key_tokens: Count = None
+
+
+class SettingsRef(_Part):
+    context_limit: Count = None
+
+
+class ScoreLine(_Part):
+    model_name: str
+    artifact: ArtifactRef
+    corpus: CorpusValues
+    settings: SettingsRef | None = None
+    result_id: str | None = None
+    date: Date = None
+
+
+FRAME_SCHEMA: dict[str, Any] = {
+    "line": pl.Int64,
+    "result_id": pl.String,
+    "model_name": pl.String,
+    "artifact": pl.String,
+    "fingerprint": pl.String,
+    "settings": pl.String,
+    "context_limit": pl.Int64,
+    **dict.fromkeys(METRICS, pl.Float64),
+    "n_tokens": pl.Int64,
+    "n_key_tokens": pl.Int64,
+    "key_char_coverage": pl.Float64,
+    "date": pl.Datetime("us", "UTC"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+
+def score_row(
+    model_name: str,
+    lm: Any,
+    artifact: Any,
+    settings: dict[str, Any],
+    corpus: dict[str, Any],
+    documents: list[dict[str, Any]],
+    seconds: float,
+) -> dict[str, Any]:
+    """One line: the numbers and everything needed to reproduce them. ``settings`` is the score
+    settings record (with dtype and device); ``corpus`` and ``documents`` the corpus and
+    per-document values (``pipeline.score``)."""
+    model = {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if settings["add_bos"] else None}
+    identity = {"model": model, "artifact": artifact.manifest["fingerprint"], "settings": settings}
+    return {
+        "result_id": json_sha256(identity)[:16],
+        "model_name": model_name,
+        "model": model,
+        "artifact": {
+            "name": artifact.root.name,
+            "fingerprint": artifact.manifest["fingerprint"],
+            "source": str(artifact.root),
+            "evaluator": artifact.settings["evaluator"]["spec"],
+            **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
+        },
+        "settings": settings,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_seconds": round(seconds, 2),
+        "pipeline_version": __version__,
+        "libraries": library_versions(),
+        "corpus": corpus,
+        "documents": documents,
+    }
+
+
+def append(path: Path, row: dict[str, Any]) -> None:
+    """Append one line: a single O_APPEND write, flushed to disk (concurrent runs stay valid)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading, with validation
+
+
+def read_lines(path: str | Path) -> list[tuple[int, dict[str, Any], ScoreLine]]:
+    """Every non-empty line as (1-based line number, the JSON object, its validated form)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"no scores in {path} (the file does not exist): {SCORE_HINT}")
+    lines = []
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if text.strip():
+            try:
+                lines.append((number, *parse_line(text)))
+            except ValueError as exc:
+                raise PipelineError(
+                    f"{path} line {number} is not a valid result ({exc}): fix or delete that line"
+                ) from None
+    if not lines:
+        raise PipelineError(f"no scores in {path} (the file is empty): {SCORE_HINT}")
+    return lines
+
+
+def parse_line(text: str) -> tuple[dict[str, Any], ScoreLine]:
+    """The JSON object of one line and its validated form; ValueError names what is wrong."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    try:
+        return obj, ScoreLine.model_validate(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        problem = "is missing" if first["type"] == "missing" else first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"`{where}` {problem}") from None
+
+
+def read_scores(path: str | Path) -> pl.DataFrame:
+    """One row per result line, flattened (``FRAME_SCHEMA``); ``line`` is the 1-based line number."""
+    rows = [_flat(number, obj, line) for number, obj, line in read_lines(path)]
+    return pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row")
+
+
+def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
+    corpus = line.corpus
+    return {
+        "line": number,
+        "result_id": line.result_id,
+        "model_name": line.model_name,
+        "artifact": line.artifact.name,
+        "fingerprint": line.artifact.fingerprint,
+        "settings": json.dumps(obj.get("settings") or {}, sort_keys=True, separators=(",", ":")),
+        "context_limit": line.settings.context_limit if line.settings else None,
+        **{name: getattr(corpus, name) for name in METRICS},
+        "n_tokens": corpus.n_tokens,
+        "n_key_tokens": corpus.n_key_tokens,
+        "key_char_coverage": corpus.key_char_coverage,
+        "date": line.date,
+    }

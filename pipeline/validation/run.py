@@ -1,0 +1,178 @@
+"""The `make validate` run: the paper's two claims, checked with the embedded models on CPU.
+
+1. Key-token identification: the keytokens stage with the embedded evaluator on seeded LongEval-style
+   documents (``pipeline.validation.synthetic``), then ``study.identification``.
+2. LongPPL against long-context ability: the embedded evaluated model with its context limited to W
+   tokens (the score stage's ``context_limit``) is a family of models whose long-context ability is
+   known to grow with W (``study.family_row``, ``study.correlations``).
+
+Writes ``docs/validation.md`` (``pipeline.validation.report``), ``docs/validation/*.png``, the
+key-token page of one synthetic document and ``docs/validation/results.json`` (every number; no
+timings, so that two runs compare equal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents, load_artifact
+from pipeline.cli import compose
+from pipeline.errors import PipelineError
+from pipeline.files import write_bytes_atomic, write_json_atomic
+from pipeline.keytokens.run import run as find_key_tokens
+from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.logprobs import TargetScorer
+from pipeline.models import LoadedModel, ModelChoice
+from pipeline.provenance import file_sha256
+from pipeline.reporting.keytoken_page import default_path
+from pipeline.validation import figures, report, study, synthetic
+
+# The settings results.json records (the evaluator and model by their spec).
+SETTINGS = ("seed", "documents", "lines", "questions", "min_gap_lines", "evaluator", "K", "d")
+SETTINGS += ("alpha", "beta", "gamma", "model", "govreport_documents")
+STAGE1_KEYS = ("K", "d", "alpha", "beta", "gamma", "dtype", "device", "head_chunk", "vocab_tile")
+STAGE1_KEYS += ("window_batch_tokens", "cache_dir", "progress")
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    """The whole study; returns the results written to ``<docs_dir>/results.json``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    started, timing = time.time(), {}
+    work, out = Path(cfg.work_dir), Path(cfg.docs_dir)
+    docs = synthetic.make_corpus(
+        int(cfg.seed), int(cfg.documents), n_lines=int(cfg.lines), n_questions=int(cfg.questions),
+        min_gap_lines=int(cfg.min_gap_lines),
+    )  # fmt: skip
+    corpus = synthetic.write_corpus(docs, work / "longeval.jsonl")
+    t = time.time()
+    artifact = load_artifact(keytokens_on(cfg, corpus, work))
+    timing["stage 1 on the synthetic corpus"] = time.time() - t
+    tokens, part1 = identification_part(cfg, artifact, docs, out)
+    t = time.time()
+    evaluator = evaluator_retrieval(cfg, docs)
+    timing["evaluator retrieval"] = time.time() - t
+    t = time.time()
+    govreport = govreport_documents(Path(cfg.govreport), int(cfg.govreport_documents))
+    family = model_family(cfg, docs, govreport)
+    timing["model family"] = time.time() - t
+    stats = study.correlations(family)
+    write_bytes_atomic(out / "family.png", figures.family_png(family, stats))
+    results = {
+        "settings": recorded_settings(cfg),
+        "synthetic": {**part1, "corpus_sha256": file_sha256(corpus)},
+        "identification": study.identification(tokens, [(float(a), float(b)) for a, b in cfg.grid]),
+        "evaluator_retrieval": evaluator,
+        "govreport": {"artifact": Path(str(cfg.govreport)).name, "documents": [g.doc_id for g in govreport]},
+        "family": family,
+        "correlations": stats,
+    }
+    return write_results(cfg, json.loads(json.dumps(results)), timing, started, docs[0].id)
+
+
+def keytokens_on(cfg: Any, corpus: Path, work: Path) -> Path:
+    """The keytokens stage on the synthetic corpus (a fresh artifact when ``cfg.fresh``), its config
+    composed from ``conf/keytokens.yaml`` with this study's evaluator and settings; its directory."""
+    overrides = ["corpus=local", "corpus.name=longeval", f"corpus.path={json.dumps(str(corpus))}"]
+    overrides += [f"output_dir={json.dumps(str(work / 'keytokens'))}", "max_tokens=null", "name=null"]
+    overrides += [f"{key}={json.dumps(cfg[key])}" for key in STAGE1_KEYS]
+    config = compose("keytokens", overrides)
+    config.evaluator = cfg.evaluator
+    settings = KeyTokenSettings.from_config(config)
+    root = settings.artifact_dir()
+    if cfg.fresh and root.exists():
+        shutil.rmtree(root)
+    find_key_tokens(settings)
+    return root
+
+
+def identification_part(
+    cfg: Any, artifact: KeyTokenArtifact, docs: list[synthetic.SyntheticDocument], out: Path
+) -> tuple[study.QATokens, dict[str, Any]]:
+    """The evaluator's question-and-answer tokens, their figure, the key-token page of the first
+    document, and what results.json records of the synthetic corpus and its artifact."""
+    tokens = study.qa_tokens(artifact, docs)
+    png = figures.identification_png(tokens, float(cfg.alpha), float(cfg.beta))
+    write_bytes_atomic(out / "identification.png", png)
+    shutil.copyfile(default_path(artifact.root, docs[0].id), out / f"keytokens-{docs[0].id}.html")
+    return tokens, {
+        "documents": [{"id": d.id, "answers": d.answers, "queried_lines": d.queried_lines} for d in docs],
+        "artifact": artifact.root.name,
+        "artifact_fingerprint": artifact.manifest["fingerprint"],
+        "tokens_sha256": artifact.manifest["files"]["tokens.parquet"]["sha256"],
+        "evaluator_tokens": int(np.asarray(artifact.documents["n_tokens"]).sum()),
+        "qa_tokens": len(tokens.lsd),
+        "answer_tokens": int(tokens.answer.sum()),
+        "response_tokens": int(tokens.response.sum()),
+        "answer_tokens_lcl": _quartiles(tokens.lcl[tokens.answer]),
+        "answer_tokens_short_logprob": _quartiles(tokens.short[tokens.answer]),
+    }
+
+
+def load(node: Any, cfg: Any) -> tuple[LoadedModel, TargetScorer]:
+    """A model as its Hydra group describes it, with this run's dtype and device, and its scorer."""
+    lm = ModelChoice.from_config(node).load(dtype=cfg.dtype, device=cfg.device, cache_dir=cfg.cache_dir)
+    return lm, TargetScorer(lm.model, head_chunk=int(cfg.head_chunk), vocab_tile=cfg.vocab_tile)
+
+
+def evaluator_retrieval(cfg: Any, docs: list[synthetic.SyntheticDocument]) -> dict[str, Any]:
+    """Can the evaluator itself retrieve the answers, with the full context and with stage 1's?"""
+    lm, scorer = load(cfg.evaluator, cfg)
+    return {
+        "full": study.retrieval(lm, scorer, docs, None),
+        "short": study.retrieval(lm, scorer, docs, int(cfg.K) + int(cfg.d)),
+    }
+
+
+def govreport_documents(path: Path, n: int) -> list[ArtifactDocument]:
+    if not (path / "manifest.json").exists():
+        raise PipelineError(f"no key-token artifact at {path}: run `make keytokens` first (about 7 minutes)")
+    return list(iter_documents(load_artifact(path)))[:n]
+
+
+def model_family(
+    cfg: Any, docs: list[synthetic.SyntheticDocument], govreport: list[ArtifactDocument]
+) -> list[dict[str, Any]]:
+    """One row per context limit W of the evaluated model."""
+    lm, scorer = load(cfg.model, cfg)
+    windows = [None if w is None else int(w) for w in cfg.windows]
+    return [
+        study.family_row(cfg, lm, scorer, docs, govreport, w)
+        for w in tqdm(windows, desc="model family", unit="variant", disable=not cfg.progress)
+    ]
+
+
+def recorded_settings(cfg: Any) -> dict[str, Any]:
+    groups = {"evaluator": cfg.evaluator, "model": cfg.model}
+    settings = {k: groups[k].spec if k in groups else cfg[k] for k in SETTINGS}
+    return settings | {"attention": {g: node.get("attn_implementation") for g, node in groups.items()}}
+
+
+def write_results(
+    cfg: Any, results: dict[str, Any], timing: dict[str, float], started: float, first_doc: str
+) -> dict[str, Any]:
+    """results.json (compared with the previous run's before it is replaced) and the report."""
+    out = Path(cfg.docs_dir)
+    previous = out / "results.json"
+    same = json.loads(previous.read_text()) == results if previous.exists() else None
+    write_json_atomic(previous, results)
+    timing["total"] = time.time() - started
+    grid = [(float(a), float(b)) for a, b in cfg.grid]
+    page = report.render(results, timing, out, f"keytokens-{first_doc}.html", grid, same, Path(cfg.report))
+    write_bytes_atomic(Path(cfg.report), page.encode("utf-8"))
+    comparison = {None: "no previous results", True: "identical to", False: "DIFFERENT from"}[same]
+    print(f"wrote {cfg.report} and {out}/ in {timing['total']:.0f} s")
+    print(f"results.json: {comparison}{' the previous run' if same is not None else ''}")
+    return results
+
+
+def _quartiles(values: np.ndarray) -> dict[str, float]:
+    q = np.quantile(values, [0.25, 0.5, 0.75])
+    return {"q1": float(q[0]), "median": float(q[1]), "q3": float(q[2])}

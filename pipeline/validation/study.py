@@ -1,0 +1,259 @@
+"""The measurements of `make validate`: how well LSD and LCL identify the tokens that need long
+context, and how each metric tracks retrieval ability over a family of models.
+
+1. Key-token identification (paper Fig. 3, Fig. 4b): over the evaluator's tokens of the
+   question-and-answer part of the synthetic documents, how well LSD alone, LCL alone and both
+   separate the answer tokens (the digits of each answer) from the others.
+2. Retrieval: the teacher-forced top-1 accuracy of the answer tokens, with at most W tokens of
+   context (the windows of the score stage's ``context_limit``).
+3. The family: per variant, retrieval on the synthetic documents and PPL, LongPPL and LongPPL-soft on
+   GovReport; then the Pearson and Spearman correlation of each metric with the retrieval accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline import keytokens
+from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents
+from pipeline.errors import PipelineError
+from pipeline.logprobs import TargetScorer, context_limited_top1
+from pipeline.models import LoadedModel
+from pipeline.reporting.common import correlate
+from pipeline.results import METRICS
+from pipeline.score import ScoreSettings, corpus_summary, score_document
+from pipeline.tokenization import encode_with_offsets
+from pipeline.validation.synthetic import SyntheticDocument
+
+SYNTHETIC_METRICS = {
+    "answer_ppl": "answer-token PPL (synthetic)",
+    "other_ppl": "other QA-token PPL (synthetic)",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Classification metrics
+
+
+@dataclass(frozen=True)
+class Confusion:
+    """Counts of a binary classification of tokens: answer (positive) versus non-answer."""
+
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+
+    @property
+    def n(self) -> int:
+        return self.tp + self.fp + self.fn + self.tn
+
+    @property
+    def accuracy(self) -> float | None:
+        return _ratio(self.tp + self.tn, self.n)
+
+    @property
+    def precision(self) -> float | None:
+        return _ratio(self.tp, self.tp + self.fp)
+
+    @property
+    def recall(self) -> float | None:
+        return _ratio(self.tp, self.tp + self.fn)
+
+    @property
+    def specificity(self) -> float | None:
+        return _ratio(self.tn, self.tn + self.fp)
+
+    @property
+    def balanced_accuracy(self) -> float | None:
+        """Mean of recall and specificity: 0.5 for a guess, whatever the class balance."""
+        if self.recall is None or self.specificity is None:
+            return None
+        return (self.recall + self.specificity) / 2
+
+    def to_dict(self) -> dict[str, Any]:
+        names = ("accuracy", "precision", "recall", "specificity", "balanced_accuracy")
+        return {
+            "tp": self.tp,
+            "fp": self.fp,
+            "fn": self.fn,
+            "tn": self.tn,
+            **{k: getattr(self, k) for k in names},
+        }
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return a / b if b else None
+
+
+def confusion(predicted: np.ndarray, truth: np.ndarray) -> Confusion:
+    predicted, truth = np.asarray(predicted, dtype=bool), np.asarray(truth, dtype=bool)
+    return Confusion(
+        tp=int((predicted & truth).sum()),
+        fp=int((predicted & ~truth).sum()),
+        fn=int((~predicted & truth).sum()),
+        tn=int((~predicted & ~truth).sum()),
+    )
+
+
+def overlap_mask(offsets: np.ndarray, spans: list[list[int]]) -> np.ndarray:
+    """Tokens ([start, end) character offsets, n x 2) that share a character with any span."""
+    mask = np.zeros(len(offsets), dtype=bool)
+    for start, end in spans:
+        mask |= (offsets[:, 0] < end) & (offsets[:, 1] > start)
+    return mask
+
+
+def classifiers(lsd: np.ndarray, lcl: np.ndarray, alpha: float, beta: float) -> dict[str, np.ndarray]:
+    """The three rules of paper Fig. 4b: LSD alone, LCL alone, and both (the key-token rule)."""
+    with np.errstate(invalid="ignore"):
+        return {"LSD": lsd > alpha, "LCL": lcl > beta, "LSD and LCL": keytokens.is_key(lsd, lcl, alpha, beta)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Part 1: key-token identification on the synthetic documents
+
+
+@dataclass
+class QATokens:
+    """The evaluator's tokens of the question-and-answer parts of all documents."""
+
+    doc_id: np.ndarray
+    lsd: np.ndarray
+    lcl: np.ndarray
+    short: np.ndarray  # short-context log-prob
+    answer: np.ndarray  # token overlaps an answer's digits
+    response: np.ndarray  # token lies in an "Answer: ..." line (the paper's "standard response")
+
+
+def qa_tokens(artifact: KeyTokenArtifact, docs: list[SyntheticDocument]) -> QATokens:
+    by_id = {d.id: d for d in docs}
+    names = ("doc_id", "lsd", "lcl", "short", "answer", "response")
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    for art in iter_documents(artifact):
+        doc = by_id[art.doc_id]
+        if art.text != doc.text:
+            raise PipelineError(f"{art.doc_id}: the artifact's text is not the generated document")
+        qa = art.eval_offsets[:, 0] >= doc.qa_start
+        if np.isnan(art.lsd[qa]).any():
+            raise PipelineError(
+                f"{art.doc_id}: question-and-answer tokens without a short context (K too large)"
+            )
+        offsets = art.eval_offsets[qa]
+        parts["doc_id"].append(np.full(int(qa.sum()), art.doc_id))
+        parts["lsd"].append(art.lsd[qa])
+        parts["lcl"].append(art.long[qa])
+        parts["short"].append(art.long[qa] - art.lsd[qa])
+        parts["answer"].append(overlap_mask(offsets, doc.answer_spans))
+        parts["response"].append(overlap_mask(offsets, doc.response_spans))
+    return QATokens(**{k: np.concatenate(v) for k, v in parts.items()})
+
+
+def identification(tokens: QATokens, grid: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    """One row per scope (all question-and-answer tokens; the answer lines only), rule and threshold."""
+    rows = []
+    for scope, mask in (("qa", np.ones(len(tokens.lsd), dtype=bool)), ("responses", tokens.response)):
+        lsd, lcl, truth = tokens.lsd[mask], tokens.lcl[mask], tokens.answer[mask]
+        seen: set[str] = set()
+        for alpha, beta in grid:
+            rules = classifiers(lsd, lcl, alpha, beta)
+            texts = {"LSD": f"LSD > {alpha:g}", "LCL": f"LCL > {beta:g}"}
+            texts["LSD and LCL"] = f"LSD > {alpha:g} and LCL > {beta:g}"
+            for name, predicted in rules.items():
+                if texts[name] in seen:
+                    continue
+                seen.add(texts[name])
+                rows.append(
+                    {
+                        "scope": scope,
+                        "rule": name,
+                        "threshold": texts[name],
+                        **confusion(predicted, truth).to_dict(),
+                    }
+                )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Retrieval: teacher-forced answer-token accuracy
+
+
+def qa_positions(
+    tokenizer: Any, doc: SyntheticDocument, bos_id: int | None
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """The model's token sequence of a document (BOS first when given), the sequence positions of its
+    question-and-answer tokens, and for each the index of the answer it belongs to (-1: none)."""
+    enc = encode_with_offsets(tokenizer, doc.text)
+    prefix = [] if bos_id is None else [bos_id]
+    seq = torch.tensor(prefix + enc.ids.tolist(), dtype=torch.long)
+    qa = np.flatnonzero(enc.offsets[:, 0] >= doc.qa_start)
+    answer_of = np.full(len(qa), -1)
+    for k, (start, end) in enumerate(doc.answer_spans):
+        answer_of[(enc.offsets[qa, 0] < end) & (enc.offsets[qa, 1] > start)] = k
+    return seq, qa + len(prefix), answer_of
+
+
+def retrieval(
+    lm: LoadedModel, scorer: TargetScorer, docs: list[SyntheticDocument], window: int | None
+) -> dict[str, Any]:
+    """Top-1 accuracy of the answer tokens given the true prefix (teacher forcing), exact match of
+    whole answers, and the perplexity of answer tokens and of the other question-and-answer tokens,
+    each token with at most ``window`` tokens of context (the windows of the score stage's context_limit)."""
+    hits, logprobs, is_answer, exact = [], [], [], []
+    for doc in docs:
+        seq, positions, answer_of = qa_positions(lm.tokenizer, doc, lm.bos_token_id)
+        lp, hit = context_limited_top1(scorer, seq, positions, window, bos_id=lm.bos_token_id)
+        hits.append(hit)
+        logprobs.append(lp)
+        is_answer.append(answer_of >= 0)
+        exact += [bool(hit[answer_of == k].all()) for k in range(len(doc.answers))]
+    hit, lp, answer = np.concatenate(hits), np.concatenate(logprobs), np.concatenate(is_answer)
+    return {
+        "token_accuracy": float(hit[answer].mean()),
+        "answer_exact_match": float(np.mean(exact)),
+        "answer_ppl": math.exp(-float(lp[answer].mean())),
+        "other_ppl": math.exp(-float(lp[~answer].mean())),
+        "n_answer_tokens": int(answer.sum()),
+        "n_answers": len(exact),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Part 2: the controlled model family
+
+
+def family_row(
+    cfg: Any,
+    lm: LoadedModel,
+    scorer: TargetScorer,
+    docs: list[SyntheticDocument],
+    govreport: list[ArtifactDocument],
+    window: int | None,
+) -> dict[str, Any]:
+    """Retrieval on the synthetic documents and PPL, LongPPL, LongPPL-soft on GovReport, at context W."""
+    settings = ScoreSettings(
+        context_limit=window,
+        head_chunk=int(cfg.head_chunk),
+        vocab_tile=cfg.vocab_tile,
+        window_batch_tokens=int(cfg.window_batch_tokens),
+    )
+    corpus = corpus_summary([score_document(lm, scorer, doc, settings) for doc in govreport])
+    row = {"window": window, "label": "full" if window is None else f"W={window}"}
+    row.update(retrieval(lm, scorer, docs, window))
+    row.update({k: corpus[k] for k in (*METRICS, "n_tokens", "n_key_tokens")})
+    return row
+
+
+def correlations(family: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pearson and Spearman correlation (two-sided p) of each metric with the retrieval accuracy."""
+    accuracy = [r["token_accuracy"] for r in family]
+    rows = []
+    for metric, label in {**METRICS, **SYNTHETIC_METRICS}.items():
+        stats, note = correlate([r[metric] for r in family], accuracy)
+        rows.append({"metric": metric, "label": label, "n": len(family), **stats, "note": note})
+    return rows
