@@ -1,4 +1,5 @@
-"""Corpora of long documents: the shipped GovReport sample, local JSONL/Parquet files, Hub datasets.
+"""Corpora of long documents: the shipped GovReport sample, local JSONL/Parquet files, Hub datasets,
+and pre-tokenized datasets decoded as the paper's official code decodes them.
 
 Texts are taken exactly as stored (no normalisation, CRLF and NUL kept): character spans in the
 artifacts index into these exact strings, tied to them by their sha256.
@@ -29,7 +30,14 @@ class Document:
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (Hub id) is set."""
+    """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (a Hub id, or a local
+    dataset directory saved with ``datasets``) is set.
+
+    A pre-tokenized dataset (columns ``input_ids`` and ``tokenized_len``, as the paper's
+    ``emozilla/govreport-test-tokenized``) names ``tokenized_with``: its rows with ``tokenized_len >=
+    min_tokenized_len`` are kept, the first ``limit`` of them, and each text is ``input_ids[:max_ids]``
+    decoded by that tokenizer with ``batch_decode``'s defaults, exactly as the official script builds
+    the texts its key spans index."""
 
     name: str
     path: str | None = None
@@ -39,10 +47,16 @@ class CorpusSpec:
     revision: str | None = None
     text_field: str = "text"
     id_field: str | None = "id"
+    tokenized_with: str | None = None  # Hub id or directory of the tokenizer that made input_ids
+    tokenizer_revision: str | None = None
+    min_tokenized_len: int = 0
+    max_ids: int | None = None
+    limit: int | None = None
 
     @property
     def needs_network(self) -> bool:
-        return self.dataset is not None and not Path(self.dataset).exists()
+        remote = [x for x in (self.dataset, self.tokenized_with) if x is not None]
+        return any(not Path(x).exists() for x in remote)
 
 
 def load_corpus(spec: CorpusSpec) -> list[Document]:
@@ -59,8 +73,10 @@ def load_corpus(spec: CorpusSpec) -> list[Document]:
             raise PipelineError(f"corpus file {spec.path}: expected .jsonl or .parquet")
         where = str(path)
     elif spec.dataset:
-        rows = _hub_rows(spec)
+        rows = _dataset_rows(spec)
         where = f"{spec.dataset} ({spec.split})"
+        if spec.tokenized_with:
+            rows = decoded_rows(rows, spec, where)
     else:
         raise PipelineError(f"corpus '{spec.name}' names neither corpus.path nor corpus.dataset")
     return _documents(rows, spec, where)
@@ -118,16 +134,46 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def _hub_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
+def _dataset_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
+    """The rows of a Hub dataset (or a local copy of its files), or of a dataset saved with
+    ``save_to_disk``."""
     import datasets
 
+    saved = Path(spec.dataset)
     try:
-        data = datasets.load_dataset(spec.dataset, spec.config, split=spec.split, revision=spec.revision)
+        if (saved / "state.json").is_file() or (saved / "dataset_dict.json").is_file():
+            data = datasets.load_from_disk(spec.dataset)
+            data = data[spec.split] if isinstance(data, datasets.DatasetDict) else data
+        else:
+            data = datasets.load_dataset(spec.dataset, spec.config, split=spec.split, revision=spec.revision)
     except Exception as exc:  # datasets raises many types for a missing/unreachable dataset
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise PipelineError(
             f"could not load dataset '{spec.dataset}' (split '{spec.split}'): {detail}; if the Hub is "
-            "unreachable, save the dataset as JSONL or Parquet on a connected machine and pass "
+            f"unreachable, run `hf download {spec.dataset} --repo-type dataset --local-dir DIR` on a "
+            "connected machine and pass corpus.dataset=DIR, or save the texts as JSONL or Parquet and pass "
             "corpus=local corpus.path=<file>"
         ) from exc
     return data.to_list()
+
+
+def decoded_rows(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[dict[str, Any]]:
+    """The rows of a pre-tokenized dataset that the selection keeps, each with its decoded text."""
+    from transformers import AutoTokenizer
+
+    missing = {"input_ids", "tokenized_len"} - set(rows[0] if rows else {})
+    if missing:
+        raise PipelineError(f"corpus {where} is not pre-tokenized: no column {', '.join(sorted(missing))}")
+    kept = [row for row in rows if row["tokenized_len"] >= spec.min_tokenized_len][: spec.limit]
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(spec.tokenized_with, revision=spec.tokenizer_revision)
+    except (OSError, ValueError) as exc:
+        raise PipelineError(
+            f"could not load the tokenizer '{spec.tokenized_with}' that decodes corpus {where}: on a "
+            f"connected machine run `hf download {spec.tokenized_with} --local-dir DIR` and pass "
+            "corpus.tokenized_with=DIR"
+        ) from exc
+    return [
+        {**row, spec.text_field: tokenizer.batch_decode([row["input_ids"][: spec.max_ids]])[0]}
+        for row in kept
+    ]

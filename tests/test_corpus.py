@@ -58,3 +58,45 @@ def test_not_a_json_object_per_line(tmp_path):
     path.write_text('{"text": "a"}\n[1, 2]\n')
     with pytest.raises(PipelineError, match="line 2: expected a JSON object"):
         load_corpus(CorpusSpec(name="c", path=str(path)))
+
+
+def test_pretokenized_dataset_is_selected_and_decoded_as_the_official_script(tmp_path, tokenizer):
+    """The paper's selection on a local copy of a pre-tokenized dataset: rows with tokenized_len >= the
+    minimum, the first N of them, input_ids[:max_ids] decoded by the tokenizer's batch_decode."""
+    import datasets
+
+    texts = [
+        "short text",
+        "Federal law provides powers. " * 4,
+        "a",
+        "The Congressional Research Service. " * 3,
+    ]
+    ids = [[tokenizer.bos_token_id, *tokenizer(t, add_special_tokens=False)["input_ids"]] for t in texts]
+    data = datasets.Dataset.from_dict({"input_ids": ids, "tokenized_len": [len(i) for i in ids]})
+    data.save_to_disk(tmp_path / "dataset")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    spec = CorpusSpec(
+        name="paper",
+        dataset=str(tmp_path / "dataset"),
+        tokenized_with=str(tmp_path / "tokenizer"),
+        min_tokenized_len=6,
+        max_ids=9,
+        limit=1,
+        id_field=None,
+    )
+    assert not spec.needs_network
+    docs = load_corpus(spec)
+    kept = [i for i in ids if len(i) >= 6][:1]
+    assert [d.id for d in docs] == ["paper-00000"]
+    assert docs[0].text == tokenizer.batch_decode([kept[0][:9]])[0]
+    assert docs[0].text.startswith("<bos>")  # decoded with special tokens, as the official script does
+
+
+def test_pretokenized_dataset_needs_its_columns(tmp_path, tokenizer):
+    import datasets
+
+    datasets.Dataset.from_dict({"text": ["plain"]}).save_to_disk(tmp_path / "plain")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    spec = CorpusSpec(name="p", dataset=str(tmp_path / "plain"), tokenized_with=str(tmp_path / "tokenizer"))
+    with pytest.raises(PipelineError, match="not pre-tokenized: no column input_ids, tokenized_len"):
+        load_corpus(spec)
