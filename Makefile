@@ -22,7 +22,7 @@ DRY_RUN     ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
+.PHONY: setup keytokens score forgetting-curve bench-forgetting leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
 
 setup: $(STAMP)
 
@@ -46,6 +46,11 @@ endif
 
 score: $(STAMP)
 	$(BIN)/python -m pipeline.score $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
+
+# The forgetting curve (Liu et al., EMNLP 2024). MODEL: an embedded short name selects its conf/model/
+# group; anything else (directory, .gguf, Hub id) is model=local model.spec=$(MODEL).
+forgetting-curve: $(STAMP)
+	$(BIN)/python -m pipeline.forgetting $(if $(MODEL),$(if $(wildcard conf/model/$(MODEL).yaml),model=$(MODEL),model=local model.spec=$(MODEL))) $(ARGS)
 
 leaderboard: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.leaderboard $(ARGS)
@@ -87,6 +92,9 @@ clean-venv:
 
 bench-memory: $(STAMP)
 	$(BIN)/python -m bench.stage1_memory $(ARGS)
+
+bench-forgetting: $(STAMP)
+	$(BIN)/python -m bench.forgetting_memory $(ARGS)
 
 bench-stage2: $(STAMP)
 	$(BIN)/python -m bench.stage2_overhead $(ARGS)

@@ -9,18 +9,30 @@ from typing import Any
 
 import hydra
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import PipelineError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+# A command with presets of its own has its own config directory, with conf/ on its search path (the
+# `preset` group name is the keytokens stage's in conf/): the forgetting curve.
+FORGETTING_CONF = CONF_DIR / "forgetting"
+CONF_DIR_RESOLVER = "longppl.conf_dir"
 
 
-def hydra_main(config_name: str, run: Callable[[Any], Any]) -> None:
-    """Run ``run(cfg)`` with ``conf/<config_name>.yaml`` and the command line's ``key=value``
+def register_resolvers() -> None:
+    """``${longppl.conf_dir:}``: the absolute path of conf/, for ``hydra.searchpath`` in a config
+    directory of its own."""
+    if not OmegaConf.has_resolver(CONF_DIR_RESOLVER):
+        OmegaConf.register_new_resolver(CONF_DIR_RESOLVER, lambda: CONF_DIR.as_posix())
+
+
+def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = CONF_DIR) -> None:
+    """Run ``run(cfg)`` with ``<config_dir>/<config_name>.yaml`` and the command line's ``key=value``
     overrides; a PipelineError prints as ``error: <message>`` and exits with status 2."""
+    register_resolvers()
 
-    @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base=None)
+    @hydra.main(config_path=str(config_dir), config_name=config_name, version_base=None)
     def _entry(cfg) -> None:
         try:
             run(cfg)
@@ -31,10 +43,11 @@ def hydra_main(config_name: str, run: Callable[[Any], Any]) -> None:
     _entry()
 
 
-def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
-    """``conf/<config_name>.yaml`` with its defaults and these overrides, as the command line would
-    give it (Hydra's compose API): inside a running command (a stage run by another) or outside."""
-    if GlobalHydra.instance().is_initialized():
+def compose(config_name: str, overrides: list[str] | None = None, config_dir: Path = CONF_DIR) -> DictConfig:
+    """``<config_dir>/<config_name>.yaml`` with its defaults and these overrides, as the command line
+    would give it (Hydra's compose API): inside a running command (a stage run by another) or outside."""
+    register_resolvers()
+    if GlobalHydra.instance().is_initialized():  # the running command's search path
         return hydra.compose(config_name, overrides=overrides or [])
-    with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+    with hydra.initialize_config_dir(config_dir=str(config_dir), version_base=None):
         return hydra.compose(config_name, overrides=overrides or [])

@@ -53,6 +53,14 @@ class CorpusSpec:
     max_ids: int | None = None
     limit: int | None = None
 
+    @classmethod
+    def from_config(cls, node: Any) -> CorpusSpec:
+        """A ``conf/corpus/`` group, typed (unknown keys are an error)."""
+        from omegaconf import OmegaConf
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(cls).validate_python(OmegaConf.to_container(node, resolve=True))
+
     @property
     def needs_network(self) -> bool:
         remote = [x for x in (self.dataset, self.tokenized_with) if x is not None]

@@ -151,9 +151,10 @@ def score_row(
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
-    """Append one line: a single O_APPEND write, flushed to disk (concurrent runs stay valid)."""
+    """Append one strict-JSON line (NaN or inf is an error): a single O_APPEND write, flushed to disk
+    (concurrent runs stay valid)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    line = (json.dumps(row, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,11 @@ def csv_text(header: list[str], rows: list[list[str | None]]) -> str:
     """CSV of text cells (format numbers first); empty or None cells are written empty."""
     cells = [[None if c == "" else c for c in row] for row in rows]
     return pl.DataFrame(cells, schema=dict.fromkeys(header, pl.String), orient="row").write_csv()
+
+
+def file_slug(name: str, fallback: str) -> str:
+    """A file-name-safe form of a name (letters, digits, ``.``, ``_``, ``-``); ``fallback`` if none."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or fallback
 
 
 def display_path(path: str | Path) -> str:

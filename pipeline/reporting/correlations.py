@@ -9,7 +9,6 @@ benchmark over the models in both files) and ``scatter-<benchmark>.png``.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from pipeline.reporting.common import (
     csv_text,
     display_path,
     figure,
+    file_slug,
     labelled_scatter,
     md_table,
     newest,
@@ -251,11 +251,6 @@ def scatter_png(board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFra
     return png(fig)
 
 
-def slug(name: str) -> str:
-    """A file-name-safe form of a benchmark name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "benchmark"
-
-
 def files(board: pl.DataFrame, benchmarks_csv: str | Path) -> dict[str, bytes]:
     """{file name: contents} of the correlation outputs."""
     benchmarks = load_benchmarks(benchmarks_csv)
@@ -266,7 +261,7 @@ def files(board: pl.DataFrame, benchmarks_csv: str | Path) -> dict[str, bytes]:
     }
     slugs: dict[str, str] = {}
     for bench in benchmarks.columns[1:]:
-        name = slug(bench)
+        name = file_slug(bench, "benchmark")
         if name in slugs:
             raise PipelineError(
                 f"benchmarks {slugs[name]!r} and {bench!r} would both be plotted to scatter-{name}.png: "

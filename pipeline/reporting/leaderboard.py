@@ -9,6 +9,9 @@ result. Writes, byte-identical for the same inputs:
     the PNG plots PPL against LongPPL.
 ``correlations.md`` / ``correlations.csv`` / ``scatter-<benchmark>.png`` (with ``benchmarks=<csv>``)
     see ``pipeline.reporting.correlations``.
+
+Models with a forgetting curve (``forgetting.jsonl`` beside the scores file, or
+``forgetting_results=<file>``) get their fine and coarse memory lengths as two more columns.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import polars as pl
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
+from pipeline.forgetting import results as forgetting_results
 from pipeline.provenance import file_sha256
 from pipeline.reporting import correlations
 from pipeline.reporting.common import (
@@ -53,6 +57,18 @@ COLUMNS: dict[str, str | None] = {
     "date": None,
     "result_id": None,
 }
+# Forgetting-curve columns, shown when an entry's model at full context has a forgetting curve.
+MEMORY_COLUMNS: dict[str, str | None] = {
+    "fine_memory": "fine memory",
+    "coarse_memory": "coarse memory",
+    "fine_memory_censored": None,
+    "coarse_memory_censored": None,
+    "forgetting_result_id": None,
+}
+FORGETTING_NOTE = (
+    "Fine/coarse memory: forgetting-curve lengths in tokens (`make forgetting-curve`, newest run per "
+    "model; `>`: still met at the largest length measured).\n"
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -124,8 +140,9 @@ def _setting_text(value: Any) -> str:
 # Outputs
 
 
-def table(board: pl.DataFrame) -> list[dict[str, str | None]]:
-    """The leaderboard's cells by column (``COLUMNS``): formatted numbers, None where missing."""
+def table(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> list[dict[str, str | None]]:
+    """The leaderboard's cells by column (``COLUMNS``, and ``MEMORY_COLUMNS`` when ``memory`` holds an
+    entry's model): formatted numbers, None where missing."""
     rows = []
     for i, r in enumerate(board.iter_rows(named=True), start=1):
         cells: dict[str, str | None] = {
@@ -136,11 +153,44 @@ def table(board: pl.DataFrame) -> list[dict[str, str | None]]:
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
         cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None
-        rows.append(cells)
+        rows.append(cells | memory_cells(memory_of(r, memory)))
     return rows
 
 
-def leaderboard_markdown(board: pl.DataFrame, source: str | Path | None = None) -> str:
+def forgetting_memory(path: str | Path | None) -> dict[str, dict]:
+    """The ``memory`` record (and ``result_id``) of the newest forgetting curve per model name; {}
+    without a forgetting results file."""
+    if path is None or not Path(path).is_file():
+        return {}
+    rows = forgetting_results.newest_per_model(forgetting_results.read_rows(path))
+    return {name: {**row["memory"], "result_id": row["result_id"]} for name, row in rows.items()}
+
+
+def memory_of(r: dict, memory: dict[str, dict] | None) -> dict | None:
+    """An entry's memory lengths: only for the model at full context (no ``context_limit``)."""
+    return (memory or {}).get(r["model_name"]) if r["context_limit"] is None else None
+
+
+def memory_cells(m: dict | None) -> dict[str, str | None]:
+    if m is None:
+        return dict.fromkeys(MEMORY_COLUMNS)
+    return {
+        "fine_memory": str(m["fine"]),
+        "coarse_memory": str(m["coarse"]),
+        "fine_memory_censored": str(m["fine_censored"]).lower(),
+        "coarse_memory_censored": str(m["coarse_censored"]).lower(),
+        "forgetting_result_id": m["result_id"],
+    }
+
+
+def columns(board: pl.DataFrame, memory: dict[str, dict] | None) -> dict[str, str | None]:
+    shown = any(memory_of(r, memory) for r in board.iter_rows(named=True))
+    return COLUMNS | MEMORY_COLUMNS if shown else COLUMNS
+
+
+def leaderboard_markdown(
+    board: pl.DataFrame, source: str | Path | None = None, memory: dict[str, dict] | None = None
+) -> str:
     """The leaderboard as Markdown: a header naming the artifact, then the table."""
     top = newest(board)
     lines = [
@@ -150,14 +200,26 @@ def leaderboard_markdown(board: pl.DataFrame, source: str | Path | None = None) 
     ]
     if source is not None:
         lines.append(f"Scores: `{display_path(source)}` (sha256 `{file_sha256(source)}`).\n")
-    shown = {k: v for k, v in COLUMNS.items() if v is not None}
-    rows = [["n/a" if row[k] is None else row[k] for k in shown] for row in table(board)]
+    shown = {k: v for k, v in columns(board, memory).items() if v is not None}
+    if "fine_memory" in shown:
+        lines.append(FORGETTING_NOTE)
+    rows = [[markdown_cell(row, k) for k in shown] for row in table(board, memory)]
     return "".join(lines) + "\n" + md_table(list(shown.values()), rows)
 
 
-def leaderboard_csv(board: pl.DataFrame) -> str:
+def markdown_cell(row: dict[str, str | None], key: str) -> str:
+    """A cell as the Markdown table shows it: ``n/a`` for a missing number, ``>`` before a memory
+    length still met at the largest length measured."""
+    if key in MEMORY_COLUMNS:
+        censored = row.get(f"{key}_censored") == "true"
+        return "" if row[key] is None else (">" if censored else "") + row[key]
+    return "n/a" if row[key] is None else row[key]
+
+
+def leaderboard_csv(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> str:
     """The leaderboard rows as CSV, floats with a fixed number of decimals, missing values empty."""
-    return csv_text(list(COLUMNS), [[row[k] for k in COLUMNS] for row in table(board)])
+    names = list(columns(board, memory))
+    return csv_text(names, [[row[k] for k in names] for row in table(board, memory)])
 
 
 def leaderboard_png(board: pl.DataFrame) -> bytes:
@@ -182,18 +244,21 @@ def render(
     *,
     artifact: str | None = None,
     source: str | Path | None = None,
+    forgetting: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write the leaderboard (and correlations, given a benchmarks CSV) into ``out_dir``.
 
     ``df`` is ``read_scores`` output (selection applied here) or ``select`` output; ``source`` is the
-    scores file, whose sha256 the Markdown records. Everything is computed before anything is written;
+    scores file, whose sha256 the Markdown records; ``forgetting`` the forgetting-curve results
+    (memory columns for the models in it). Everything is computed before anything is written;
     correlation files of an earlier run that this one does not produce are removed. Returns
     {file name: path}.
     """
     board = select(df, artifact)
+    memory = forgetting_memory(forgetting)
     files = {
-        "leaderboard.md": leaderboard_markdown(board, source).encode(),
-        "leaderboard.csv": leaderboard_csv(board).encode(),
+        "leaderboard.md": leaderboard_markdown(board, source, memory).encode(),
+        "leaderboard.csv": leaderboard_csv(board, memory).encode(),
         "leaderboard.png": leaderboard_png(board),
     }
     if benchmarks_csv is not None:
@@ -210,12 +275,14 @@ def render(
 def run(cfg: Any) -> dict[str, Path]:
     """Load, select, render; print the Markdown leaderboard and the written paths."""
     benchmarks, artifact = cfg.get("benchmarks"), cfg.get("artifact")
+    forgetting = cfg.get("forgetting_results") or Path(cfg.results).with_name("forgetting.jsonl")
     paths = render(
         read_scores(cfg.results),
         Path(cfg.out_dir),
         None if benchmarks is None else Path(benchmarks),
         artifact=None if artifact is None else str(artifact),
         source=Path(cfg.results),
+        forgetting=forgetting,
     )
     print(paths["leaderboard.md"].read_text(encoding="utf-8"))
     for path in paths.values():
