@@ -22,7 +22,7 @@ DRY_RUN     ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score forgetting-curve bench-forgetting leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
+.PHONY: setup keytokens score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
 
 setup: $(STAMP)
 
@@ -65,6 +65,18 @@ show: $(STAMP)
 validate: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pipeline.validation $(ARGS)
 
+# Fine-tune with LongCE (or CE: ARGS=source=ce) on Hugging Face Trainer; NPROC=N: torchrun over N GPUs.
+finetune: $(STAMP)
+ifeq ($(NPROC),1)
+	$(BIN)/python -m pipeline.finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+else
+	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+endif
+
+# CE against LongCE on SmolLM2-135M, on CPU (docs/longce.md; needs `make keytokens` first).
+longce-demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pipeline.validation.longce_demo $(ARGS)
+
 publish: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
 
@@ -95,6 +107,9 @@ bench-memory: $(STAMP)
 
 bench-forgetting: $(STAMP)
 	$(BIN)/python -m bench.forgetting_memory $(ARGS)
+
+bench-longce: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.longce_cost $(ARGS)
 
 bench-stage2: $(STAMP)
 	$(BIN)/python -m bench.stage2_overhead $(ARGS)

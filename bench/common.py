@@ -4,6 +4,8 @@ root and the default artifact. The benchmarks run as modules from the repository
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import subprocess
@@ -23,15 +25,16 @@ def default_artifact() -> Path:
     return ROOT / str(compose("score").artifact)
 
 
-class PeakRSS:
-    """Peak resident memory of this process, sampled in a background thread."""
+class PeakMemory:
+    """Peak memory during a block: this process's resident memory sampled in a background thread
+    (``start`` is the RSS on entry, after giving freed heap back to the system), or on a GPU the peak
+    of ``torch.cuda.max_memory_allocated`` (``start``: the allocation on entry)."""
 
-    def __init__(self, interval: float = 0.01):
+    def __init__(self, interval: float = 0.01, cuda: bool = False):
         import psutil
 
-        self.process = psutil.Process()
-        self.interval = interval
-        self.peak = self.process.memory_info().rss
+        self.process, self.interval, self.cuda = psutil.Process(), interval, cuda
+        self.start = self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -40,15 +43,34 @@ class PeakRSS:
             self.peak = max(self.peak, self.process.memory_info().rss)
             time.sleep(self.interval)
 
-    def __enter__(self) -> PeakRSS:
-        self.peak = self.process.memory_info().rss
+    def __enter__(self) -> PeakMemory:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.start = self.peak = torch.cuda.memory_allocated()
+            return self
+        with contextlib.suppress(OSError):  # glibc: give freed heap back, so that the peak shows
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        self.start = self.peak = self.process.memory_info().rss
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated()
+            return
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, self.process.memory_info().rss)
+
+    @property
+    def above_start_gb(self) -> float:
+        return (self.peak - self.start) / 2**30
 
 
 def run_watched(cmd: list[str], cap_gb: float, timeout: float) -> dict:

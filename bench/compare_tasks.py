@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import ROOT, PeakRSS
+from bench.common import ROOT, PeakMemory
 
 EVALUATOR, MODEL = "gemma3-270m", "smollm2-135m"
 
@@ -54,7 +54,7 @@ def worker(job: dict) -> dict:
         lm = load_model(MODEL, dtype="float32", device="cpu", attn_implementation=attn)
     lm.model(input_ids=torch.tensor([[1, 2, 3]]))  # warm up: every weight paged in before timing
     start = time.perf_counter()
-    with PeakRSS(interval=0.02) as sampler:
+    with PeakMemory(interval=0.02) as sampler:
         out.update(TASKS[job["task"]](lm, text, job))
     out["seconds"] = time.perf_counter() - start
     out["peak_gb"] = sampler.peak / 1e9

@@ -4,7 +4,7 @@ One sample of length L: its copy and LM inputs (2L+3 tokens each), first the pip
 model's body once, the output head only on the ceil(L/2) scored positions, top-1 over vocabulary
 tiles: ``pipeline.forgetting.curve.measure_length``), then, side by side, the reference code's way (full
 logits of the whole input, argmax). Each runs in its own process for a clean peak; a sampler thread
-reads the process's resident set size every 10 ms (``bench.common.PeakRSS``).
+reads the process's resident set size every 10 ms (``bench.common.PeakMemory``).
 Baseline: RSS after loading the model, tokenizing the corpus and one 12-token check pass. Both ways
 must give the same accuracies.
 
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import ROOT, PeakRSS
+from bench.common import ROOT, PeakMemory
 
 WAYS = ("pipeline", "full-logits")
 
@@ -64,7 +64,7 @@ def measure_one(args: argparse.Namespace) -> dict:
     gc.collect()
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
-    with PeakRSS() as peak:
+    with PeakMemory() as peak:
         if args.one == "pipeline":
             point = curve.measure_length(scorer, settings, [sample], lambda _: None)
             copy, lm_acc = point["copy_accs"][0], point["lm_accs"][0]

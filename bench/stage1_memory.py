@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import ROOT, PeakRSS
+from bench.common import ROOT, PeakMemory
 from pipeline.logprobs import DEFAULT_HEAD_CHUNK
 
 
@@ -49,7 +49,7 @@ def measure_one(args: argparse.Namespace) -> dict:
     gc.collect()
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
-    with PeakRSS() as peak:
+    with PeakMemory() as peak:
         long_and_short_logprobs(
             scorer, seq, args.K, args.d, bos_id=lm.bos_token_id, window_batch_tokens=args.window_batch_tokens
         )

@@ -1,0 +1,192 @@
+"""`make longce-demo` (issue #11): does LongCE beat CE here? A small CPU experiment, not a test.
+
+SmolLM2-135M is fine-tuned twice from the same checkpoint, with plain CE and with LongCE (weights
+from the model itself, the paper's method), for the same number of steps on the same seeded
+LongEval-style documents (``pipeline.validation.synthetic``) in the same order, through `make
+finetune`'s machinery (``pipeline.finetune.finetune``). Before and after, for both: the teacher-forced
+answer-token accuracy on held-out documents of the same kind (``study.retrieval``, as `make validate`)
+and PPL, LongPPL and LongPPL-soft on the GovReport artifact (the score stage's engine).
+
+Writes ``docs/longce.md`` (``longce_report``), ``docs/longce/curves.png`` (both training curves) and
+``docs/longce/results.json``; the fine-tuned models go to ``<work_dir>/<run>/final``. Run as
+``python -m pipeline.validation.longce_demo [key=value ...]`` (``conf/longce_demo.yaml``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.artifacts import ArtifactDocument, iter_documents, load_artifact
+from pipeline.cli import compose, hydra_main
+from pipeline.corpus import Document
+from pipeline.errors import PipelineError
+from pipeline.files import write_bytes_atomic, write_json_atomic
+from pipeline.finetune import finetune, training_arguments
+from pipeline.finetune_data import build_sequences
+from pipeline.logprobs import TargetScorer
+from pipeline.longce import LongCESettings
+from pipeline.models import LoadedModel, ModelChoice
+from pipeline.score import ScoreSettings, corpus_summary, score_document
+from pipeline.validation import longce_report, study, synthetic
+
+SETTINGS = ("seed", "train_documents", "eval_documents", "lines", "questions", "min_gap_lines", "model")
+SETTINGS += ("K", "d", "gamma", "steps", "learning_rate", "warmup_steps", "govreport_documents", "dtype")
+
+
+def documents(cfg: Any) -> tuple[list[synthetic.SyntheticDocument], list[synthetic.SyntheticDocument]]:
+    """Training documents 0..T-1 and held-out documents T..T+E-1 of the seeded generator."""
+    kwargs = {
+        "n_lines": int(cfg.lines),
+        "n_questions": int(cfg.questions),
+        "min_gap_lines": int(cfg.min_gap_lines),
+    }
+    n_train, n_eval = int(cfg.train_documents), int(cfg.eval_documents)
+    make = synthetic.make_document
+    train = [make(int(cfg.seed), i, **kwargs) for i in range(n_train)]
+    held_out = [make(int(cfg.seed), i, **kwargs) for i in range(n_train, n_train + n_eval)]
+    return train, held_out
+
+
+def load(cfg: Any) -> tuple[LoadedModel, TargetScorer]:
+    """A fresh copy of the model as its group describes it, and its chunked scorer."""
+    lm = ModelChoice.from_config(cfg.model).load(dtype=cfg.dtype, device=cfg.device, cache_dir=cfg.cache_dir)
+    return lm, TargetScorer(lm.model, head_chunk=int(cfg.head_chunk), vocab_tile=cfg.vocab_tile)
+
+
+def evaluate(
+    cfg: Any,
+    lm: LoadedModel,
+    scorer: TargetScorer,
+    held_out: list[synthetic.SyntheticDocument],
+    govreport: list[ArtifactDocument],
+) -> dict[str, Any]:
+    """Answer-token accuracy on the held-out documents (full context) and GovReport metrics."""
+    lm.model.eval()
+    row = study.retrieval(lm, scorer, held_out, None)
+    settings = ScoreSettings(
+        head_chunk=int(cfg.head_chunk),
+        vocab_tile=cfg.vocab_tile,
+        window_batch_tokens=int(cfg.window_batch_tokens),
+    )
+    corpus = corpus_summary([score_document(lm, scorer, doc, settings) for doc in govreport])
+    row.update({k: corpus[k] for k in ("ppl", "longppl", "longppl_soft", "n_tokens", "n_key_tokens")})
+    return row
+
+
+def train(
+    cfg: Any, source: str, lm: LoadedModel, train_docs: list[synthetic.SyntheticDocument], work: Path
+) -> dict[str, Any]:
+    """One fine-tuning run through `make finetune`'s machinery; returns its record and curve."""
+    docs = [Document(d.id, d.text) for d in train_docs]
+    sequences, _ = build_sequences(docs, lm.tokenizer, max_length=lm.context_length or 10**9)
+    settings = LongCESettings(
+        source=source, K=int(cfg.K), d=int(cfg.d), gamma=float(cfg.gamma),
+        head_chunk=int(cfg.head_chunk), vocab_tile=cfg.vocab_tile,
+    )  # fmt: skip
+    training = {
+        "max_steps": int(cfg.steps), "learning_rate": float(cfg.learning_rate),
+        "warmup_steps": int(cfg.warmup_steps), "lr_scheduler_type": "linear", "weight_decay": 0.0,
+        "adam_beta1": 0.9, "adam_beta2": 0.95, "per_device_train_batch_size": 1, "logging_steps": 1,
+        "save_strategy": "no", "report_to": "none", "disable_tqdm": not cfg.progress,
+    }  # fmt: skip
+    args = training_arguments(work / source, training, "cpu", int(cfg.seed))
+    record = {"loss": settings.__dict__, "training": training, "model": lm.source.to_dict()}
+    cpu = cpu_seconds()
+    record = finetune(lm, sequences, settings, args, record)
+    cpu = cpu_seconds() - cpu
+    rows = [json.loads(line) for line in (work / source / "metrics.jsonl").read_text().splitlines()]
+    curve = [r for r in rows if "loss" in r]
+    seconds = float(record["train_metrics"]["train_runtime"])
+    return {
+        "steps": record["steps"],
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / max(record["steps"], 1),
+        "cpu_seconds_per_step": cpu / max(record["steps"], 1),
+        "tokens_per_step": sum(len(s.input_ids) for s in sequences) / len(sequences),
+        "curve": [{k: r.get(k) for k in longce_report.CURVE_KEYS} for r in curve],
+    }
+
+
+def changed_settings(cfg: Any) -> dict[str, Any]:
+    """The experiment's settings that differ from conf/longce_demo.yaml (a reduced run says so)."""
+    defaults = compose("longce_demo")
+    return {k: _plain(cfg[k]) for k in SETTINGS if _plain(cfg[k]) != _plain(defaults[k])}
+
+
+def _plain(value: Any) -> Any:
+    """A setting as recorded: a model group by its spec."""
+    return value.spec if hasattr(value, "spec") else value
+
+
+def cpu_seconds() -> float:
+    """User and system time of this process so far, all threads: about twice the wall time a
+    phase takes on 2 cores of its own, whatever else the machine runs."""
+    times = os.times()
+    return times.user + times.system
+
+
+class Phase:
+    """Records the wall and CPU seconds of a block under ``timing[name]``."""
+
+    def __init__(self, timing: dict[str, dict[str, float]], name: str):
+        self.timing, self.name = timing, name
+
+    def __enter__(self) -> Phase:
+        self.wall, self.cpu = time.time(), cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.timing[self.name] = {"wall": time.time() - self.wall, "cpu": cpu_seconds() - self.cpu}
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    started = time.time()
+    work, out = Path(cfg.work_dir), Path(cfg.docs_dir)
+    govreport = Path(str(cfg.govreport))
+    if not (govreport / "manifest.json").exists():
+        raise PipelineError(
+            f"no key-token artifact at {govreport}: run `make keytokens` first (about 7 minutes)"
+        )
+    govreport_docs = list(iter_documents(load_artifact(govreport)))[: int(cfg.govreport_documents)]
+    train_docs, held_out = documents(cfg)
+    timing: dict[str, dict[str, float]] = {}
+
+    with Phase(timing, "evaluation before training"):
+        lm, scorer = load(cfg)
+        results: dict[str, Any] = {"before": evaluate(cfg, lm, scorer, held_out, govreport_docs)}
+    for source, label in longce_report.RUNS.items():
+        with Phase(timing, f"training, {label}"):
+            lm, scorer = load(cfg)
+            print(f"fine-tuning with {label} for {cfg.steps} steps", flush=True)
+            results[source] = train(cfg, source, lm, train_docs, work)
+        with Phase(timing, f"evaluation after {label}"):
+            results[source]["after"] = evaluate(cfg, lm, scorer, held_out, govreport_docs)
+        del lm, scorer
+    results["settings"] = {k: _plain(cfg[k]) for k in SETTINGS} | {"govreport": govreport.name}
+    results["changed_from_defaults"] = changed_settings(cfg)
+    results["documents"] = {
+        "train": [d.id for d in train_docs], "held_out": [d.id for d in held_out],
+        "govreport": [g.doc_id for g in govreport_docs],
+    }  # fmt: skip
+    results = json.loads(json.dumps(results, default=float))  # plain types
+    write_json_atomic(out / "results.json", results)
+    write_bytes_atomic(out / "curves.png", longce_report.curves_png(results))
+    timing["total"] = {"wall": time.time() - started, "cpu": cpu_seconds()}
+    report_path = Path(cfg.report)
+    report = longce_report.render(results, timing, out, report_path)
+    write_bytes_atomic(report_path, report.encode("utf-8"))
+    print(f"wrote {report_path} and {out}/ in {timing['total']['wall']:.0f} s")
+    return results
+
+
+def main() -> None:
+    hydra_main("longce_demo", run)
+
+
+if __name__ == "__main__":
+    main()
