@@ -1,4 +1,5 @@
-"""Data parallelism for the keytokens stage: ranks from ``torchrun``, deterministic document assignment, barriers.
+"""Data parallelism for the keytokens stage: ranks from ``torchrun``, GPU binding, deterministic document
+assignment, barriers.
 
 With ``torchrun --nproc_per_node=N`` every rank scores its own documents and writes its own parts;
 rank 0 writes the tables and the manifest once every rank has finished. Without torchrun there is
