@@ -27,6 +27,7 @@ import torch
 
 from pipeline.errors import PipelineError
 from pipeline.placement import execution_device, loaded_weights
+from pipeline.precision import rounding_tolerance
 
 DEFAULT_HEAD_CHUNK = 2048
 DEFAULT_VOCAB_TILE = 16384
@@ -59,11 +60,9 @@ def _logsumexp_inplace(logits: torch.Tensor) -> torch.Tensor:
 class TargetScorer:
     """Computes log P(seq[p + 1] | seq[: p + 1]) for chosen positions p of one or more sequences.
 
-    The model may be on one device or spread by a device map: inputs go to the device of its input
-    embeddings, hidden states to the device of its output head (``pipeline.placement``), and an
-    offloaded head is loaded there once per call. ``head_dtype``: the dtype the head computes its
-    logits in (None: the head's own, as the model's forward does; float32 for a 16-bit model keeps
-    its logits from being rounded to 16 bits before the log-softmax).
+    Inputs go to the device of the input embeddings, hidden states to the output head's (a device
+    map may spread them; ``pipeline.placement``). ``head_dtype``: the head's dtype (None: its own,
+    as the model's forward; float32 keeps a 16-bit model's logits unrounded before the log-softmax).
     """
 
     def __init__(
@@ -97,8 +96,7 @@ class TargetScorer:
 
     @contextmanager
     def head_ready(self) -> Iterator[torch.device]:
-        """The device the output head computes on; an offloaded head's weights are loaded there
-        for the duration of the block (``logit_tiles`` runs inside it)."""
+        """The head's device, an offloaded head's weights loaded there for the block (``logit_tiles``)."""
         if not self.linear:
             yield execution_device(self.head)
             return
@@ -109,8 +107,7 @@ class TargetScorer:
     def score_hidden(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Log-probs of ``targets`` (n,) given hidden states (n x hidden), chunk by chunk, float64.
 
-        The log-softmax is taken in float32 (float64 for a float64 model). The values stay on the
-        head's device until the end: one copy to the host per call, not one per chunk.
+        The log-softmax is taken in float32 (float64 for a float64 model); one copy to the host per call.
         """
         work_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         pieces = []
@@ -129,9 +126,8 @@ class TargetScorer:
         return torch.cat(pieces).to("cpu", torch.float64)
 
     def logit_tiles(self, hidden: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
-        """(first vocabulary id, logits) of each vocabulary tile for these hidden states (the whole
-        vocabulary in one tile when ``vocab_tile`` is None), on the head's device, in ``head_dtype``.
-        Call it inside ``head_ready()``."""
+        """(first vocabulary id, logits) of each vocabulary tile (one tile if ``vocab_tile`` is None), on
+        the head's device, in ``head_dtype``. Call it inside ``head_ready()``."""
         if not self.linear:
             yield 0, self.post(self.head(hidden))
             return
@@ -147,8 +143,7 @@ class TargetScorer:
             yield v, self.post(logits)
 
     def _tiled(self, hidden: torch.Tensor, targets: torch.Tensor, work_dtype: torch.dtype) -> torch.Tensor:
-        """Target log-probs over vocabulary tiles: a running max and sum of exponentials. No
-        host-device synchronisation: each target's logit is gathered from the tile that holds it."""
+        """Target log-probs over vocabulary tiles (running max and sum of exponentials), no host sync."""
         n = len(targets)
         running_max = torch.full((n,), -torch.inf, dtype=work_dtype, device=hidden.device)
         running_sum = torch.zeros(n, dtype=work_dtype, device=hidden.device)
@@ -178,9 +173,8 @@ class TargetScorer:
         positions = torch.arange(length - 1)
         with torch.inference_mode():
             logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
-            ref = torch.log_softmax(logits.double(), -1).gather(1, seq[1:, None].to(logits.device)).squeeze(1)
+        ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
         tolerance = rounding_tolerance(logits).cpu()
-        ref = ref.cpu()
         like = TargetScorer(self.model, self.head_chunk, self.vocab_tile, head_dtype=logits.dtype)
         for scorer in (like, self) if self.head_dtype != logits.dtype else (self,):
             diff = (scorer.score(seq, positions) - ref).abs()
@@ -190,22 +184,6 @@ class TargetScorer:
                     f"from the model's own logits by {diff.max().item():.2e}, more than rounding explains; "
                     "its output head does something this pipeline does not know"
                 )
-
-
-def rounding_tolerance(logits: torch.Tensor) -> torch.Tensor:
-    """How far two correct computations of the log-probs of these logits (rows) may differ: 1e-9 in
-    float64, 1e-3 in float32. 16-bit logits are rounded to 16 bits, differently by GEMMs of other
-    shapes: each logit by up to one unit in the last place (ulp) of the row's largest |logit|, so
-    a log-prob (a logit minus the row's logsumexp) by two; twice that covers a soft-capping applied
-    in 16 bits. One bfloat16 ulp is 0.0625 for |logit| in [8, 16), 0.125 in [16, 32)."""
-    rows = logits.shape[0]
-    if logits.dtype == torch.float64:
-        return torch.full((rows,), 1e-9, dtype=torch.float64)
-    if logits.dtype == torch.float32:
-        return torch.full((rows,), 1e-3, dtype=torch.float64)
-    largest = logits.double().abs().amax(dim=1).clamp_min(torch.finfo(logits.dtype).tiny)
-    ulp = torch.finfo(logits.dtype).eps * torch.exp2(torch.floor(torch.log2(largest)))
-    return 4 * ulp
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def test_each_rank_gets_its_own_slice_of_gpus():
     assert [local_gpus(r, 2, 8) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [local_gpus(r, 8, 8) for r in range(8)] == [[r] for r in range(8)]
     assert [local_gpus(r, 3, 8) for r in range(3)] == [[0, 1], [2, 3], [4, 5]]
-    with pytest.raises(PipelineError, match="3 processes per node .* but 2 GPU"):
+    with pytest.raises(PipelineError, match=r"3 processes per node .* but 2 GPU"):
         local_gpus(2, 3, 2)
 
 

@@ -15,7 +15,9 @@ from tests.conftest import build_model, tiny_config
 
 pytestmark = [
     pytest.mark.cuda,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu on a GPU machine)"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu on a GPU machine)"
+    ),
 ]
 VOCAB = 97
 
@@ -68,7 +70,9 @@ def test_two_nccl_ranks_bind_their_own_gpus(tiny_model_dir, tmp_path):
     from tests.test_distributed import WORDS, keytokens_command, run_cmd, tables
 
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": " ".join(WORDS * (3 + i))}) + "\n" for i in range(4)))
+    corpus.write_text(
+        "".join(json.dumps({"id": f"d{i}", "text": " ".join(WORDS * (3 + i))}) + "\n" for i in range(4))
+    )
     out = {}
     for nproc in (1, 2):
         cmd = keytokens_command(tiny_model_dir, corpus, tmp_path / f"n{nproc}", nproc=nproc)

@@ -31,7 +31,9 @@ def test_paper_preset_composes_the_official_setup():
     assert settings.corpus.tokenized_with == "NousResearch/Llama-2-7b-hf" and settings.head_dtype == "auto"
 
 
-@pytest.mark.parametrize("order", [["preset=paper", "corpus=govreport_hub"], ["corpus=govreport_hub", "preset=paper"]])
+@pytest.mark.parametrize(
+    "order", [["preset=paper", "corpus=govreport_hub"], ["corpus=govreport_hub", "preset=paper"]]
+)
 def test_another_corpus_can_still_be_chosen(order):
     cfg = compose_keytokens(order)
     assert cfg.corpus.dataset == "ccdv/govreport-summarization" and cfg.short_window_bos is False
@@ -50,7 +52,9 @@ def pretokenized(tmp_path_factory, tokenizer):
     return root, ids
 
 
-def test_every_evaluator_scores_the_same_texts(pretokenized, tiny_model_dir, other_model_dir, tmp_path, tokenizer):
+def test_every_evaluator_scores_the_same_texts(
+    pretokenized, tiny_model_dir, other_model_dir, tmp_path, tokenizer
+):
     """Two evaluators with different tokenizers: the same documents, cut by the reference tokenizer
     (rows with tokenized_len >= 30, the first 3, input_ids[:40]) and never again by the evaluator."""
     root, ids = pretokenized
@@ -82,7 +86,11 @@ def test_every_evaluator_scores_the_same_texts(pretokenized, tiny_model_dir, oth
         texts[name] = [(d["doc_id"], d["text"]) for d in documents]
         settings = manifest["settings"]
         assert settings["short_window_bos"] is False and settings["max_tokens"] is None
-        assert (settings["dtype"], settings["head_dtype"], settings["device"]) == ("float64", "float64", "cpu")
+        assert (settings["dtype"], settings["head_dtype"], settings["device"]) == (
+            "float64",
+            "float64",
+            "cpu",
+        )
         assert settings["corpus"]["tokenized_with"] == str(root / "tokenizer")
         assert settings["corpus"]["max_ids"] == 40
     kept = [i for i in ids if len(i) >= 30][:3]

@@ -48,7 +48,10 @@ def test_device_mapped_model_scores_like_the_plain_model(saved, tmp_path, arch, 
     its accelerate hook; a tied head (Gemma 3) uses the embeddings wherever they are."""
     plain = load(saved / arch)
     mapped = load(saved / arch, MAPS[where], tmp_path)
-    assert mapped.hf_device_map and placement.describe(mapped, torch.device("cpu")) in ("cpu,disk", "disk,cpu")
+    assert mapped.hf_device_map and placement.describe(mapped, torch.device("cpu")) in (
+        "cpu,disk",
+        "disk,cpu",
+    )
     offloaded = mapped.lm_head.weight.device.type == "meta"
     assert offloaded == ("head" in where)
     seq = torch.randint(2, VOCAB, (40,), generator=torch.Generator().manual_seed(7))
