@@ -9,6 +9,8 @@ above the loaded model (CPU: resident set, sampled every 10 ms; CUDA: max_memory
 
     make bench-attention                                  # 8k and 16k tokens on the CPU
     .venv/bin/python -m bench.attention_memory --tokens 8192 16384 32768 --device cuda
+
+Writes docs/attention_memory.md.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import gc
 import json
 import sys
 import time
+from pathlib import Path
 
-from bench.common import PeakRSS, run_watched
+from bench.common import ROOT, PeakRSS, run_watched
 
 IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
 
@@ -117,6 +120,21 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def document(rows: list[dict], machine: str) -> str:
+    """docs/attention_memory.md: what was measured, where, and the table."""
+    return (
+        "# Peak memory of sliding-window attention\n\n"
+        "Regenerate: `make bench-attention` (bench/attention_memory.py). A one-layer Mistral-style model "
+        "(every layer a sliding window of 512 tokens, hidden 256, 4 heads of 64, float32, random weights), "
+        "one forward pass per process. Layer mask: the mask the attention layer receives (transformers' "
+        "sdpa: a dense (1, 1, n, n) boolean; blocked_sdpa: a description, 0 bytes). Peak: above the loaded "
+        "model (CPU: resident set sampled every 10 ms; CUDA: max_memory_allocated). `dense_blocked` is "
+        "blocked_sdpa as it was before: query blocks, but transformers' dense mask built first.\n\n"
+        f"Machine: {machine}. Times are from a machine shared with other jobs: compare them within "
+        "the table only.\n\n" + report(rows) + "\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -128,6 +146,7 @@ def main() -> None:
     )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cap-gb", type=float, default=12.0)
+    parser.add_argument("--output", default=str(ROOT / "docs/attention_memory.md"))
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure_one(args.implementations[0], args.tokens[0], args.device)))
@@ -140,7 +159,11 @@ def main() -> None:
             row = run_watched(cmd, cap_gb=args.cap_gb, timeout=900)
             rows.append({"implementation": implementation, "tokens": tokens, **row})
             print(json.dumps(rows[-1]), flush=True)
-    print(report(rows))
+    from pipeline.provenance import machine
+
+    text = document(rows, machine())
+    Path(args.output).write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

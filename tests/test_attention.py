@@ -152,3 +152,15 @@ def test_sliding_window_model_at_8k_tokens_builds_no_sequence_mask(monkeypatch):
     assert layer_masks == [attention.SlidingWindow(256)]
     assert len(kernel_masks) == 8192 // 512
     assert max(m.numel() for m in kernel_masks) <= 512 * (512 + 256)
+
+
+def test_gemma2_loads_under_the_alias_and_models_must_dispatch(tmp_path, tokenizer):
+    """transformers refuses any name with "sdpa" for Gemma 2: load_model retries with the alias. A
+    model whose code never calls the attention interface is caught by a probe forward."""
+    from pipeline.models import attention_dispatches, load_model
+    from tests.conftest import save_tiny_model
+
+    lm = load_model(str(save_tiny_model(tmp_path, tokenizer, "gemma2")), dtype="float64", device="cpu")
+    assert lm.source.attn_implementation == attention.ALIAS and attention_dispatches(lm.model)
+    lm.model.set_attn_implementation("eager")  # as custom code that ignores the registered name
+    assert not attention_dispatches(lm.model)
