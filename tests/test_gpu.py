@@ -22,14 +22,19 @@ pytestmark = [
 VOCAB = 97
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
-@pytest.mark.parametrize("head", ["cpu", 0])
-def test_device_map_split_across_gpu_and_cpu(tmp_path, arch, head):
-    """The body on cuda:0 and the head offloaded to the CPU (executed on cuda:0), or the other way:
-    the same log-probs as the plain model on the CPU, in float64."""
+REST = {"model.layers": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu"}
+SPLITS = [
+    ("llama", {"model": 0, "lm_head": "cpu"}),  # the head offloaded to host memory, run on cuda:0
+    ("llama", {"model": "cpu", "lm_head": 0}),  # the body offloaded
+    ("gemma3", {"model.embed_tokens": 0, **REST, "lm_head": 0}),  # tied head on the GPU, layers offloaded
+]
+
+
+@pytest.mark.parametrize(("arch", "device_map"), SPLITS)
+def test_device_map_split_across_gpu_and_cpu(tmp_path, arch, device_map):
+    """A device map across cuda:0 and the CPU: the same log-probs as the plain model on the CPU, in
+    float64 (accelerate runs offloaded modules on cuda:0, their weights on meta between calls)."""
     build_model(arch, VOCAB).save_pretrained(tmp_path)
-    body = 0 if head == "cpu" else "cpu"
-    device_map = {"model": body, "lm_head": head} if arch == "llama" else {"model": body, "lm_head": body}
     kwargs = {"dtype": torch.float64, "attn_implementation": attention.NAME}
     plain = AutoModelForCausalLM.from_pretrained(tmp_path, **kwargs).eval()
     mapped = AutoModelForCausalLM.from_pretrained(tmp_path, device_map=device_map, **kwargs).eval()
