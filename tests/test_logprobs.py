@@ -102,9 +102,13 @@ def test_head_memory_is_bounded_by_chunk(monkeypatch):
     scorer = TargetScorer(model, head_chunk=7, vocab_tile=None)
     seen = []
     linear = torch.nn.functional.linear
-    monkeypatch.setattr(
-        torch.nn.functional, "linear", lambda h, *a, **k: seen.append(h.shape[0]) or linear(h, *a, **k)
-    )
+
+    def spy(h, w, *args, **kwargs):
+        if w.shape[0] == VOCAB:  # the head (not a layer of the body)
+            seen.append(h.shape[0])
+        return linear(h, w, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", spy)
     long_and_short_logprobs(scorer, torch.randint(2, VOCAB, (50,)), 8, 4)
     assert seen and max(seen) <= 7
 
