@@ -22,7 +22,7 @@ DRY_RUN     ?=
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
+.PHONY: setup keytokens score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench bench-quick
 
 setup: $(STAMP)
 
@@ -83,6 +83,11 @@ publish: $(STAMP)
 test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)
 
+# The tests that need a CUDA GPU (marker cuda; `make test` skips them with a reason). On a GPU machine,
+# install a CUDA build of torch first, e.g. `make setup TORCH_SPEC="torch==2.13.0 --index-url <CUDA wheels>"`.
+test-gpu: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m cuda -rs $(ARGS)
+
 # tests/test_keytoken_page_browser.py loads the key-token page in headless Chromium (Debian's package, ~400 MB,
 # about 20 s to install). Installed here when missing and we are root; otherwise the fix is printed
 # and that test fails.
@@ -113,6 +118,9 @@ bench-longce: $(STAMP)
 
 bench-stage2: $(STAMP)
 	$(BIN)/python -m bench.stage2_overhead $(ARGS)
+
+bench-attention: $(STAMP)
+	$(BIN)/python -m bench.attention_memory $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.compare_official $(ARGS)

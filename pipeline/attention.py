@@ -1,58 +1,164 @@
-"""Block-sparse scaled-dot-product attention: exact, and faster for sliding-window layers.
+"""Block-sparse attention: exact, with no sequence x sequence mask and no wasted key blocks.
 
-transformers' ``sdpa`` gives a sliding-window layer (Gemma 2/3, Qwen2, Mistral) its full
-sequence x sequence mask, and PyTorch's CPU kernels then compute every query-key product, masked
-or not. ``blocked_sdpa`` splits the queries into blocks and gives each block only the span of keys
-its mask lets it see: the left-out keys are masked for every query of the block, so they would
-contribute exp(-inf) = 0 to the softmax; the result is the same attention (up to float rounding).
-Layers without a mask (plain causal) go straight to ``sdpa``, whose causal kernel already skips
-the masked half. Selected with ``attn_implementation: blocked_sdpa`` (the pipeline's default).
+transformers' ``sdpa`` gives a sliding-window layer (Mistral, Qwen2, Gemma 2/3) its full
+(batch, 1, n, n) boolean mask, 1 GiB at 32k tokens and copied to every GPU of a device map, and
+PyTorch's kernels then compute every query-key product, masked or not. ``blocked_sdpa`` splits the
+queries into blocks of ``QUERY_BLOCK`` and gives each block only the span of keys its mask lets it
+see: the others would contribute exp(-inf) = 0 to the softmax, so the result is the same attention.
+
+- Its mask function (``window_mask``) returns ``SlidingWindow(size)``, a description instead of a
+  tensor, whenever that describes transformers' mask exactly (no padding, no cache, and a mask
+  function checked on a probe to be the plain causal sliding window); each query block then builds
+  its own band, O(QUERY_BLOCK x (QUERY_BLOCK + size)), with no host-device synchronisation.
+- Any other mask is transformers' own (``sdpa_mask``): plain causal layers get none (sdpa's causal
+  kernel), other patterns a dense boolean mask whose key spans are found for all query blocks at
+  once (one synchronisation per layer).
+- Soft-capped attention logits (Gemma 2's ``softcap``, which sdpa cannot apply) run transformers'
+  eager formula block by block, never on more than one block of queries x its keys.
+
+Selected with ``attn_implementation: blocked_sdpa`` (the pipeline's default). transformers checks
+any implementation whose name contains "sdpa" against the model's sdpa support, which Gemma 2
+refuses: the same functions are registered as ``blocked_attention`` too, and ``pipeline.models``
+loads such models with that name.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "blocked_sdpa"
+ALIAS = "blocked_attention"  # the same, for models that refuse any name with "sdpa" in it (Gemma 2)
 QUERY_BLOCK = 512
+CALLS = [0]  # how many times blocked_sdpa_forward ran: models that never call it are caught at load
 
 
-def _key_span(mask: torch.Tensor) -> tuple[int, int]:
-    """First and one-past-last key column any query of this block of the mask may attend to."""
-    cols = mask.any(dim=2).any(dim=1).any(dim=0).nonzero()
-    if len(cols) == 0:
-        return 0, mask.shape[-1]
-    return int(cols[0]), int(cols[-1]) + 1
+@dataclass(frozen=True)
+class SlidingWindow:
+    """A causal sliding-window mask, described rather than built: with queries and keys at the same
+    positions 0 .. n-1, query i sees keys i - size + 1 .. i (transformers' sliding-window mask)."""
+
+    size: int
+
+    def span(self, a: int, b: int) -> tuple[int, int]:
+        """The keys queries a .. b-1 may see, together."""
+        return max(0, a - self.size + 1), b
+
+    def band(self, a: int, b: int, device: torch.device) -> torch.Tensor:
+        """The (1, 1, b - a, span) boolean mask of queries a .. b-1 over their key span."""
+        k0, k1 = self.span(a, b)
+        q = torch.arange(a, b, device=device)[:, None]
+        k = torch.arange(k0, k1, device=device)[None, :]
+        return ((k <= q) & (k > q - self.size))[None, None]
 
 
-def blocked_sdpa_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """``sdpa`` over query blocks, each given the keys its boolean mask allows.
+def is_plain_sliding_window(mask_function, size: int) -> bool:
+    """Whether ``mask_function`` (transformers' index-based mask function) is exactly the causal
+    sliding window of ``size``, checked on the query rows where a window's edges show."""
+    q = torch.tensor([0, 1, size - 1, size, size + 1, 2 * size + 1])[:, None]
+    k = torch.arange(2 * size + 2)[None, :]
+    zero = torch.zeros(1, 1, dtype=torch.long)
+    try:
+        got = mask_function(zero, zero, q, k)
+    except Exception:  # a function that cannot take index tensors is not the plain window
+        return False
+    return torch.is_tensor(got) and bool(
+        torch.equal(got.expand(len(q), k.shape[1]), (k <= q) & (k > q - size))
+    )
+
+
+def window_mask(**kwargs):
+    """transformers' mask function for ``blocked_sdpa``: ``SlidingWindow`` where it describes the
+    mask exactly, else what ``sdpa`` would get (``sdpa_mask``; None for a plain causal layer)."""
+    size = kwargs.get("local_size")
+    q_offset, kv_offset = kwargs.get("q_offset", 0), kwargs.get("kv_offset", 0)
+    if (
+        size is not None
+        and kwargs.get("allow_is_causal_skip", True)
+        and kwargs.get("attention_mask") is None
+        and not kwargs.get("use_vmap", False)
+        and isinstance(q_offset, int)
+        and isinstance(kv_offset, int)
+        and q_offset == kv_offset == 0
+        and kwargs["q_length"] == kwargs["kv_length"] >= size
+        and is_plain_sliding_window(kwargs["mask_function"], size)
+    ):
+        return SlidingWindow(size)
+    return sdpa_mask(**kwargs)
+
+
+def dense_spans(mask: torch.Tensor, q_len: int) -> list[tuple[int, int]]:
+    """For each block of queries, the first and one-past-last key column any of them may see in a
+    dense boolean mask (batch, heads, queries, keys): one host-device synchronisation for all."""
+    visible = torch.stack(
+        [
+            mask[:, :, a : a + QUERY_BLOCK].any(dim=2).any(dim=1).any(dim=0)
+            for a in range(0, q_len, QUERY_BLOCK)
+        ]
+    )
+    n_keys = visible.shape[1]
+    seen = visible.any(dim=1)
+    first = visible.int().argmax(dim=1)
+    last = n_keys - visible.flip(1).int().argmax(dim=1)
+    spans = torch.stack([torch.where(seen, first, 0), torch.where(seen, last, n_keys)], dim=1)
+    return [(int(k0), int(k1)) for k0, k1 in spans.tolist()]
+
+
+def softcapped_attention(module, query, key, value, mask, *, softcap: float, scaling=None, **kwargs):
+    """transformers' eager attention with soft-capped logits (Gemma 2), for one block of queries:
+    scores = tanh(q k^T * scaling / softcap) * softcap, masked, softmax in at least float32."""
+    if scaling is None:
+        scaling = module.head_dim**-0.5
+    key = repeat_kv(key, module.num_key_value_groups)
+    value = repeat_kv(value, module.num_key_value_groups)
+    scores = torch.tanh(torch.matmul(query, key.transpose(2, 3)) * scaling / softcap) * softcap
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask[..., : key.shape[2]], torch.finfo(scores.dtype).min)
+    elif mask is not None:  # an additive mask
+        scores = scores + mask[..., : key.shape[2]]
+    softmax_dtype = torch.promote_types(query.dtype, torch.float32)
+    weights = torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), None
+
+
+def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) -> tuple[torch.Tensor, None]:
+    """Attention over query blocks, each given the keys its mask allows.
 
     Returns (batch x query x heads x head_dim, None), as transformers' attention functions do.
     """
-    q_len = query.shape[2]
-    if attention_mask is None or attention_mask.dtype != torch.bool or q_len <= QUERY_BLOCK:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    CALLS[0] += 1
+    softcap = kwargs.pop("softcap", None)
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if attention_mask is None and softcap is not None and q_len == kv_len:
+        attention_mask = SlidingWindow(q_len)  # plain causal, as blocks
+    if isinstance(attention_mask, SlidingWindow):
+        window = attention_mask
+        blocks = [(a, min(a + QUERY_BLOCK, q_len)) for a in range(0, q_len, QUERY_BLOCK)]
+        spans = [window.span(a, b) for a, b in blocks]
+        masks = [window.band(a, b, query.device).expand(query.shape[0], -1, -1, -1) for a, b in blocks]
+    elif attention_mask is None or attention_mask.dtype != torch.bool or q_len <= QUERY_BLOCK:
+        if softcap is None:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return softcapped_attention(module, query, key, value, attention_mask, softcap=softcap, **kwargs)
+    else:
+        blocks = [(a, min(a + QUERY_BLOCK, q_len)) for a in range(0, q_len, QUERY_BLOCK)]
+        spans = dense_spans(attention_mask, q_len)
+        masks = [attention_mask[:, :, a:b, k0:k1] for (a, b), (k0, k1) in zip(blocks, spans, strict=True)]
     outputs = []
-    for a in range(0, q_len, QUERY_BLOCK):
-        rows = attention_mask[:, :, a : a + QUERY_BLOCK, :]
-        k0, k1 = _key_span(rows)
-        block = query[:, :, a : a + QUERY_BLOCK]
-        keys, values = key[:, :, k0:k1], value[:, :, k0:k1]
-        out, _ = sdpa_attention_forward(module, block, keys, values, rows[..., k0:k1], **kwargs)
+    for (a, b), (k0, k1), mask in zip(blocks, spans, masks, strict=True):
+        block, keys, values = query[:, :, a:b], key[:, :, k0:k1], value[:, :, k0:k1]
+        if softcap is None:
+            out, _ = sdpa_attention_forward(module, block, keys, values, mask, **kwargs)
+        else:
+            out, _ = softcapped_attention(module, block, keys, values, mask, softcap=softcap, **kwargs)
         outputs.append(out)
     return torch.cat(outputs, dim=1), None
 
 
-AttentionInterface.register(NAME, blocked_sdpa_forward)
-AttentionMaskInterface.register(NAME, sdpa_mask)
+for _name in (NAME, ALIAS):
+    AttentionInterface.register(_name, blocked_sdpa_forward)
+    AttentionMaskInterface.register(_name, window_mask)

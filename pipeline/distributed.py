@@ -1,4 +1,5 @@
-"""Data parallelism for stage 1: ranks from ``torchrun``, deterministic document assignment, barriers.
+"""Data parallelism for the keytokens stage: ranks from ``torchrun``, GPU binding, deterministic document
+assignment, barriers.
 
 With ``torchrun --nproc_per_node=N`` every rank scores its own documents and writes its own parts;
 rank 0 writes the tables and the manifest once every rank has finished. Without torchrun there is
@@ -11,9 +12,12 @@ import heapq
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from pipeline.errors import PipelineError
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,7 @@ class Ranks:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    gpus: tuple[int, ...] = ()  # this rank's GPUs (on CUDA with several ranks), the first one bound
 
     @property
     def is_main(self) -> bool:
@@ -30,27 +35,47 @@ class Ranks:
         if self.world > 1:
             dist.barrier()
 
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (a small picklable object), in rank order, on every rank."""
+        if self.world <= 1:
+            return [value]
+        values: list[Any] = [None] * self.world
+        dist.all_gather_object(values, value)
+        return values
+
 
 def init_ranks(use_cuda: bool) -> Ranks:
-    """Join the process group that torchrun describes (gloo on CPU, NCCL on GPUs), if any."""
+    """Join the process group that torchrun describes (gloo on CPU, NCCL on GPUs), if any. On CUDA
+    each rank is bound to the first GPU of its slice before the group starts, so that NCCL's
+    context and every default allocation land there, not on GPU 0 or on another rank's GPUs."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Ranks()
-
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    gpus: list[int] = []
+    kwargs: dict[str, Any] = {}
+    if use_cuda:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        gpus = local_gpus(local_rank, per_node, torch.cuda.device_count())
+        device = torch.device("cuda", gpus[0])
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
     if not dist.is_initialized():
-        # Stage 1 on a large evaluator runs for hours: ranks may wait long for each other at the end.
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(hours=48))
-    return Ranks(
-        rank=dist.get_rank(), world=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0"))
-    )
+        # The keytokens stage on a large evaluator runs for hours: ranks may wait long for each other.
+        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(hours=48), **kwargs)
+    return Ranks(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local_rank, gpus=tuple(gpus))
 
 
-def local_gpus(ranks: Ranks) -> list[int]:
-    """This rank's slice of the node's GPUs: with 8 GPUs and 2 ranks per node, rank 1 gets 4-7."""
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    count = torch.cuda.device_count()
-    share = max(1, count // per_node)
-    return list(range(ranks.local_rank * share, min((ranks.local_rank + 1) * share, count)))
+def local_gpus(local_rank: int, per_node: int, count: int) -> list[int]:
+    """A rank's equal slice of its node's ``count`` GPUs, with ``per_node`` ranks per node: with 8
+    GPUs and 2 ranks, rank 1 gets 4-7 (GPUs left over by an uneven split stay unused)."""
+    if per_node > count:
+        raise PipelineError(
+            f"{per_node} processes per node (NPROC) but {count} GPU(s) visible: each process needs at "
+            f"least one GPU; use NPROC<={count}, or device=cpu"
+        )
+    share = count // per_node
+    return list(range(local_rank * share, (local_rank + 1) * share))
 
 
 def shutdown(ranks: Ranks) -> None:

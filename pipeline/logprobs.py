@@ -19,12 +19,15 @@ Positions are indices into ``seq``: the text's tokens, after a BOS token when on
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
+from pipeline.placement import execution_device, loaded_weights
+from pipeline.precision import rounding_tolerance
 
 DEFAULT_HEAD_CHUNK = 2048
 DEFAULT_VOCAB_TILE = 16384
@@ -55,10 +58,19 @@ def _logsumexp_inplace(logits: torch.Tensor) -> torch.Tensor:
 
 
 class TargetScorer:
-    """Computes log P(seq[p + 1] | seq[: p + 1]) for chosen positions p of one or more sequences."""
+    """Computes log P(seq[p + 1] | seq[: p + 1]) for chosen positions p of one or more sequences.
+
+    Inputs go to the device of the input embeddings, hidden states to the output head's (a device
+    map may spread them; ``pipeline.placement``). ``head_dtype``: the head's dtype (None: its own,
+    as the model's forward; float32 keeps a 16-bit model's logits unrounded before the log-softmax).
+    """
 
     def __init__(
-        self, model, head_chunk: int = DEFAULT_HEAD_CHUNK, vocab_tile: int | None = DEFAULT_VOCAB_TILE
+        self,
+        model,
+        head_chunk: int = DEFAULT_HEAD_CHUNK,
+        vocab_tile: int | None = DEFAULT_VOCAB_TILE,
+        head_dtype: torch.dtype | None = None,
     ):
         self.model = model
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
@@ -67,59 +79,81 @@ class TargetScorer:
             raise PipelineError(f"{type(model).__name__} has no output head: not a causal language model")
         self.post = _head_postprocess(model.config)
         self.head_chunk = max(1, int(head_chunk))
-        # Vocabulary tiles (online logsumexp) keep each block of logits small enough for the cache
-        # (faster, and less memory); only for a plain linear head. None: head_chunk x vocabulary.
-        self.vocab_tile = vocab_tile if isinstance(self.head, torch.nn.Linear) else None
+        # A plain linear head is computed from its weight, in vocabulary tiles with an online
+        # logsumexp: each block of logits stays small enough for the cache (faster, and less
+        # memory). None: head_chunk x vocabulary. Any other head is called as a module.
+        self.linear = isinstance(self.head, torch.nn.Linear)
+        self.vocab_tile = vocab_tile if self.linear else None
         self.vocab_size = self.head.weight.shape[0]
-        self.device = next(model.parameters()).device
+        self.head_dtype = head_dtype or self.head.weight.dtype
+        self.input_device = execution_device(model.get_input_embeddings())
 
     @torch.inference_mode()
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Final hidden states (batch x length x hidden) of the model's body."""
-        out = self.body(input_ids=input_ids.to(self.device), use_cache=False)
+        out = self.body(input_ids=input_ids.to(self.input_device), use_cache=False)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    @contextmanager
+    def head_ready(self) -> Iterator[torch.device]:
+        """The head's device, an offloaded head's weights loaded there for the block (``logit_tiles``)."""
+        if not self.linear:
+            yield execution_device(self.head)
+            return
+        with loaded_weights(self.head):
+            yield self.head.weight.device
 
     @torch.inference_mode()
     def score_hidden(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Log-probs of ``targets`` (n,) given hidden states (n x hidden), chunk by chunk, float64.
 
-        The log-softmax is taken in float32 (float64 for a float64 model).
+        The log-softmax is taken in float32 (float64 for a float64 model); one copy to the host per call.
         """
-        out = torch.empty(len(targets), dtype=torch.float64)
         work_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-        targets = targets.to(hidden.device)
-        for a in range(0, len(targets), self.head_chunk):
-            b = min(a + self.head_chunk, len(targets))
-            if self.vocab_tile is None or self.vocab_tile >= self.vocab_size:
-                logits = self.post(self.head(hidden[a:b])).to(work_dtype)
-                picked = logits.gather(1, targets[a:b, None]).squeeze(1)
-                out[a:b] = (picked - _logsumexp_inplace(logits)).to("cpu", torch.float64)
-            else:
-                out[a:b] = self._tiled(hidden[a:b], targets[a:b], work_dtype).to("cpu", torch.float64)
-        return out
+        pieces = []
+        with self.head_ready() as device:
+            hidden, targets = hidden.to(device), targets.to(device)
+            for a in range(0, len(targets), self.head_chunk):
+                b = min(a + self.head_chunk, len(targets))
+                if self.vocab_tile is None or self.vocab_tile >= self.vocab_size:
+                    logits = next(self.logit_tiles(hidden[a:b]))[1].to(work_dtype)
+                    picked = logits.gather(1, targets[a:b, None]).squeeze(1)
+                    pieces.append(picked - _logsumexp_inplace(logits))
+                else:
+                    pieces.append(self._tiled(hidden[a:b], targets[a:b], work_dtype))
+        if not pieces:
+            return torch.empty(0, dtype=torch.float64)
+        return torch.cat(pieces).to("cpu", torch.float64)
 
     def logit_tiles(self, hidden: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
-        """(first vocabulary id, logits) of each vocabulary tile for these hidden states (the whole
-        vocabulary in one tile when ``vocab_tile`` is None)."""
-        if self.vocab_tile is None:
+        """(first vocabulary id, logits) of each vocabulary tile (one tile if ``vocab_tile`` is None), on
+        the head's device, in ``head_dtype``. Call it inside ``head_ready()``."""
+        if not self.linear:
             yield 0, self.post(self.head(hidden))
             return
         weight, bias = self.head.weight, self.head.bias
-        for v in range(0, self.vocab_size, self.vocab_tile):
-            w = slice(v, v + self.vocab_tile)
-            logits = torch.nn.functional.linear(hidden, weight[w], None if bias is None else bias[w])
+        if weight.device.type == "meta":
+            raise PipelineError("the output head is offloaded: call logit_tiles inside head_ready()")
+        hidden = hidden.to(weight.device, self.head_dtype)
+        tile = self.vocab_tile or self.vocab_size
+        for v in range(0, self.vocab_size, tile):
+            w = slice(v, v + tile)
+            b = None if bias is None else bias[w].to(self.head_dtype)
+            logits = torch.nn.functional.linear(hidden, weight[w].to(self.head_dtype), b)
             yield v, self.post(logits)
 
     def _tiled(self, hidden: torch.Tensor, targets: torch.Tensor, work_dtype: torch.dtype) -> torch.Tensor:
-        """Target log-probs over vocabulary tiles: a running max and sum of exponentials."""
+        """Target log-probs over vocabulary tiles (running max and sum of exponentials), no host sync."""
         n = len(targets)
         running_max = torch.full((n,), -torch.inf, dtype=work_dtype, device=hidden.device)
         running_sum = torch.zeros(n, dtype=work_dtype, device=hidden.device)
-        picked = torch.empty(n, dtype=work_dtype, device=hidden.device)
+        picked = torch.zeros(n, dtype=work_dtype, device=hidden.device)
         for v, logits in self.logit_tiles(hidden):
             logits = logits.to(work_dtype)
-            inside = ((targets >= v) & (targets < v + logits.shape[1])).nonzero().squeeze(1)
-            picked[inside] = logits[inside, targets[inside] - v]
+            local = targets - v
+            inside = (local >= 0) & (local < logits.shape[1])
+            value = logits.gather(1, local.clamp(0, logits.shape[1] - 1)[:, None]).squeeze(1)
+            picked = torch.where(inside, value, picked)
             tile_max = torch.maximum(running_max, logits.amax(dim=1))
             tile_sum = logits.sub_(tile_max[:, None]).exp_().sum(dim=1)
             running_sum = running_sum * torch.exp(running_max - tile_max) + tile_sum
@@ -129,24 +163,27 @@ class TargetScorer:
     def score(self, seq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """log P(seq[p + 1] | seq[: p + 1]) for each position p, one forward pass over ``seq``."""
         hidden = self.hidden_states(seq[None])[0]
-        return self.score_hidden(hidden[positions], seq[positions + 1])
+        return self.score_hidden(hidden[positions.to(hidden.device)], seq[positions + 1])
 
     def check_against_full_forward(self, length: int = 12) -> None:
-        """Guard: the chunked head must reproduce the model's own logits on a short probe."""
-        vocab = self.vocab_size
-        seq = torch.arange(length, dtype=torch.long) * 7919 % vocab
+        """Guard: the chunked head must reproduce the model's own logits on a short probe, up to
+        rounding (``rounding_tolerance``). The model's logits come from its head in its own dtype;
+        this head is checked in that dtype too (like with like), and in ``head_dtype`` if other."""
+        seq = torch.arange(length, dtype=torch.long) * 7919 % self.vocab_size
         positions = torch.arange(length - 1)
-        ours = self.score(seq, positions)
         with torch.inference_mode():
-            logits = self.model(input_ids=seq[None].to(self.device), use_cache=False).logits[0, :-1]
-            ref = torch.log_softmax(logits.double(), -1).gather(1, seq[1:, None].to(logits.device))
-        diff = (ours - ref.squeeze(1).cpu()).abs().max().item()
-        tolerance = 1e-9 if logits.dtype == torch.float64 else 1e-3 if logits.dtype == torch.float32 else 5e-2
-        if diff > tolerance:
-            raise PipelineError(
-                f"{type(self.model).__name__}: chunked log-probs differ from the model's own logits by "
-                f"{diff:.2e}; its output head does something this pipeline does not know"
-            )
+            logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
+        ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
+        tolerance = rounding_tolerance(logits).cpu()
+        like = TargetScorer(self.model, self.head_chunk, self.vocab_tile, head_dtype=logits.dtype)
+        for scorer in (like, self) if self.head_dtype != logits.dtype else (self,):
+            diff = (scorer.score(seq, positions) - ref).abs()
+            if (diff > tolerance).any():
+                raise PipelineError(
+                    f"{type(self.model).__name__}: chunked log-probs (head in {scorer.head_dtype}) differ "
+                    f"from the model's own logits by {diff.max().item():.2e}, more than rounding explains; "
+                    "its output head does something this pipeline does not know"
+                )
 
 
 @dataclass(frozen=True)
@@ -312,18 +349,20 @@ def top1_hits(scorer: TargetScorer, hidden: torch.Tensor, targets: torch.Tensor)
     """Whether each target is the model's top-1 prediction (argmax over the vocabulary, first on
     ties) from hidden states (n x hidden), over vocabulary tiles: no full-vocabulary logits for more
     than ``head_chunk`` positions of one tile."""
-    hits = np.zeros(len(targets), dtype=bool)
-    for a in range(0, len(targets), scorer.head_chunk):
-        h = hidden[a : a + scorer.head_chunk]
-        best = torch.full((len(h),), -torch.inf, dtype=torch.float64, device=h.device)
-        best_id = torch.zeros(len(h), dtype=torch.long, device=h.device)
-        for v, logits in scorer.logit_tiles(h):
-            value, index = logits.to(torch.float64).max(dim=1)
-            better = value > best
-            best = torch.where(better, value, best)
-            best_id = torch.where(better, index + v, best_id)
-        hits[a : a + len(h)] = (best_id.cpu() == targets[a : a + scorer.head_chunk].cpu()).numpy()
-    return hits
+    hits = []
+    with scorer.head_ready() as device:
+        hidden, targets = hidden.to(device), targets.to(device)
+        for a in range(0, len(targets), scorer.head_chunk):
+            h = hidden[a : a + scorer.head_chunk]
+            best = torch.full((len(h),), -torch.inf, dtype=torch.float64, device=device)
+            best_id = torch.zeros(len(h), dtype=torch.long, device=device)
+            for v, logits in scorer.logit_tiles(h):
+                value, index = logits.to(torch.float64).max(dim=1)
+                better = value > best
+                best = torch.where(better, value, best)
+                best_id = torch.where(better, index + v, best_id)
+            hits.append(best_id == targets[a : a + scorer.head_chunk])
+    return torch.cat(hits).cpu().numpy() if hits else np.zeros(0, dtype=bool)
 
 
 def context_limited_top1(

@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline import attention
 from pipeline.errors import PipelineError
+from pipeline.placement import describe, execution_device, from_pretrained_placement
 from pipeline.provenance import file_sha256
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -95,6 +96,11 @@ class LoadedModel:
     def bos_token_id(self) -> int | None:
         return self.tokenizer.bos_token_id
 
+    @property
+    def placement(self) -> str:
+        """Where it runs, with device indices (``cuda:0``, or a device map's ``cuda:0,cuda:1,cpu``)."""
+        return describe(self.model, self.device)
+
 
 def is_local_model(spec: str) -> bool:
     """True when loading ``spec`` needs no network: an embedded model or an existing path."""
@@ -120,12 +126,36 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return dtypes[name]
 
 
+HEAD_DTYPES = ("auto", "model", "float32")
+
+
+def resolve_head_dtype(name: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype the output head computes its logits in. ``model``: the model's own (as its forward
+    does); ``float32``: float32 for a 16-bit model, whose logits would otherwise be rounded to 16 bits
+    before the log-softmax (about 0.05 nats per log-prob in bfloat16); ``auto``: float32 on CUDA,
+    the model's dtype elsewhere. Never below the model's dtype."""
+    if name not in HEAD_DTYPES:
+        raise PipelineError(f"unknown head_dtype '{name}': use one of {', '.join(HEAD_DTYPES)}")
+    if model_dtype.itemsize >= 4 or name == "model" or (name == "auto" and device.type != "cuda"):
+        return model_dtype
+    return torch.float32
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def resolve_device(name: str) -> torch.device:
+    """The device to run on, with its index: ``auto`` is the current CUDA device when there is one
+    (a data-parallel rank's own GPU once bound), else the CPU."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise PipelineError(f"device={name} was asked for but no CUDA GPU is visible: use device=cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def resolve_source(spec: str) -> ModelSource:
@@ -228,28 +258,53 @@ def load_model(
         kwargs["revision"] = revision
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    if device_map:
-        kwargs["device_map"] = device_map
-        if gpus is not None:  # shard over these GPUs only (one slice per data-parallel rank)
-            kwargs["max_memory"] = {g: torch.cuda.get_device_properties(g).total_memory for g in gpus}
+    kwargs.update(from_pretrained_placement(torch_device, device_map, gpus))
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             location,
             trust_remote_code=trust_remote_code,
             **({"revision": revision} if source.kind == "hub" else {}),
         )
-        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise PipelineError(_load_error_message(source, exc)) from exc
-    if not device_map:
+        model = _from_pretrained(location, kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        raise PipelineError(_load_error_message(source, exc, attn_implementation)) from exc
+    if "device_map" not in kwargs:
         model.to(torch_device)
     model.eval()
+    if attn_implementation == attention.NAME and not attention_dispatches(model):
+        raise PipelineError(
+            f"'{spec}' does not call transformers' attention interface (custom modelling code?), so "
+            f"attn_implementation={attention.NAME} would be ignored: pass attn_implementation=sdpa (or "
+            "another implementation its code supports) in its evaluator/model group"
+        )
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
     if source.kind == "hub":
         source.revision = getattr(model.config, "_commit_hash", None) or revision
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
     )
+
+
+def _from_pretrained(location: str, kwargs: dict[str, Any]) -> Any:
+    """``from_pretrained``; a model that refuses sdpa (Gemma 2: soft-capped attention) refuses any
+    implementation named like it, so ``blocked_sdpa`` is retried under its other name."""
+    try:
+        return AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except ValueError as exc:
+        if kwargs.get("attn_implementation") != attention.NAME or "scaled_dot_product" not in str(exc):
+            raise
+    return AutoModelForCausalLM.from_pretrained(
+        location, **{**kwargs, "attn_implementation": attention.ALIAS}
+    )
+
+
+def attention_dispatches(model: Any) -> bool:
+    """Whether a forward pass of ``model`` calls ``blocked_sdpa`` (remote code may ignore it)."""
+    before = attention.CALLS[0]
+    probe = torch.zeros(1, 2, dtype=torch.long).to(execution_device(model.get_input_embeddings()))
+    with torch.inference_mode():
+        model(input_ids=probe, use_cache=False)
+    return attention.CALLS[0] > before
 
 
 @dataclass(frozen=True)
@@ -295,8 +350,13 @@ class ModelChoice:
         )
 
 
-def _load_error_message(source: ModelSource, exc: Exception) -> str:
+def _load_error_message(source: ModelSource, exc: Exception, attn_implementation: str | None) -> str:
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if attn_implementation and attn_implementation in str(exc):
+        return (
+            f"'{source.spec}' does not support attn_implementation={attn_implementation} ({first_line}): "
+            "pass attn_implementation=sdpa (or another implementation its code supports)"
+        )
     if source.kind == "hub":
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         why = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached or refused access"

@@ -39,7 +39,7 @@ def build_tokenizer(vocab_size: int = 400, normalizer=None):
 
 
 def tiny_config(arch: str, vocab_size: int, max_positions: int = 1024):
-    from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config
+    from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config
 
     common = dict(
         vocab_size=vocab_size,
@@ -65,6 +65,18 @@ def tiny_config(arch: str, vocab_size: int, max_positions: int = 1024):
             final_logit_softcapping=3.0,
             layer_types=["sliding_attention", "full_attention"],
         )
+    if arch == "gemma2":  # soft-capped attention logits, which sdpa cannot compute
+        return Gemma2Config(
+            **common,
+            head_dim=8,
+            sliding_window=6,
+            final_logit_softcapping=3.0,
+            attn_logit_softcapping=2.0,
+            query_pre_attn_scalar=8,
+            layer_types=["sliding_attention", "full_attention"],
+        )
+    if arch == "mistral":  # every layer a sliding window (Mistral v0.1)
+        return MistralConfig(**common, head_dim=8, sliding_window=6)
     raise ValueError(arch)
 
 
@@ -72,11 +84,11 @@ def build_model(arch: str, vocab_size: int, max_positions: int = 1024, seed: int
     import torch
     from transformers import AutoModelForCausalLM
 
-    import pipeline.attention  # noqa: F401  (registers blocked_sdpa)
+    import pipeline.attention  # registers blocked_sdpa
 
     torch.manual_seed(seed)
     config = tiny_config(arch, vocab_size, max_positions)
-    config._attn_implementation = "blocked_sdpa"
+    config._attn_implementation = pipeline.attention.ALIAS if arch == "gemma2" else pipeline.attention.NAME
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
     # Larger weights than the default init, so that log-probs depend strongly on the context.
     with torch.no_grad():

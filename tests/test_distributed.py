@@ -12,8 +12,9 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import artifacts
-from pipeline.distributed import assign
+from pipeline import artifacts, distributed
+from pipeline.distributed import assign, local_gpus
+from pipeline.errors import PipelineError
 from tests.conftest import ROOT, compose_keytokens, keytokens_overrides, run_keytokens
 
 WORDS = ["federal", "law", "provides", "powers", "president", "congress", "emergency", "report", "statute"]
@@ -81,7 +82,7 @@ def test_two_processes_give_the_same_tables(tiny_model_dir, corpus, tmp_path, re
     assert done.returncode == 0, done.stderr[-3000:]
     assert tables(tmp_path / "test") == reference
     manifest = json.loads((tmp_path / "test" / "manifest.json").read_text())
-    assert manifest["run"]["processes"] == 2
+    assert manifest["run"]["processes"] == 2 and manifest["run"]["devices"] == ["cpu", "cpu"]
 
 
 @pytest.mark.parametrize("kill_after_parts", [0, 1, 3, 7])
@@ -110,3 +111,40 @@ def test_killed_run_resumes_to_the_same_tables(tiny_model_dir, corpus, tmp_path,
 def test_in_process_run_matches_the_subprocess(tiny_model_dir, corpus, tmp_path, reference):
     run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path, "max_tokens=400")))
     assert tables(tmp_path / "test") == reference
+
+
+def test_each_rank_gets_its_own_slice_of_gpus():
+    assert [local_gpus(r, 2, 8) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [local_gpus(r, 8, 8) for r in range(8)] == [[r] for r in range(8)]
+    assert [local_gpus(r, 3, 8) for r in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(PipelineError, match=r"3 processes per node .* but 2 GPU"):
+        local_gpus(2, 3, 2)
+
+
+def test_ranks_are_bound_to_their_gpu_before_the_process_group(monkeypatch):
+    """Rank 1 of 2 on a 4-GPU node: set_device(cuda:2), then NCCL with device_id=cuda:2."""
+    calls = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(distributed.torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(
+        distributed.dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw["device_id"]))
+    )
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    ranks = distributed.init_ranks(use_cuda=True)
+    cuda2 = distributed.torch.device("cuda", 2)
+    assert calls == [("set_device", cuda2), ("nccl", cuda2)] and ranks.gpus == (2, 3)
+
+
+def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda *a, **k: pytest.fail("group started"))
+    with pytest.raises(PipelineError, match="NPROC<=2"):
+        distributed.init_ranks(use_cuda=True)

@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.logprobs import TargetScorer, context_limited_logprobs, long_and_short_logprobs, short_windows
+from pipeline.logprobs import (
+    TargetScorer,
+    context_limited_logprobs,
+    long_and_short_logprobs,
+    rounding_tolerance,
+    short_windows,
+    top1_hits,
+)
 from tests.conftest import build_model
 
 VOCAB = 97
@@ -30,7 +37,7 @@ def expected_short_context(seq: list[int], p: int, K: int, d: int, bos: int | No
     return ([bos] if bos is not None else []) + seq[start:p]
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2", "gemma2"])
 @pytest.mark.parametrize(
     ("n", "K", "d"),
     [
@@ -94,10 +101,16 @@ def test_head_memory_is_bounded_by_chunk(monkeypatch):
     model = build_model("llama", VOCAB)
     scorer = TargetScorer(model, head_chunk=7, vocab_tile=None)
     seen = []
-    head = scorer.head
-    monkeypatch.setattr(scorer, "head", lambda h: seen.append(h.shape[0]) or head(h))
+    linear = torch.nn.functional.linear
+
+    def spy(h, w, *args, **kwargs):
+        if w.shape[0] == VOCAB:  # the head (not a layer of the body)
+            seen.append(h.shape[0])
+        return linear(h, w, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", spy)
     long_and_short_logprobs(scorer, torch.randint(2, VOCAB, (50,)), 8, 4)
-    assert max(seen) <= 7
+    assert seen and max(seen) <= 7
 
 
 @pytest.mark.parametrize(("n", "window"), [(30, 8), (31, 9), (8, 8), (5, 16)])
@@ -135,3 +148,81 @@ def test_tiled_head_memory_is_bounded_by_chunk_and_tile(monkeypatch):
     )
     scorer.score_hidden(torch.randn(50, 32, dtype=torch.float64), torch.randint(0, VOCAB, (50,)))
     assert shapes and max(s[0] for s in shapes) <= 7 and max(s[1] for s in shapes) <= 10
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("head_dtype", [torch.bfloat16, torch.float32])
+def test_bfloat16_self_check_passes(arch, head_dtype):
+    """bfloat16 on a CPU: the head checked like with like (in the model's dtype) and in float32,
+    whose unrounded logits differ from the model's bfloat16 ones by up to about 0.09 here."""
+    model = build_model(arch, 300, seed=3).to(torch.bfloat16)
+    TargetScorer(model, head_chunk=5, vocab_tile=64, head_dtype=head_dtype).check_against_full_forward()
+
+
+def test_rounding_tolerance_allows_rounding_and_nothing_more():
+    """One bfloat16 ulp moved on every logit (another GEMM's rounding) stays within the tolerance;
+    a forgotten soft-capping does not."""
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(40, 300, generator=generator, dtype=torch.float64) * 6).to(torch.bfloat16)
+    targets = torch.randint(0, 300, (40, 1), generator=generator)
+
+    def logprobs(x):
+        return torch.log_softmax(x.double(), -1).gather(1, targets).squeeze(1)
+
+    tolerance = rounding_tolerance(logits)
+    ulp = torch.finfo(torch.bfloat16).eps * torch.exp2(torch.floor(torch.log2(logits.double().abs())))
+    signs = torch.randint(0, 2, logits.shape, generator=generator) * 2 - 1
+    assert ((logprobs(logits.double() + signs * ulp) - logprobs(logits)).abs() <= tolerance).all()
+    capped = (torch.tanh(logits.double() / 15) * 15).to(torch.bfloat16)
+    assert ((logprobs(capped) - logprobs(logits)).abs() > tolerance).any()
+    assert rounding_tolerance(torch.full((1, 2), 20.0, dtype=torch.bfloat16)).item() == 4 * 0.125
+
+
+def test_float32_head_removes_the_bfloat16_rounding_of_logits():
+    """Same bfloat16 hidden states and weights: the float32 head's log-probs match a float64
+    computation to float32 precision, the bfloat16 head's only to bfloat16 rounding."""
+    model = build_model("llama", 300, seed=1).to(torch.bfloat16)
+    seq = torch.randint(2, 300, (40,), generator=torch.Generator().manual_seed(0))
+    hidden = TargetScorer(model).hidden_states(seq[None])[0, :-1]
+    exact = torch.log_softmax(hidden.double() @ model.lm_head.weight.double().T, -1)
+    exact = exact.gather(1, seq[1:, None]).squeeze(1)
+    errors = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        scorer = TargetScorer(model, head_chunk=7, vocab_tile=64, head_dtype=dtype)
+        errors[dtype] = (scorer.score_hidden(hidden, seq[1:]) - exact).abs().max().item()
+    assert errors[torch.float32] < 1e-4 < 0.01 < errors[torch.bfloat16]
+
+
+def test_head_scoring_makes_one_host_copy_per_call(monkeypatch):
+    """The hot loop never waits on the device: no .item(), .tolist(), .nonzero(), int() or bool() of
+    a tensor in the attention or the head, and one copy to the host per batch of targets."""
+    import sys
+
+    from pipeline import attention
+
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 8)
+    syncs = []
+    for name in ("item", "tolist", "nonzero", "__int__", "__bool__", "cpu", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _name=name, _original=original, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if caller.endswith(("pipeline/logprobs.py", "pipeline/attention.py")):
+                syncs.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    to_host = []
+    original_to = torch.Tensor.to
+    monkeypatch.setattr(
+        torch.Tensor,
+        "to",
+        lambda self, *a, **k: (a[:1] == ("cpu",) and to_host.append(1)) or original_to(self, *a, **k),
+    )
+    model = build_model("gemma3", VOCAB)
+    scorer = TargetScorer(model, head_chunk=5, vocab_tile=10)
+    seq = torch.randint(2, VOCAB, (60,), generator=torch.Generator().manual_seed(0))
+    hidden = scorer.hidden_states(seq[None])[0]
+    scorer.score_hidden(hidden[:-1], seq[1:])
+    top1_hits(scorer, hidden[:-1], seq[1:])
+    assert syncs == ["cpu", "numpy"] and len(to_host) == 1  # top1_hits once, score_hidden once

@@ -148,13 +148,20 @@ def test_top1_matches_a_forward_pass_on_each_window(tiny_scorer, window):
 
 def test_top1_counts_hits():
     scorer = SimpleNamespace(
-        head=torch.nn.Linear(2, 5, bias=False), vocab_tile=2, vocab_size=5, head_chunk=2, post=lambda x: x
+        head=torch.nn.Linear(2, 5, bias=False),
+        vocab_tile=2,
+        vocab_size=5,
+        head_chunk=2,
+        post=lambda x: x,
+        linear=True,
+        head_dtype=torch.float32,
     )
     with torch.no_grad():
         scorer.head.weight.copy_(torch.tensor([[1.0, 0], [0, 1], [2, 0], [0, 2], [-1, -1]]))
     from pipeline.logprobs import TargetScorer, top1_hits
 
     scorer.logit_tiles = functools.partial(TargetScorer.logit_tiles, scorer)  # the real tiling, on this head
+    scorer.head_ready = functools.partial(TargetScorer.head_ready, scorer)
     hidden = torch.tensor([[1.0, 0], [0, 1], [-1, -1]])
     assert top1_hits(scorer, hidden, torch.tensor([2, 1, 4])).tolist() == [True, False, True]
 

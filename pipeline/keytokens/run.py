@@ -29,7 +29,7 @@ from pipeline.keytokens.documents import Prepared, prepare_documents
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.logprobs import TargetScorer
-from pipeline.models import LoadedModel, is_local_model
+from pipeline.models import LoadedModel, dtype_name, is_local_model, resolve_head_dtype
 from pipeline.provenance import json_sha256, library_versions, text_sha256
 from pipeline.reporting import keytoken_page
 
@@ -62,9 +62,10 @@ def run(settings: KeyTokenSettings) -> dict[str, Any]:
     writer.start()
     resumed = len(writer.finished())
     score_documents(lm, selection.prepared, settings, writer, ranks)
+    devices = ranks.gather(lm.placement)
     manifest = None
     if ranks.is_main:
-        manifest = finish(writer, selection, lm, settings, ranks.world, resumed, time.time() - started)
+        manifest = finish(writer, selection, devices, settings, resumed, time.time() - started)
     ranks.barrier()  # rank 0 has finalized
     distributed.shutdown(ranks)
     return manifest or load_artifact(writer.root).manifest
@@ -78,8 +79,8 @@ def load_evaluator(settings: KeyTokenSettings, ranks: distributed.Ranks) -> Load
     """Load the evaluator; with several ranks, rank 0 first (it converts a GGUF once for all), and
     each rank on its own slice of the node's GPUs (one GPU, or several with device_map=auto)."""
     gpus, device = None, settings.device
-    if ranks.world > 1 and wants_cuda(settings.device):
-        gpus = distributed.local_gpus(ranks)
+    if ranks.gpus:
+        gpus = list(ranks.gpus)
         if not settings.evaluator.device_map:
             device = f"cuda:{gpus[0]}"
     if not ranks.is_main:
@@ -107,22 +108,39 @@ def select(docs: list, lm: LoadedModel, settings: KeyTokenSettings) -> Selection
 
 
 def settings_record(settings: KeyTokenSettings, lm: LoadedModel, prepared: list[Prepared]) -> dict[str, Any]:
-    """The manifest's ``settings``: what the numbers depend on, and where the inputs came from."""
+    """The manifest's ``settings``: what the numbers depend on, and where the inputs came from. The
+    dtypes and the device type are the resolved ones (``dtype=auto`` runs in bfloat16 on CUDA and
+    float32 on a CPU: a run resumed elsewhere must not mix them); the device index is not (ranks run
+    on different GPUs of one kind), it is in the manifest's ``run``."""
     spec = settings.corpus
+    corpus = {
+        "name": spec.name,
+        "path": spec.path,
+        "dataset": spec.dataset,
+        "split": spec.split,
+        "revision": spec.revision,
+        "text_field": spec.text_field,
+    }
+    if spec.tokenized_with:  # texts decoded from a pre-tokenized dataset: how they were selected and decoded
+        corpus |= {
+            k: getattr(spec, k)
+            for k in ("tokenized_with", "tokenizer_revision", "min_tokenized_len", "max_ids", "limit")
+        }
     return {
         **settings.result_settings(),
+        "dtype": dtype_name(lm.dtype),
+        "device": lm.device.type,
+        "head_dtype": dtype_name(head_dtype(settings, lm)),
         "evaluator": lm.source.to_dict(),
-        "corpus": {
-            "name": spec.name,
-            "path": spec.path,
-            "dataset": spec.dataset,
-            "split": spec.split,
-            "revision": spec.revision,
-            "text_field": spec.text_field,
-        },
+        "corpus": corpus,
         "documents": [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared],
         "libraries": {k: v for k, v in library_versions().items() if k in ("torch", "transformers")},
     }
+
+
+def head_dtype(settings: KeyTokenSettings, lm: LoadedModel) -> torch.dtype:
+    """The dtype the evaluator's output head computes in (``head_dtype``, resolved)."""
+    return resolve_head_dtype(settings.head_dtype, lm.dtype, lm.device)
 
 
 def result_identity(record: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +164,12 @@ def score_documents(
 ) -> None:
     """Score and write this rank's unfinished documents; progress is counted in tokens, for an
     honest ETA (one set of bars: rank 0's, since ranks are balanced)."""
-    scorer = TargetScorer(lm.model, head_chunk=settings.head_chunk, vocab_tile=settings.vocab_tile)
+    scorer = TargetScorer(
+        lm.model,
+        head_chunk=settings.head_chunk,
+        vocab_tile=settings.vocab_tile,
+        head_dtype=head_dtype(settings, lm),
+    )
     scorer.check_against_full_forward()
     bos_id = lm.bos_token_id if settings.add_bos else None
     owners = distributed.assign([len(p.ids) for p in prepared], ranks.world)
@@ -172,9 +195,8 @@ def score_documents(
 def finish(
     writer: ArtifactWriter,
     selection: Selection,
-    lm: LoadedModel,
+    devices: list[str],
     settings: KeyTokenSettings,
-    processes: int,
     resumed: int,
     seconds: float,
 ) -> dict[str, Any]:
@@ -193,13 +215,14 @@ def finish(
         "skipped": selection.skipped,
         "libraries": library_versions(),
         "run": {
-            "device": str(lm.device),
+            "device": devices[0],
+            "devices": devices,  # each rank's, with indices
             "head_chunk": settings.head_chunk,
             "vocab_tile": settings.vocab_tile,
             "window_batch_tokens": settings.window_batch_tokens,
             "wall_seconds": round(seconds, 1),
             "resumed_documents": resumed,
-            "processes": processes,
+            "processes": len(devices),
         },
     }
     manifest = writer.finalize(range(len(selection.prepared)), extra)

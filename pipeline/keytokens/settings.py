@@ -45,6 +45,7 @@ class KeyTokenSettings:
     short_window_bos: bool  # and before every short window
     dtype: str
     device: str
+    head_dtype: str  # auto (float32 on CUDA), model or float32: the output head's dtype
     head_chunk: int
     vocab_tile: int | None
     window_batch_tokens: int

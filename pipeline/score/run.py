@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from pipeline import results
 from pipeline.artifacts import HUB_PREFIX, iter_documents, load_artifact, locate_artifact
 from pipeline.logprobs import TargetScorer
-from pipeline.models import ModelChoice, is_local_model
+from pipeline.models import ModelChoice, dtype_name, is_local_model, resolve_head_dtype
 from pipeline.reporting.common import fmt
 from pipeline.score import ScoreSettings, corpus_summary, score_document, settings_dict
 
@@ -53,7 +53,10 @@ def run(cfg: Any) -> dict[str, Any]:
     artifact = load_artifact(artifact_path)
     settings = score_settings(cfg)
     lm = choice.load(dtype=cfg.dtype, device=cfg.device, cache_dir=cfg.get("cache_dir"))
-    scorer = TargetScorer(lm.model, head_chunk=settings.head_chunk, vocab_tile=settings.vocab_tile)
+    head_dtype = resolve_head_dtype(str(cfg.get("head_dtype", "model")), lm.dtype, lm.device)
+    scorer = TargetScorer(
+        lm.model, head_chunk=settings.head_chunk, vocab_tile=settings.vocab_tile, head_dtype=head_dtype
+    )
     scorer.check_against_full_forward()
     docs = list(iter_documents(artifact))
     scores = [
@@ -62,8 +65,9 @@ def run(cfg: Any) -> dict[str, Any]:
     ]
     record = {
         **settings_dict(settings),
-        "dtype": str(lm.dtype).removeprefix("torch."),
-        "device": str(lm.device),
+        "dtype": dtype_name(lm.dtype),
+        "head_dtype": dtype_name(head_dtype),
+        "device": lm.placement,
     }
     name = model_name(choice) + (f"@ctx{settings.context_limit}" if settings.context_limit else "")
     corpus, documents = corpus_summary(scores), [s.summary() for s in scores]

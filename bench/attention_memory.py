@@ -1,0 +1,170 @@
+"""Peak memory of sliding-window attention, side by side: transformers' sdpa (a dense n x n mask),
+the previous blocked_sdpa (blocks of queries, but the same dense mask built first) and blocked_sdpa
+now (a described window, one band per block of queries).
+
+The model is a one-layer sliding-window model (Mistral-style, window 512, hidden 256, 4 heads of 64,
+float32, random weights): its memory during a forward pass is the attention's. Each (implementation,
+length) runs in its own process. Reported: the bytes of the mask the layer receives, peak memory
+above the loaded model (CPU: resident set, sampled every 10 ms; CUDA: max_memory_allocated) and time.
+
+    make bench-attention                                  # 8k and 16k tokens on the CPU
+    .venv/bin/python -m bench.attention_memory --tokens 8192 16384 32768 --device cuda
+
+Writes docs/attention_memory.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench.common import ROOT, PeakRSS, run_watched
+
+IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
+
+
+def register(mask_sizes: list[int]) -> None:
+    """The three implementations under bench_* names, each recording the size of its layer masks."""
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    from pipeline import attention
+
+    def recorded(mask_function):
+        def make(**kwargs):
+            mask = mask_function(**kwargs)
+            mask_sizes.append(mask.numel() * mask.element_size() if torch.is_tensor(mask) else 0)
+            return mask
+
+        return make
+
+    pairs = {
+        "sdpa": (sdpa_attention_forward, sdpa_mask),
+        "dense_blocked": (attention.blocked_sdpa_forward, sdpa_mask),
+        "blocked_sdpa": (attention.blocked_sdpa_forward, attention.window_mask),
+    }
+    for name, (forward, mask) in pairs.items():
+        AttentionInterface.register(f"bench_{name}", forward)
+        AttentionMaskInterface.register(f"bench_{name}", recorded(mask))
+
+
+def measure_one(implementation: str, tokens: int, device: str) -> dict:
+    import psutil
+    import torch
+    from transformers import AutoModelForCausalLM, MistralConfig
+
+    mask_sizes: list[int] = []
+    register(mask_sizes)
+    config = MistralConfig(
+        vocab_size=1000,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=64,
+        max_position_embeddings=max(tokens, 1024),
+        sliding_window=512,
+    )
+    config._attn_implementation = f"bench_{implementation}"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to(device).eval()
+    ids = torch.randint(0, 1000, (1, tokens), device=device)
+    with torch.inference_mode():
+        model.model(input_ids=ids[:, :64], use_cache=False)  # warm-up: kernels and allocator
+    gc.collect()
+    mask_sizes.clear()
+    start = time.perf_counter()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        with torch.inference_mode():
+            model.model(input_ids=ids, use_cache=False)
+        torch.cuda.synchronize()
+        above = torch.cuda.max_memory_allocated() - before
+    else:
+        baseline = psutil.Process().memory_info().rss
+        with PeakRSS() as peak, torch.inference_mode():
+            model.model(input_ids=ids, use_cache=False)
+        above = peak.peak - baseline
+    return {
+        "implementation": implementation,
+        "tokens": tokens,
+        "device": device,
+        "mask_mb": max(mask_sizes, default=0) / 2**20,
+        "peak_above_model_mb": above / 2**20,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def report(rows: list[dict]) -> str:
+    lines = [
+        "| implementation | tokens | layer mask (MiB) | peak above model (MiB) | seconds |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['implementation']} | {r['tokens']} | failed: {r['failed']} | | |")
+            continue
+        lines.append(
+            f"| {r['implementation']} | {r['tokens']} | {r['mask_mb']:.1f} | {r['peak_above_model_mb']:.1f} "
+            f"| {r['seconds']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def document(rows: list[dict], machine: str) -> str:
+    """docs/attention_memory.md: what was measured, where, and the table."""
+    return (
+        "# Peak memory of sliding-window attention\n\n"
+        "Regenerate: `make bench-attention` (bench/attention_memory.py). A one-layer Mistral-style model "
+        "(every layer a sliding window of 512 tokens, hidden 256, 4 heads of 64, float32, random weights), "
+        "one forward pass per process. Layer mask: the mask the attention layer receives (transformers' "
+        "sdpa: a dense (1, 1, n, n) boolean; blocked_sdpa: a description, 0 bytes). Peak: above the loaded "
+        "model (CPU: resident set sampled every 10 ms; CUDA: max_memory_allocated). `dense_blocked` is "
+        "blocked_sdpa as it was before: query blocks, but transformers' dense mask built first.\n\n"
+        f"Machine: {machine}. Times are from a machine shared with other jobs: compare them within "
+        "the table only.\n\n" + report(rows) + "\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
+    )
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cap-gb", type=float, default=12.0)
+    parser.add_argument("--output", default=str(ROOT / "docs/attention_memory.md"))
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure_one(args.implementations[0], args.tokens[0], args.device)))
+        return
+    rows = []
+    for tokens in args.tokens:
+        for implementation in args.implementations:
+            cmd = [sys.executable, "-m", "bench.attention_memory", "--one", "--device", args.device]
+            cmd += ["--tokens", str(tokens), "--implementations", implementation]
+            row = run_watched(cmd, cap_gb=args.cap_gb, timeout=900)
+            rows.append({"implementation": implementation, "tokens": tokens, **row})
+            print(json.dumps(rows[-1]), flush=True)
+    from pipeline.provenance import machine
+
+    text = document(rows, machine())
+    Path(args.output).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Where the parts of a loaded model compute: one device, or a device map (accelerate's hooks).
+
+With ``device_map`` a model's modules may sit on different GPUs, and an offloaded module (``cpu``
+or ``disk`` in the map) keeps its weights on the ``meta`` device between calls: its accelerate hook
+loads them onto its *execution device* for each forward and moves the inputs there. Code that uses
+a module's weights directly (the tiled output head in ``pipeline.logprobs``) must do the same:
+``execution_device`` and ``loaded_weights`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from pipeline.errors import PipelineError
+
+
+def _hooks(module: torch.nn.Module) -> list[Any]:
+    hook = getattr(module, "_hf_hook", None)
+    if hook is None:
+        return []
+    return list(getattr(hook, "hooks", [hook]))  # accelerate's SequentialHook holds several
+
+
+def _as_device(device: Any) -> torch.device:
+    return torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+
+
+def execution_device(module: torch.nn.Module) -> torch.device:
+    """The device ``module`` computes on: its accelerate hook's execution device when the model was
+    dispatched with a device map, else the device of its first parameter (CPU if it has none)."""
+    for hook in _hooks(module):
+        device = getattr(hook, "execution_device", None)
+        if device is not None:
+            return _as_device(device)
+    param = next(module.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def _on_meta(module: torch.nn.Module) -> bool:
+    return any(p.device.type == "meta" for p in module.parameters(recurse=False))
+
+
+@contextmanager
+def loaded_weights(module: torch.nn.Module) -> Iterator[None]:
+    """Within this block ``module``'s own weights are real tensors: an offloaded module (weights on
+    ``meta``) is loaded onto its execution device by its accelerate hook, and offloaded again after."""
+    if not _on_meta(module):
+        yield
+        return
+    hook = getattr(module, "_hf_hook", None)
+    if hook is None:
+        raise PipelineError(
+            f"the weights of {type(module).__name__} are on the meta device and nothing loads them: "
+            "load the model with a device_map (accelerate offloads and reloads them) or without empty weights"
+        )
+    hook.pre_forward(module)
+    try:
+        if _on_meta(module):
+            raise PipelineError(
+                f"the accelerate hook of {type(module).__name__} left its weights on the meta device: "
+                "load the model without offloading its output head (device_map without 'disk' for lm_head)"
+            )
+        yield
+    finally:
+        hook.post_forward(module, None)
+
+
+def from_pretrained_placement(
+    device: torch.device, device_map: Any | None, gpus: list[int] | None
+) -> dict[str, Any]:
+    """``from_pretrained`` arguments that put the model where it will run. A device map shards it
+    (over ``gpus`` only, when given: one slice per data-parallel rank); one CUDA device gets
+    ``device_map={"": device}``, so the weights go straight to the GPU instead of through host
+    memory; on the CPU nothing (the model is loaded there)."""
+    if device_map:
+        kwargs: dict[str, Any] = {"device_map": device_map}
+        if gpus is not None:
+            kwargs["max_memory"] = {g: torch.cuda.get_device_properties(g).total_memory for g in gpus}
+        return kwargs
+    if device.type == "cuda":
+        return {"device_map": {"": str(device)}}
+    return {}
+
+
+def describe(model: Any, device: torch.device) -> str:
+    """Where the model runs, with device indices: ``cpu``, ``cuda:0``, or the devices of its device
+    map in the map's order (``cuda:0,cuda:1,cpu,disk``)."""
+    mapping = getattr(model, "hf_device_map", None)
+    if not mapping:
+        return str(device)
+    places = ["disk" if d == "disk" else str(_as_device(d)) for d in mapping.values()]
+    return ",".join(dict.fromkeys(places))
