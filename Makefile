@@ -20,6 +20,8 @@ REPO        ?=
 NPROC       ?= 1
 DRY_RUN     ?=
 
+comma       := ,
+
 export PYTHONUNBUFFERED := 1
 
 .PHONY: setup keytokens score leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
@@ -44,8 +46,10 @@ else
 	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.keytokens $(ARGS)
 endif
 
+# MODEL=a,b (a comma list) is a Hydra multirun over the models: one process after another, or
+# ARGS="hydra/launcher=joblib" in parallel, or ARGS="hydra/launcher=slurm" as Slurm jobs (README).
 score: $(STAMP)
-	$(BIN)/python -m pipeline.score $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
+	$(BIN)/python -m pipeline.score $(if $(findstring $(comma),$(MODEL)),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
 
 leaderboard: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.leaderboard $(ARGS)

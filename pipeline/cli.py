@@ -1,4 +1,10 @@
-"""Running a command: Hydra configuration, composed stage configs, one-line errors."""
+"""Running a command: Hydra configuration, composed stage configs, one-line errors.
+
+A command runs once, or as a Hydra multirun (``-m``, e.g. ``model.spec=a,b``) on any launcher
+(``hydra/launcher=joblib`` for local processes, ``hydra/launcher=slurm`` for a cluster). In a
+multirun, a job's PipelineError prints ``error: [<its overrides>] <message>`` and the other jobs go on;
+the multirun then ends with one ``error:`` line and exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,18 @@ from typing import Any
 
 import hydra
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipeline.errors import PipelineError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+class JobFailed(CompactHydraException):
+    """A multirun job ended with a PipelineError (Hydra prints a CompactHydraException as one line)."""
 
 
 def hydra_main(config_name: str, run: Callable[[Any], Any]) -> None:
@@ -25,10 +38,23 @@ def hydra_main(config_name: str, run: Callable[[Any], Any]) -> None:
         try:
             run(cfg)
         except PipelineError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
+            if HydraConfig.get().mode != RunMode.MULTIRUN:
+                print(f"error: {exc}", file=sys.stderr)
+                sys.exit(2)
+            job = HydraConfig.get().job.override_dirname or f"job {HydraConfig.get().job.num}"
+            print(f"error: [{job}] {exc}", file=sys.stderr)
+            raise JobFailed(
+                f"error: jobs of this multirun failed (see their error lines), the first [{job}]"
+            ) from None
 
-    _entry()
+    try:
+        _entry()
+    except SystemExit as exc:
+        # Hydra reports a failed multirun job (raised again in this process, by any launcher) as
+        # one line, then exits with status 1; a PipelineError's status is 2.
+        if isinstance(exc.__context__, JobFailed):
+            sys.exit(2)
+        raise
 
 
 def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:

@@ -63,6 +63,8 @@ def load_corpus(spec: CorpusSpec) -> list[Document]:
     """All documents of a corpus, in order, with unique ids."""
     if spec.path:
         path = Path(spec.path)
+        if path.is_dir():
+            raise PipelineError(f"corpus.path={spec.path} is a directory: pass a .jsonl or .parquet file")
         if not path.is_file():
             raise PipelineError(f"corpus file not found: {spec.path}")
         if path.suffix == ".parquet":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,15 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
 
 def md_cell(text: str) -> str:
     return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
+def md_code(text: str) -> str:
+    """Inline code for any text: on one line, fenced by more backticks than it contains."""
+    one_line = " ".join(str(text).splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", one_line)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
+    return f"{fence}{pad}{one_line}{pad}{fence}"
 
 
 def csv_text(header: list[str], rows: list[list[str | None]]) -> str:

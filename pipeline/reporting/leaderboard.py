@@ -30,6 +30,7 @@ from pipeline.reporting.common import (
     figure,
     fmt,
     labelled_scatter,
+    md_code,
     md_table,
     newest,
     png,
@@ -145,11 +146,11 @@ def leaderboard_markdown(board: pl.DataFrame, source: str | Path | None = None) 
     top = newest(board)
     lines = [
         "# LongPPL leaderboard\n\n",
-        f"Artifact `{top['artifact']}` (fingerprint `{top['fingerprint'][:12]}`), "
+        f"Artifact {md_code(top['artifact'])} (fingerprint {md_code(top['fingerprint'][:12])}), "
         f"{board.height} entries, sorted by LongPPL (lower is better; entries without key tokens last).\n",
     ]
     if source is not None:
-        lines.append(f"Scores: `{display_path(source)}` (sha256 `{file_sha256(source)}`).\n")
+        lines.append(f"Scores: {md_code(display_path(source))} (sha256 `{file_sha256(source)}`).\n")
     shown = {k: v for k, v in COLUMNS.items() if v is not None}
     rows = [["n/a" if row[k] is None else row[k] for k in shown] for row in table(board)]
     return "".join(lines) + "\n" + md_table(list(shown.values()), rows)
