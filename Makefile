@@ -24,7 +24,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
+.PHONY: setup keytokens score leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench-checks bench bench-quick
 
 setup: $(STAMP)
 
@@ -46,10 +46,11 @@ else
 	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.keytokens $(ARGS)
 endif
 
-# MODEL=a,b (a comma list) is a Hydra multirun over the models: one process after another, or
-# ARGS="hydra/launcher=joblib" in parallel, or ARGS="hydra/launcher=slurm" as Slurm jobs (README).
+# MODEL=a,b (a comma list) is a Hydra multirun over the models (-m in ARGS is put first, where Hydra
+# reads it): one after another, or ARGS="hydra/launcher=joblib" in parallel processes, or
+# ARGS="hydra/launcher=slurm" as Slurm jobs (README).
 score: $(STAMP)
-	$(BIN)/python -m pipeline.score $(if $(findstring $(comma),$(MODEL)),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
+	$(BIN)/python -m pipeline.score $(if $(or $(findstring $(comma),$(MODEL)),$(filter -m --multirun,$(ARGS))),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(filter-out -m --multirun,$(ARGS))
 
 leaderboard: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.leaderboard $(ARGS)
@@ -94,6 +95,10 @@ bench-memory: $(STAMP)
 
 bench-stage2: $(STAMP)
 	$(BIN)/python -m bench.stage2_overhead $(ARGS)
+
+# The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
+bench-checks: $(STAMP)
+	$(BIN)/python -m bench.artifact_checks $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.compare_official $(ARGS)

@@ -100,6 +100,8 @@ def _documents(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list
                 f"corpus {where}, row {i}: '{spec.text_field}' is {type(text).__name__}, not text"
             )
         doc_id = str(row[spec.id_field]) if spec.id_field and spec.id_field in row else f"{spec.name}-{i:05d}"
+        if not doc_id:
+            raise PipelineError(f"corpus {where}, row {i}: empty document id in '{spec.id_field}'")
         if doc_id in seen:
             raise PipelineError(
                 f"corpus {where}: duplicate document id '{doc_id}' (rows {seen[doc_id]} and {i}); "

@@ -12,15 +12,17 @@ from pipeline.reporting import refresh
 from tests.conftest import compose_config
 
 
-def refresh_config(artifact, model_dir, recorded, *extra):
+def refresh_config(artifact, model_dir, recorded, *extra, models=None):
     fingerprint = load_artifact(artifact).manifest["fingerprint"]
+    models = models or f"[{{name: tiny, spec: '{model_dir}', revision: null}}]"
     return compose_config(
         "refresh",
         [
             f"artifact={artifact}",
             f"fingerprint={fingerprint}",
             f"recorded={recorded}",
-            f"models=[{{name: tiny, spec: '{model_dir}', revision: null}}]",
+            f"models={models}",
+            f"work_dir={recorded.parent / 'work'}",
             "settings.dtype=float64",
             "+settings.head_chunk=16",
             *extra,
@@ -45,3 +47,18 @@ def test_refresh_rejects_another_artifact(tiny_artifact, other_model_dir, tmp_pa
     )
     with pytest.raises(PipelineError, match="not the artifact the leaderboard was computed on"):
         refresh.run(cfg)
+
+
+def test_refresh_fans_out_on_the_joblib_launcher(tiny_artifact, other_model_dir, tiny_model_dir, tmp_path):
+    """The same multirun of the score stage on Hydra's joblib launcher (two processes): exactly the
+    numbers of the default launcher (one job after the other)."""
+    models = (
+        f"[{{name: other, spec: '{other_model_dir}', revision: null}}, "
+        f"{{name: own, spec: '{tiny_model_dir}', revision: null}}]"
+    )
+    recorded = tmp_path / "recorded.jsonl"
+    one_by_one = refresh.run(refresh_config(tiny_artifact, None, recorded, "record=true", models=models))
+    parallel = refresh.run(refresh_config(tiny_artifact, None, recorded, "launcher=joblib", models=models))
+    assert [r["model_name"] for r in parallel] == ["other", "own"]
+    assert [r["corpus"] for r in parallel] == [r["corpus"] for r in one_by_one]
+    assert not list((tmp_path / "work").iterdir())  # the run's configs and scores are cleaned up
