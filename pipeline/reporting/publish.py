@@ -125,6 +125,7 @@ def check_repo(repo: str) -> None:
 
 def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, license_id: str) -> Path:
     """Write the exact folder that would be uploaded: the verified artifact files and the card."""
+    check_repo(repo)
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
