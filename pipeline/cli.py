@@ -2,8 +2,9 @@
 
 A command runs once, or as a Hydra multirun (``-m``, e.g. ``model.spec=a,b``) on any launcher
 (``hydra/launcher=joblib`` for local processes, ``hydra/launcher=slurm`` for a cluster). In a
-multirun, a job's PipelineError prints ``error: [<its overrides>] <message>`` and the other jobs go on;
-the multirun then ends with one ``error:`` line and exit status 2.
+multirun, a job's PipelineError prints ``error: [<its overrides>] <message>`` (in its log, for cluster
+launchers) and the other jobs go on; the multirun then repeats the first failure, ``error: multirun
+job failed [<overrides>]: <message>``, and exits with status 2.
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ def hydra_main(config_name: str, run: Callable[[Any], Any]) -> None:
                 sys.exit(2)
             job = HydraConfig.get().job.override_dirname or f"job {HydraConfig.get().job.num}"
             print(f"error: [{job}] {exc}", file=sys.stderr)
-            raise JobFailed(
-                f"error: jobs of this multirun failed (see their error lines), the first [{job}]"
-            ) from None
+            raise JobFailed(f"error: multirun job failed [{job}]: {exc}") from None
 
     try:
         _entry()

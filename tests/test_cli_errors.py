@@ -48,7 +48,7 @@ def test_score_on_every_damaged_artifact(tiny_artifact, other_model_dir, tmp_pat
         line = next(line for line in lines if f"artifact={roots[case]}," in line)
         assert re.search(message, line), (case, line)
     assert not (tmp_path / "scores.jsonl").exists()  # no number was produced
-    assert any(line.startswith("error: jobs of this multirun failed") for line in done.stderr.splitlines())
+    assert any(line.startswith("error: multirun job failed [artifact=") for line in done.stderr.splitlines())
 
 
 def test_keytokens_settings_are_checked_before_any_model_loads(tiny_model_dir, tmp_path):
