@@ -30,15 +30,26 @@ def refresh_config(artifact, model_dir, recorded, *extra, models=None):
     )
 
 
-def test_refresh_reproduces_and_detects_a_changed_number(tiny_artifact, other_model_dir, tmp_path):
+def test_refresh_reproduces_on_any_launcher_and_detects_a_changed_number(
+    tiny_artifact, other_model_dir, tiny_model_dir, tmp_path
+):
+    """Recorded one job after the other (Hydra's default launcher), reproduced exactly on the joblib
+    launcher (two processes); an altered record fails, naming the model and the metric."""
+    models = (
+        f"[{{name: tiny, spec: '{other_model_dir}', revision: null}}, "
+        f"{{name: own, spec: '{tiny_model_dir}', revision: null}}]"
+    )
     recorded = tmp_path / "recorded.jsonl"
-    refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded, "record=true"))
-    refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded))  # reproduces: no error
-    row = json.loads(recorded.read_text())
-    row["corpus"]["longppl"] *= 1.001
-    recorded.write_text(json.dumps(row) + "\n")
+    one_by_one = refresh.run(refresh_config(tiny_artifact, None, recorded, "record=true", models=models))
+    parallel = refresh.run(refresh_config(tiny_artifact, None, recorded, "launcher=joblib", models=models))
+    assert [r["model_name"] for r in parallel] == ["tiny", "own"]
+    assert [r["corpus"] for r in parallel] == [r["corpus"] for r in one_by_one]
+    assert not list((tmp_path / "work").iterdir())  # the run's configs and scores are cleaned up
+    rows = [json.loads(line) for line in recorded.read_text().splitlines()]
+    rows[0]["corpus"]["longppl"] *= 1.001
+    recorded.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with pytest.raises(PipelineError, match=r"tiny: longppl is .* recorded .*relative tolerance 0\.0001"):
-        refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded))
+        refresh.run(refresh_config(tiny_artifact, None, recorded, models=models))
 
 
 def test_refresh_rejects_another_artifact(tiny_artifact, other_model_dir, tmp_path):
@@ -47,18 +58,3 @@ def test_refresh_rejects_another_artifact(tiny_artifact, other_model_dir, tmp_pa
     )
     with pytest.raises(PipelineError, match="not the artifact the leaderboard was computed on"):
         refresh.run(cfg)
-
-
-def test_refresh_fans_out_on_the_joblib_launcher(tiny_artifact, other_model_dir, tiny_model_dir, tmp_path):
-    """The same multirun of the score stage on Hydra's joblib launcher (two processes): exactly the
-    numbers of the default launcher (one job after the other)."""
-    models = (
-        f"[{{name: other, spec: '{other_model_dir}', revision: null}}, "
-        f"{{name: own, spec: '{tiny_model_dir}', revision: null}}]"
-    )
-    recorded = tmp_path / "recorded.jsonl"
-    one_by_one = refresh.run(refresh_config(tiny_artifact, None, recorded, "record=true", models=models))
-    parallel = refresh.run(refresh_config(tiny_artifact, None, recorded, "launcher=joblib", models=models))
-    assert [r["model_name"] for r in parallel] == ["other", "own"]
-    assert [r["corpus"] for r in parallel] == [r["corpus"] for r in one_by_one]
-    assert not list((tmp_path / "work").iterdir())  # the run's configs and scores are cleaned up
