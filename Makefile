@@ -20,9 +20,11 @@ REPO        ?=
 NPROC       ?= 1
 DRY_RUN     ?=
 
+comma       := ,
+
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench bench-quick
+.PHONY: setup keytokens score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick
 
 setup: $(STAMP)
 
@@ -44,8 +46,11 @@ else
 	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.keytokens $(ARGS)
 endif
 
+# MODEL=a,b (a comma list) is a Hydra multirun over the models (-m in ARGS is put first, where Hydra
+# reads it): one after another, or ARGS="hydra/launcher=joblib" in parallel processes, or
+# ARGS="hydra/launcher=slurm" as Slurm jobs (README).
 score: $(STAMP)
-	$(BIN)/python -m pipeline.score $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
+	$(BIN)/python -m pipeline.score $(if $(or $(findstring $(comma),$(MODEL)),$(filter -m --multirun,$(ARGS))),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(filter-out -m --multirun,$(ARGS))
 
 # The forgetting curve (Liu et al., EMNLP 2024). MODEL: an embedded short name selects its conf/model/
 # group; anything else (directory, .gguf, Hub id) is model=local model.spec=$(MODEL).
@@ -121,6 +126,10 @@ bench-stage2: $(STAMP)
 
 bench-attention: $(STAMP)
 	$(BIN)/python -m bench.attention_memory $(ARGS)
+
+# The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
+bench-checks: $(STAMP)
+	$(BIN)/python -m bench.artifact_checks $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.compare_official $(ARGS)

@@ -8,6 +8,7 @@ into the tables of ``pipeline.artifacts`` and writes the manifest last.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -76,6 +77,16 @@ class ArtifactWriter:
             f"{self.root} holds a run with other settings ({detail or 'fingerprint differs'}): "
             "pass name=<new name> to keep both, or delete that directory to start over"
         )
+
+    def discard_if_empty(self) -> None:
+        """After a failed run: if no document was finished, remove what ``start`` made (``run.json``,
+        ``parts/``, then the directory if that leaves it empty), so that nothing trips a rerun."""
+        if self.finished() or (self.root / MANIFEST).exists():
+            return
+        shutil.rmtree(self.parts, ignore_errors=True)
+        (self.root / RUN_STATE).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()  # only when empty
 
     def finished(self) -> set[int]:
         """Indices of documents whose part is complete."""

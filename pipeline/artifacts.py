@@ -14,7 +14,8 @@ An artifact is a directory ``artifacts/keytokens/<name>/`` holding:
 ``spans.parquet`` (merged key-token character intervals)
     doc_id, span_index, char_start, char_end, n_tokens.
 ``manifest.json``
-    schema_version, settings (evaluator and its file sha256 or revision, K, d, alpha, beta, gamma,
+    schema_version, kind (``KINDS``; absent: ``per_token``), fingerprint (``settings_fingerprint``),
+    settings (evaluator and its file sha256 or revision, K, d, alpha, beta, gamma,
     dtype, device, corpus, ...), per-document sha256, skipped documents with reasons, library
     versions, creation time, summary, and every file with its sha256 and size. Written last: an
     artifact without a manifest is unfinished.
@@ -24,8 +25,10 @@ directory and renamed, so a part is complete or absent) and ``run.json`` holds t
 fingerprint that a resumed run must match (``pipeline.artifact_writer``). Every file is written
 atomically (``pipeline.files``).
 
-Reading: ``load_artifact`` checks the schema version, file hashes and text hashes; ``iter_documents``
-gives each document's text, evaluator tokens and key spans as numpy arrays (``ArtifactDocument``).
+Reading: ``load_artifact`` checks the schema version, the file hashes and then the contents
+(``pipeline.artifact_checks``: hashes prove nothing when whoever edited a table also rewrote the
+manifest); ``iter_documents`` gives each document's text, evaluator tokens and key spans as numpy
+arrays (``ArtifactDocument``).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import pyarrow.parquet as pq
 
 from pipeline import keytokens
 from pipeline.errors import PipelineError
-from pipeline.provenance import file_sha256, text_sha256
+from pipeline.provenance import file_sha256, json_sha256
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -90,6 +93,42 @@ SPANS_SCHEMA = pa.schema(
 )
 TABLES = {"documents": DOCUMENTS_SCHEMA, "tokens": TOKENS_SCHEMA, "spans": SPANS_SCHEMA}
 
+# The kinds of artifact and the tables each declares (every column of a table, as in its schema
+# above). The manifest's ``kind`` names one; manifests written before kinds existed are ``per_token``.
+# The content checks that need a table run exactly when the kind declares it.
+PER_TOKEN = "per_token"  # the keytokens stage: per-token log-probs, LSD, soft weights, key flags, spans
+KINDS: dict[str, tuple[str, ...]] = {PER_TOKEN: ("documents", "tokens", "spans")}
+# What the manifest's settings must hold (the key-token definition the tables were made with).
+REQUIRED_SETTINGS = ("K", "d", "alpha", "beta", "gamma", "evaluator")
+
+
+def artifact_kind(manifest: dict[str, Any], where: str | Path = "artifact") -> str:
+    """The manifest's artifact kind (``per_token`` for manifests written before kinds existed)."""
+    kind = manifest.get("kind", PER_TOKEN)
+    if kind not in KINDS:
+        raise PipelineError(f"{where} has artifact kind {kind!r}; this pipeline reads {', '.join(KINDS)}")
+    return kind
+
+
+def declared_tables(manifest: dict[str, Any], where: str | Path = "artifact") -> tuple[str, ...]:
+    """The tables an artifact has, by the kind its manifest declares."""
+    return KINDS[artifact_kind(manifest, where)]
+
+
+def settings_fingerprint(settings: dict[str, Any]) -> str:
+    """The fingerprint of an artifact: sha256 of what its numbers depend on, i.e. its settings without
+    file locations (the evaluator's file hash or revision and the documents' hashes stand for them),
+    so that the same run on another machine has the same fingerprint."""
+    identity = json.loads(json.dumps(settings))
+    evaluator, corpus = identity.get("evaluator"), identity.get("corpus")
+    if isinstance(evaluator, dict):
+        evaluator.pop("path", None)
+        if evaluator.get("kind") in ("local", "gguf"):  # the spec is a path too
+            evaluator.pop("spec", None)
+    if isinstance(corpus, dict):
+        corpus.pop("path", None)
+    return json_sha256(identity)
+
 
 def table_from_columns(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
     """A table of ``schema`` from one array per column (NaN becomes null: a missing value)."""
@@ -135,7 +174,7 @@ class KeyTokenArtifact:
     root: Path
     manifest: dict[str, Any]
     documents: pa.Table
-    tokens: pa.Table
+    tokens: pa.Table | None  # None for a kind without a tokens table
     spans: pa.Table
 
     @property
@@ -149,49 +188,80 @@ class KeyTokenArtifact:
 
 
 def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtifact:
-    """Open an artifact, checking its schema version, file hashes and document text hashes."""
+    """Open an artifact: its manifest, schema version and kind, the file hashes (unless
+    ``verify_hashes`` is False, right after writing them), then every content check
+    (``pipeline.artifact_checks``). Any problem is a one-line PipelineError."""
+    from pipeline.artifact_checks import check_artifact
+
     root = Path(root)
-    manifest_path = root / MANIFEST
-    if not manifest_path.is_file():
+    manifest = read_manifest(root)
+    tables: dict[str, pa.Table | None] = {"tokens": None}
+    for name in declared_tables(manifest, root):
+        tables[name] = read_table(root, name, manifest, verify_hashes)
+    artifact = KeyTokenArtifact(root=root, manifest=manifest, **tables)
+    check_artifact(artifact)
+    return artifact
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest, checked for what every reader relies on: strict JSON, schema version, kind,
+    fingerprint, the key-token settings and the files."""
+    path = root / MANIFEST
+    if not path.is_file():
         hint = (
             " (stage 1 has not finished: run `make keytokens` again to resume)"
             if (root / RUN_STATE).exists()
             else ""
         )
         raise PipelineError(f"no key-token artifact at {root}: {MANIFEST} is missing{hint}")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise PipelineError(
+            f"{path} is not valid JSON ({str(exc).splitlines()[0][:120]}): it is cut off or damaged; "
+            "regenerate the artifact with `make keytokens`, or download it again"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise PipelineError(f"{path} is not a JSON object: regenerate the artifact with `make keytokens`")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise PipelineError(
             f"{root} has artifact schema version {version!r}; this pipeline reads version {SCHEMA_VERSION}: "
             "regenerate it with `make keytokens` or use a matching pipeline version"
         )
-    tables = {}
-    for name, schema in TABLES.items():
-        path = root / f"{name}.parquet"
-        recorded = manifest.get("files", {}).get(path.name)
-        if not path.is_file() or recorded is None:
-            raise PipelineError(
-                f"artifact {root} is missing {path.name}: regenerate it with `make keytokens`"
-            )
-        if verify_hashes and file_sha256(path) != recorded["sha256"]:
-            raise PipelineError(
-                f"{path} does not match the sha256 in its manifest (altered or corrupted): regenerate it"
-            )
+    declared_tables(manifest, root)
+    settings = manifest.get("settings")
+    missing = [k for k in REQUIRED_SETTINGS if not isinstance(settings, dict) or k not in settings]
+    missing += [k for k in ("fingerprint", "files") if not manifest.get(k)]
+    if missing:
+        raise PipelineError(
+            f"{path} lacks {', '.join(missing)}: not a complete key-token manifest; regenerate the "
+            "artifact with `make keytokens`"
+        )
+    return manifest
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_table(root: Path, name: str, manifest: dict[str, Any], verify_hash: bool) -> pa.Table:
+    """One table, present, listed in the manifest, with its hash (when asked) and schema."""
+    path = root / f"{name}.parquet"
+    recorded = manifest["files"].get(path.name) if isinstance(manifest["files"], dict) else None
+    if not path.is_file() or not isinstance(recorded, dict):
+        raise PipelineError(f"artifact {root} is missing {path.name}: regenerate it with `make keytokens`")
+    if verify_hash and file_sha256(path) != recorded.get("sha256"):
+        raise PipelineError(
+            f"{path} does not match the sha256 in its manifest (altered or corrupted): regenerate it"
+        )
+    try:
         table = pq.read_table(path)
-        if not table.schema.equals(schema, check_metadata=False):
-            raise PipelineError(f"{path} does not have the schema of version {SCHEMA_VERSION}")
-        tables[name] = table
-    artifact = KeyTokenArtifact(root=root, manifest=manifest, **tables)
-    for doc_id, text, sha in zip(
-        artifact.documents["doc_id"].to_pylist(),
-        artifact.documents["text"].to_pylist(),
-        artifact.documents["sha256"].to_pylist(),
-        strict=True,
-    ):
-        if text_sha256(text) != sha:
-            raise PipelineError(f"artifact {root}: the text of document '{doc_id}' does not match its sha256")
-    return artifact
+    except (OSError, pa.ArrowException) as exc:
+        raise PipelineError(f"{path} is not a readable Parquet file ({exc}): regenerate it") from None
+    if not table.schema.equals(TABLES[name], check_metadata=False):
+        raise PipelineError(f"{path} does not have the schema of version {SCHEMA_VERSION}")
+    return table
 
 
 # ----------------------------------------------------------------------------------------------

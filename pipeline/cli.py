@@ -1,4 +1,11 @@
-"""Running a command: Hydra configuration, composed stage configs, one-line errors."""
+"""Running a command: Hydra configuration, composed stage configs, one-line errors.
+
+A command runs once, or as a Hydra multirun (``-m``, e.g. ``model.spec=a,b``) on any launcher
+(``hydra/launcher=joblib`` for local processes, ``hydra/launcher=slurm`` for a cluster). In a
+multirun, a job's PipelineError prints ``error: [<its overrides>] <message>`` (in its log, for cluster
+launchers) and the other jobs go on; the multirun then repeats the first failure, ``error: multirun
+job failed [<overrides>]: <message>``, and exits with status 2.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,9 @@ from typing import Any
 
 import hydra
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import PipelineError
@@ -27,6 +37,10 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(CONF_DIR_RESOLVER, lambda: CONF_DIR.as_posix())
 
 
+class JobFailed(CompactHydraException):
+    """A multirun job ended with a PipelineError (Hydra prints a CompactHydraException as one line)."""
+
+
 def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = CONF_DIR) -> None:
     """Run ``run(cfg)`` with ``<config_dir>/<config_name>.yaml`` and the command line's ``key=value``
     overrides; a PipelineError prints as ``error: <message>`` and exits with status 2."""
@@ -37,10 +51,21 @@ def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = C
         try:
             run(cfg)
         except PipelineError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
+            if HydraConfig.get().mode != RunMode.MULTIRUN:
+                print(f"error: {exc}", file=sys.stderr)
+                sys.exit(2)
+            job = HydraConfig.get().job.override_dirname or f"job {HydraConfig.get().job.num}"
+            print(f"error: [{job}] {exc}", file=sys.stderr)
+            raise JobFailed(f"error: multirun job failed [{job}]: {exc}") from None
 
-    _entry()
+    try:
+        _entry()
+    except SystemExit as exc:
+        # Hydra reports a failed multirun job (raised again in this process, by any launcher) as
+        # one line, then exits with status 1; a PipelineError's status is 2.
+        if isinstance(exc.__context__, JobFailed):
+            sys.exit(2)
+        raise
 
 
 def compose(config_name: str, overrides: list[str] | None = None, config_dir: Path = CONF_DIR) -> DictConfig:

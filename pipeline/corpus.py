@@ -71,6 +71,8 @@ def load_corpus(spec: CorpusSpec) -> list[Document]:
     """All documents of a corpus, in order, with unique ids."""
     if spec.path:
         path = Path(spec.path)
+        if path.is_dir():
+            raise PipelineError(f"corpus.path={spec.path} is a directory: pass a .jsonl or .parquet file")
         if not path.is_file():
             raise PipelineError(f"corpus file not found: {spec.path}")
         if path.suffix == ".parquet":
@@ -106,6 +108,8 @@ def _documents(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list
                 f"corpus {where}, row {i}: '{spec.text_field}' is {type(text).__name__}, not text"
             )
         doc_id = str(row[spec.id_field]) if spec.id_field and spec.id_field in row else f"{spec.name}-{i:05d}"
+        if not doc_id:
+            raise PipelineError(f"corpus {where}, row {i}: empty document id in '{spec.id_field}'")
         if doc_id in seen:
             raise PipelineError(
                 f"corpus {where}: duplicate document id '{doc_id}' (rows {seen[doc_id]} and {i}); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipeline.errors import PipelineError
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -28,10 +31,36 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    """Indented JSON with sorted keys (stable bytes for the same value)."""
+    """Indented strict JSON with sorted keys (stable bytes for the same value)."""
     write_bytes_atomic(
-        path, (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+        path, (strict_json(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
     )
+
+
+def strict_json(value: Any, **options: Any) -> str:
+    """``json.dumps`` without NaN or infinity, which JSON does not have (strict readers reject them):
+    a PipelineError names the first such value instead."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        where = non_finite_path(value) or "a value"
+        raise PipelineError(
+            f"{where} is not a finite number, which JSON cannot hold: nothing was written"
+        ) from None
+
+
+def non_finite_path(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first NaN or infinite float in nested dicts and lists, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path or 'the value'} ({value})"
+    children = (
+        value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    )
+    for key, child in children:
+        found = non_finite_path(child, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
 from pipeline import __version__
 from pipeline.errors import PipelineError
+from pipeline.files import strict_json
 from pipeline.provenance import json_sha256, library_versions
 
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
@@ -35,7 +36,23 @@ def _number(value: Any) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError("is not a number")
-    return None if math.isnan(value) else float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"is {value}, not a finite number")
+    return float(value)
+
+
+def _perplexity(value: Any) -> float | None:
+    number = _number(value)
+    if number is not None and number < 1:
+        raise ValueError(f"is {value}: a perplexity is at least 1")
+    return number
+
+
+def _fraction(value: Any) -> float | None:
+    number = _number(value)
+    if number is not None and not 0 <= number <= 1:
+        raise ValueError(f"is {value}: a fraction lies in [0, 1]")
+    return number
 
 
 def _count(value: Any) -> int | None:
@@ -44,7 +61,9 @@ def _count(value: Any) -> int | None:
         return None
     if number != int(number):
         raise ValueError("is not an integer")
-    return int(number)
+    if not 0 <= value < 2**63:
+        raise ValueError(f"is {value}: a count lies in [0, 2**63)")
+    return int(value)
 
 
 def _date(value: Any) -> datetime | None:
@@ -59,7 +78,8 @@ def _date(value: Any) -> datetime | None:
     return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
-Number = Annotated[float | None, PlainValidator(_number)]
+Perplexity = Annotated[float | None, PlainValidator(_perplexity)]
+Fraction = Annotated[float | None, PlainValidator(_fraction)]
 Count = Annotated[int | None, PlainValidator(_count)]
 Date = Annotated[datetime | None, PlainValidator(_date)]
 
@@ -74,10 +94,10 @@ class ArtifactRef(_Part):
 
 
 class CorpusValues(_Part):
-    ppl: Number = None
-    longppl: Number = None
-    longppl_soft: Number = None
-    key_char_coverage: Number = None
+    ppl: Perplexity = None
+    longppl: Perplexity = None
+    longppl_soft: Perplexity = None
+    key_char_coverage: Fraction = None
     n_tokens: Count = None
     n_key_tokens: Count = None
 
@@ -154,7 +174,7 @@ def append(path: Path, row: dict[str, Any]) -> None:
     """Append one strict-JSON line (NaN or inf is an error): a single O_APPEND write, flushed to disk
     (concurrent runs stay valid)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(row, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+    line = (strict_json(row, sort_keys=True, ensure_ascii=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)

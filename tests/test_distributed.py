@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,3 +149,60 @@ def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(distributed.dist, "init_process_group", lambda *a, **k: pytest.fail("group started"))
     with pytest.raises(PipelineError, match="NPROC<=2"):
         distributed.init_ranks(use_cuda=True)
+
+
+def holder_pid(lock, procs, deadline: float) -> int:
+    """The pid recorded in the lock file once one of ``procs`` holds the lock."""
+    while time.time() < deadline:
+        try:
+            pid = json.loads(lock.read_text())["pid"]
+            if pid in {p.pid for p in procs}:
+                return pid
+        except (OSError, ValueError, KeyError):
+            pass
+        assert all(p.poll() is None for p in procs), "a run ended before either held the lock"
+        time.sleep(0.01)
+    raise AssertionError("no run took the lock")
+
+
+def test_two_runs_on_one_artifact_and_a_killed_holder(tiny_model_dir, corpus, tmp_path, reference):
+    """Two stage-1 processes started together on one artifact: one finishes, the other stops at once
+    naming the holder. The holder is paused (SIGSTOP) while the other tries, so that it cannot finish
+    before the other has even started. Then a run killed while it holds the lock (SIGKILL): the next
+    run takes the lock and ends with the same tables."""
+    cmd = keytokens_command(tiny_model_dir, corpus, tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    lock = tmp_path / ".test.lock"
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    pid = holder_pid(lock, procs, time.time() + 300)
+    holder, other = sorted(procs, key=lambda p: p.pid != pid)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _, refused = other.communicate(timeout=300)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    _, finished = holder.communicate(timeout=300)
+    assert holder.returncode == 0, finished[-2000:]
+    assert other.returncode == 2 and "Traceback" not in refused
+    assert refused.startswith(f"error: another keytokens run is writing {tmp_path / 'test'}: pid {pid} on ")
+    assert refused.count("\n") == 1
+    assert tables(tmp_path / "test") == reference
+
+    shutil.rmtree(tmp_path / "test")
+    killed = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = tmp_path / "test" / "parts"
+    deadline = time.time() + 300
+    while killed.poll() is None and time.time() < deadline:
+        if parts.is_dir() and any(p.name.isdigit() for p in parts.iterdir()):
+            os.kill(killed.pid, signal.SIGKILL)
+            break
+        time.sleep(0.002)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert json.loads(lock.read_text())["pid"] == killed.pid  # its record stays; the kernel lock does not
+    done = run_cmd(cmd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert tables(tmp_path / "test") == reference

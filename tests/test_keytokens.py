@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -237,8 +238,63 @@ def test_key_token_view(run_stage1, tmp_path):
     assert page.count('class="key"') > 0 and "LSD" in page
     body = page.split('<div class="text">', 1)[1].rsplit("</div>", 1)[0]
     assert html_lib.unescape(re.sub(r"<[^>]+>", "", body)) == text  # every character shown once, in order
-    assert (
-        root.parent.parent / "views" / "test" / "doc-0.html"
-    ).is_file()  # stage 1 wrote the first document's page
+    views = root / "views"  # stage 1 wrote every document's page and the index, inside the artifact
+    assert sorted(p.name for p in views.iterdir()) == ["doc-0.html", "doc-1.html", "doc-2.html", "index.html"]
+    index = (views / "index.html").read_text()
+    assert all(f'<a href="doc-{i}.html">doc-{i}</a>' in index for i in range(3))
+    assert f"<td>{art.documents['n_key_tokens'][0].as_py()}</td>" in index
     with pytest.raises(PipelineError, match="no document 'nope'"):
         document_html(root, "nope")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("K=0", "setting K=0: Input should be greater than 0"),
+        ("d=-2", "setting d=-2: Input should be greater than 0"),
+        ("alpha=nan", "setting alpha=nan: Input should be a finite number"),
+        ("beta=-inf", "setting beta=-inf: Input should be a finite number"),
+        ("gamma=0.5", "setting gamma=0.5: Input should be greater than or equal to 1"),
+        ("num_documents=0", "setting num_documents=0: Input should be greater than 0"),
+        ("max_tokens=8", "max_tokens=8 is below K=16: no token would have a short context"),
+        ("name=../elsewhere", "setting name='../elsewhere': String should match pattern"),
+    ],
+)
+def test_settings_are_checked_before_anything_loads(corpus, tmp_path, override, message):
+    key = override.split("=")[0]
+    base = [
+        o
+        for o in keytokens_overrides(tmp_path / "no-model", corpus, tmp_path / "out")
+        if o.split("=")[0] != key
+    ]
+    with pytest.raises(PipelineError, match=re.escape(message)):
+        run_keytokens(compose_keytokens([*base, override]))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_run_leaves_nothing_a_rerun_trips_over(run_stage1, tmp_path, monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("pipeline.keytokens.run.keytoken_tables", out_of_memory)
+        with pytest.raises(RuntimeError, match="out of memory"):
+            run_stage1()
+    assert not (tmp_path / "out" / "test").exists()
+    _, manifest = run_stage1("K=12")  # other settings, same artifact name: no "other settings" error
+    assert manifest["settings"]["K"] == 12
+
+
+def test_document_ids_never_place_pages_outside_the_views(run_stage1, write_corpus, tmp_path):
+    from pipeline.reporting.keytoken_page import page_name
+
+    ids = ["../../escape", "a/b", "a_b", "index", "ü é", "x" * 300]
+    path = write_corpus([{"id": i, "text": TEXTS[2]} for i in ids], name="hostile.jsonl")
+    root, _ = run_stage1(corpus_path=path)
+    pages = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.html"))
+    expected = [*(page_name(i) for i in ids), "index.html"]
+    assert pages == sorted(f"out/test/views/{name}" for name in expected) and len(set(pages)) == 7
+    assert page_name("a_b") == "a_b.html" and page_name("index") != "index.html"
+    assert page_name("../../escape").startswith("escape-") and len(page_name("x" * 300)) < 100
+    index = (root / "views" / "index.html").read_text()
+    assert index.count("<a href=") == 6 and ">../../escape</a>" in index

@@ -311,3 +311,10 @@ def test_load_results_columns(scores):
     assert df.height == 3 and df.schema["date"] == pl.Datetime("us", "UTC")
     for column in ("model_name", "artifact", "fingerprint", "context_limit", "ppl", "longppl", "result_id"):
         assert column in df.columns
+
+
+def test_model_names_cannot_break_the_markdown_table(tmp_path):
+    path = write_lines(tmp_path / "s.jsonl", [result("a|b\nc", (2.0, 1.5, 1.8), "2026-11-22T01:00:00+00:00")])
+    md = leaderboard.render(read_scores(path), tmp_path / "out")["leaderboard.md"].read_text()
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(table) == 3 and table[2].startswith("| 1 | a\\|b c | 1.5000 |")

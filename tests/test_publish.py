@@ -47,3 +47,24 @@ def test_upload_failure_is_one_line(tiny_artifact, tmp_path, monkeypatch):
     )
     with pytest.raises(PipelineError, match="could not upload to the Hub dataset 'org/keytokens'"):
         publish.run(cfg)
+
+
+@pytest.mark.parametrize("license_id", ["a: b #c", "cc-by-4.0\nprivate: true", "it's `odd`"])
+def test_card_front_matter_reads_back_as_written(tiny_artifact, tmp_path, license_id):
+    from huggingface_hub import DatasetCard
+
+    folder = publish.prepare_folder(tiny_artifact, tmp_path / "card", "org/keytokens", license_id)
+    data = DatasetCard((folder / "README.md").read_text()).data.to_dict()
+    assert data["license"] == license_id and "private" not in data
+    assert [c["config_name"] for c in data["configs"]] == ["documents", "tokens", "spans"]
+
+
+@pytest.mark.parametrize("repo", ["org/na`me", "org/a b", "org", "org/x/y", "../x"])
+def test_repo_must_be_a_hub_dataset_id(tiny_artifact, tmp_path, repo):
+    cfg = compose_config(
+        "publish",
+        [f"artifact={tiny_artifact}", f"repo='{repo}'", "dry_run=true", f"out_dir={tmp_path / 'x'}"],
+    )
+    with pytest.raises(PipelineError, match="is not a Hub dataset id"):
+        publish.run(cfg)
+    assert not (tmp_path / "x").exists()

@@ -12,15 +12,17 @@ from pipeline.reporting import refresh
 from tests.conftest import compose_config
 
 
-def refresh_config(artifact, model_dir, recorded, *extra):
+def refresh_config(artifact, model_dir, recorded, *extra, models=None):
     fingerprint = load_artifact(artifact).manifest["fingerprint"]
+    models = models or f"[{{name: tiny, spec: '{model_dir}', revision: null}}]"
     return compose_config(
         "refresh",
         [
             f"artifact={artifact}",
             f"fingerprint={fingerprint}",
             f"recorded={recorded}",
-            f"models=[{{name: tiny, spec: '{model_dir}', revision: null}}]",
+            f"models={models}",
+            f"work_dir={recorded.parent / 'work'}",
             "settings.dtype=float64",
             "+settings.head_chunk=16",
             *extra,
@@ -28,15 +30,26 @@ def refresh_config(artifact, model_dir, recorded, *extra):
     )
 
 
-def test_refresh_reproduces_and_detects_a_changed_number(tiny_artifact, other_model_dir, tmp_path):
+def test_refresh_reproduces_on_any_launcher_and_detects_a_changed_number(
+    tiny_artifact, other_model_dir, tiny_model_dir, tmp_path
+):
+    """Recorded one job after the other (Hydra's default launcher), reproduced exactly on the joblib
+    launcher (two processes); an altered record fails, naming the model and the metric."""
+    models = (
+        f"[{{name: tiny, spec: '{other_model_dir}', revision: null}}, "
+        f"{{name: own, spec: '{tiny_model_dir}', revision: null}}]"
+    )
     recorded = tmp_path / "recorded.jsonl"
-    refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded, "record=true"))
-    refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded))  # reproduces: no error
-    row = json.loads(recorded.read_text())
-    row["corpus"]["longppl"] *= 1.001
-    recorded.write_text(json.dumps(row) + "\n")
+    one_by_one = refresh.run(refresh_config(tiny_artifact, None, recorded, "record=true", models=models))
+    parallel = refresh.run(refresh_config(tiny_artifact, None, recorded, "launcher=joblib", models=models))
+    assert [r["model_name"] for r in parallel] == ["tiny", "own"]
+    assert [r["corpus"] for r in parallel] == [r["corpus"] for r in one_by_one]
+    assert not list((tmp_path / "work").iterdir())  # the run's configs and scores are cleaned up
+    rows = [json.loads(line) for line in recorded.read_text().splitlines()]
+    rows[0]["corpus"]["longppl"] *= 1.001
+    recorded.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with pytest.raises(PipelineError, match=r"tiny: longppl is .* recorded .*relative tolerance 0\.0001"):
-        refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded))
+        refresh.run(refresh_config(tiny_artifact, None, recorded, models=models))
 
 
 def test_refresh_rejects_another_artifact(tiny_artifact, other_model_dir, tmp_path):

@@ -207,3 +207,32 @@ def test_artifact_from_the_hub_cache(tiny_artifact, other_model_dir, tmp_path, m
         PipelineError, match=r"could not download key-token dataset 'org/missing'.*KEYTOKENS=DIR"
     ):
         score(other_model_dir, "hf://datasets/org/missing@v1", tmp_path)
+
+
+def test_a_non_finite_logprob_is_an_error(other_model_dir, tiny_artifact, tmp_path, monkeypatch):
+    """A NaN from the model (overflow in a low precision) is never a skipped token."""
+    import pipeline.score as engine
+
+    real = engine.context_limited_logprobs
+
+    def with_nan(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out[5] = np.nan
+        return out
+
+    monkeypatch.setattr(engine, "context_limited_logprobs", with_nan)
+    with pytest.raises(
+        PipelineError, match=r"document 'doc-0': .* gives a log-probability of nan .*dtype=float32"
+    ):
+        score(other_model_dir, tiny_artifact, tmp_path)
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_results_and_manifests_are_strict_json(tmp_path):
+    from pipeline import files, results
+
+    with pytest.raises(PipelineError, match=r"corpus\.grid\.1 \(inf\) is not a finite number"):
+        results.append(tmp_path / "s.jsonl", {"corpus": {"grid": [1.0, float("inf")]}})
+    with pytest.raises(PipelineError, match=r"settings\.alpha \(nan\) is not a finite number"):
+        files.write_json_atomic(tmp_path / "m.json", {"settings": {"alpha": float("nan")}})
+    assert not (tmp_path / "s.jsonl").exists() and not (tmp_path / "m.json").exists()

@@ -8,10 +8,10 @@ key-token page.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from pipeline import distributed
+from pipeline import distributed, run_lock
 from pipeline.artifact_writer import ArtifactWriter
-from pipeline.artifacts import load_artifact
+from pipeline.artifacts import load_artifact, settings_fingerprint
 from pipeline.corpus import load_corpus
 from pipeline.errors import PipelineError
 from pipeline.keytokens.documents import Prepared, prepare_documents
@@ -30,7 +30,7 @@ from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.logprobs import TargetScorer
 from pipeline.models import LoadedModel, dtype_name, is_local_model, resolve_head_dtype
-from pipeline.provenance import json_sha256, library_versions, text_sha256
+from pipeline.provenance import library_versions, text_sha256
 from pipeline.reporting import keytoken_page
 
 
@@ -45,12 +45,26 @@ class Selection:
 
 
 def run(settings: KeyTokenSettings) -> dict[str, Any]:
-    """The whole run; returns the artifact's manifest."""
+    """The whole run; returns the artifact's manifest. Rank 0 holds the artifact directory's lock
+    (``pipeline.run_lock``) throughout: a second run on the same artifact stops at once."""
     started = time.time()
     if not settings.corpus.needs_network and is_local_model(settings.evaluator.spec):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast, never wait on retries
     docs = load_corpus(settings.corpus)
+    if not docs:
+        raise PipelineError(f"corpus '{settings.corpus.name}' has no documents: nothing to score")
     ranks = distributed.init_ranks(use_cuda=wants_cuda(settings.device))
+    with ExitStack() as stack:
+        if ranks.is_main:
+            stack.enter_context(run_lock.exclusive(settings.artifact_dir(), "keytokens run"))
+        return locked_run(settings, docs, ranks, started)
+
+
+def locked_run(
+    settings: KeyTokenSettings, docs: list, ranks: distributed.Ranks, started: float
+) -> dict[str, Any]:
+    """The run, with the lock held: a finished artifact is left as it is, an unfinished one resumed;
+    a run that fails before its first document is written leaves nothing behind."""
     lm = load_evaluator(settings, ranks)
     selection = select(docs, lm, settings)
     writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
@@ -61,7 +75,12 @@ def run(settings: KeyTokenSettings) -> dict[str, Any]:
         return load_artifact(writer.root).manifest
     writer.start()
     resumed = len(writer.finished())
-    score_documents(lm, selection.prepared, settings, writer, ranks)
+    try:
+        score_documents(lm, selection.prepared, settings, writer, ranks)
+    except BaseException:
+        if ranks.is_main:
+            writer.discard_if_empty()
+        raise
     devices = ranks.gather(lm.placement)
     manifest = None
     if ranks.is_main:
@@ -104,7 +123,7 @@ def select(docs: list, lm: LoadedModel, settings: KeyTokenSettings) -> Selection
     if not prepared:
         raise PipelineError(f"no document of corpus '{settings.corpus.name}' can be scored: {skipped[:3]}")
     record = settings_record(settings, lm, prepared)
-    return Selection(prepared, skipped, record, json_sha256(result_identity(record)))
+    return Selection(prepared, skipped, record, settings_fingerprint(record))
 
 
 def settings_record(settings: KeyTokenSettings, lm: LoadedModel, prepared: list[Prepared]) -> dict[str, Any]:
@@ -141,18 +160,6 @@ def settings_record(settings: KeyTokenSettings, lm: LoadedModel, prepared: list[
 def head_dtype(settings: KeyTokenSettings, lm: LoadedModel) -> torch.dtype:
     """The dtype the evaluator's output head computes in (``head_dtype``, resolved)."""
     return resolve_head_dtype(settings.head_dtype, lm.dtype, lm.device)
-
-
-def result_identity(record: dict[str, Any]) -> dict[str, Any]:
-    """What the numbers depend on: the settings without file locations (the evaluator's file hash
-    or revision and the documents' hashes stand for them), so that the same run on another machine
-    has the same fingerprint."""
-    identity = json.loads(json.dumps(record))
-    identity["evaluator"].pop("path", None)
-    if identity["evaluator"]["kind"] in ("local", "gguf"):  # the spec is a path too
-        identity["evaluator"].pop("spec", None)
-    identity["corpus"].pop("path", None)
-    return identity
 
 
 def score_documents(
@@ -200,7 +207,7 @@ def finish(
     resumed: int,
     seconds: float,
 ) -> dict[str, Any]:
-    """Write the tables and the manifest (rank 0), print the summary, write the key-token page."""
+    """Write the tables and the manifest (rank 0), print the summary, write the key-token pages."""
     extra = {
         "documents": [
             {
@@ -227,8 +234,8 @@ def finish(
     }
     manifest = writer.finalize(range(len(selection.prepared)), extra)
     print_summary(writer.root, manifest, seconds)
-    page = keytoken_page.write_page(writer.root, keytoken_page.default_path(writer.root, None))
-    print(f"key tokens  {page} (open in a browser)")
+    index = keytoken_page.write_views(writer.root)
+    print(f"key tokens  {index} (every document's page; open in a browser)")
     return manifest
 
 

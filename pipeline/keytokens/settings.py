@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import OmegaConf
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from pipeline.corpus import CorpusSpec
 from pipeline.errors import PipelineError
@@ -29,29 +30,35 @@ RESULT_SETTINGS = (
 )
 
 
+# Field constraints, checked when the settings are built (before any model loads).
+Positive = Annotated[int, Field(gt=0)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+DirectoryName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+@=-]*$", max_length=200)]
+
+
 @dataclass(frozen=True)
 class KeyTokenSettings:
     evaluator: ModelChoice
     corpus: CorpusSpec
-    K: int  # short context length (paper Appendix A.1)
-    d: int  # sliding-window step: one short pass of K + d tokens scores d tokens
-    alpha: float  # key token: LSD > alpha ...
-    beta: float  # ... and LCL > beta
-    gamma: float  # soft weight: min(exp(LSD), gamma)
-    max_tokens: int | None  # truncate longer documents (recorded per document)
-    min_tokens: int  # skip shorter documents (recorded)
-    num_documents: int | None  # the first N eligible documents; None: all
+    K: Positive  # short context length (paper Appendix A.1)
+    d: Positive  # sliding-window step: one short pass of K + d tokens scores d tokens
+    alpha: Finite  # key token: LSD > alpha ...
+    beta: Finite  # ... and LCL > beta
+    gamma: Annotated[float, Field(ge=1, allow_inf_nan=False)]  # soft weight: min(exp(LSD), gamma)
+    max_tokens: Positive | None  # truncate longer documents (recorded per document)
+    min_tokens: Annotated[int, Field(ge=0)]  # skip shorter documents (recorded)
+    num_documents: Positive | None  # the first N eligible documents; None: all
     add_bos: bool  # BOS before the long pass
     short_window_bos: bool  # and before every short window
     dtype: str
     device: str
     head_dtype: str  # auto (float32 on CUDA), model or float32: the output head's dtype
-    head_chunk: int
-    vocab_tile: int | None
-    window_batch_tokens: int
+    head_chunk: Positive
+    vocab_tile: Positive | None
+    window_batch_tokens: Positive
     cache_dir: str | None
     progress: bool
-    name: str | None  # the artifact's directory name; None: derived
+    name: DirectoryName | None  # the artifact's directory name; None: derived
     output_dir: str
 
     @classmethod
@@ -60,11 +67,17 @@ class KeyTokenSettings:
         plain = OmegaConf.to_container(cfg, resolve=True)
         names = {f.name for f in fields(cls)}
         try:
-            return TypeAdapter(cls).validate_python({k: v for k, v in plain.items() if k in names})
+            settings = TypeAdapter(cls).validate_python({k: v for k, v in plain.items() if k in names})
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise PipelineError(f"setting {where}={first.get('input')!r}: {first['msg']}") from None
+        if settings.max_tokens is not None and settings.max_tokens < settings.K:
+            raise PipelineError(
+                f"setting max_tokens={settings.max_tokens} is below K={settings.K}: no token would have a "
+                "short context; raise max_tokens or lower K"
+            )
+        return settings
 
     def result_settings(self) -> dict[str, Any]:
         """The settings the numbers depend on, by name (the manifest's ``settings``, in part)."""
@@ -76,7 +89,8 @@ class KeyTokenSettings:
             return self.name
         evaluator = Path(self.evaluator.spec).name.removesuffix(".gguf").replace("/", "--")
         limit = f"-max{self.max_tokens}" if self.max_tokens else ""
-        return f"{self.corpus.name}--{evaluator}--K{self.K}-d{self.d}{limit}"
+        name = f"{self.corpus.name}--{evaluator}--K{self.K}-d{self.d}{limit}"
+        return re.sub(r"[^A-Za-z0-9._+@=-]+", "_", name).lstrip(".")  # one plain directory name
 
     def artifact_dir(self) -> Path:
         return Path(self.output_dir).absolute() / self.artifact_name()

@@ -45,6 +45,15 @@ def md_cell(text: str) -> str:
     return " ".join(str(text).splitlines()).replace("|", "\\|")
 
 
+def md_code(text: str) -> str:
+    """Inline code for any text: on one line, fenced by more backticks than it contains."""
+    one_line = " ".join(str(text).splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", one_line)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
+    return f"{fence}{pad}{one_line}{pad}{fence}"
+
+
 def csv_text(header: list[str], rows: list[list[str | None]]) -> str:
     """CSV of text cells (format numbers first); empty or None cells are written empty."""
     cells = [[None if c == "" else c for c in row] for row in rows]

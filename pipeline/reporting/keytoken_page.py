@@ -1,18 +1,30 @@
 """The key-token page (as the paper's Appendix E): a document with its key tokens highlighted,
-every token's LSD and LCL on hover (`make show`; the keytokens stage writes one per run).
+every token's LSD and LCL on hover; and an index of all documents of an artifact, with their
+key-token counts, linking to the pages (`make show`; the keytokens stage writes them all).
+
+Pages live in the artifact's own directory, ``<artifact>/views/``: ``index.html`` and one
+``<document>.html`` per document, its file name made from the document id (``page_name``: unsafe
+characters replaced and a hash added, so that any id stays inside that folder and no two collide).
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
+import re
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import load_artifact
+import numpy as np
+
+from pipeline.artifacts import KeyTokenArtifact, load_artifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import fmt
+
+VIEWS = "views"
+INDEX = "index.html"
 
 STYLE = """
 body { font: 15px/1.6 Georgia, serif; max-width: 56em; margin: 2em auto; color: #222; }
@@ -24,9 +36,9 @@ header { font: 13px/1.5 system-ui, sans-serif; color: #555; border-bottom: 1px s
 """
 
 
-def document_html(artifact_dir: str | Path, doc_id: str | None = None) -> str:
+def document_html(artifact: str | Path | KeyTokenArtifact, doc_id: str | None = None) -> str:
     """The page for one document of an artifact (the first one when ``doc_id`` is None)."""
-    art = load_artifact(artifact_dir)
+    art = artifact if isinstance(artifact, KeyTokenArtifact) else load_artifact(artifact)
     ids = art.documents["doc_id"].to_pylist()
     doc_id = doc_id or ids[0]
     if doc_id not in ids:
@@ -65,10 +77,25 @@ def document_html(artifact_dir: str | Path, doc_id: str | None = None) -> str:
     )
 
 
+def views_dir(artifact_dir: str | Path) -> Path:
+    """``<artifact>/views``: the pages of an artifact, inside it."""
+    return Path(artifact_dir) / VIEWS
+
+
+def page_name(doc_id: str) -> str:
+    """A document's page file name: its id when that is a plain file name, else the id with unsafe
+    characters replaced, shortened, and a hash of the id added (no two ids share a name, no name
+    leaves the folder or takes the index's)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", doc_id).strip("._-")[:80]
+    if safe != doc_id or safe.lower() == INDEX.removesuffix(".html"):
+        safe = f"{safe or 'document'}-{hashlib.sha256(doc_id.encode()).hexdigest()[:12]}"
+    return f"{safe}.html"
+
+
 def default_path(artifact_dir: Path, doc_id: str | None) -> Path:
-    """``artifacts/views/<artifact>/<document>.html``, beside (not inside) the artifact."""
+    """``<artifact>/views/<page_name(document)>``."""
     doc = doc_id or load_artifact(artifact_dir, verify_hashes=False).documents["doc_id"][0].as_py()
-    return artifact_dir.parent.parent / "views" / artifact_dir.name / f"{doc}.html"
+    return views_dir(artifact_dir) / page_name(doc)
 
 
 def write_page(artifact_dir: str | Path, out: str | Path, doc_id: str | None = None) -> Path:
@@ -77,10 +104,71 @@ def write_page(artifact_dir: str | Path, out: str | Path, doc_id: str | None = N
     return out
 
 
+def index_html(art: KeyTokenArtifact, pages: set[str]) -> str:
+    """All documents of the artifact, their token, key-token and span counts, linked to their pages
+    (those in ``pages``; the others name the command that writes them)."""
+    s, docs = art.settings, art.documents.to_pylist()
+    rows = []
+    for d in docs:
+        name = page_name(d["doc_id"])
+        label = html.escape(d["doc_id"])
+        cell = f'<a href="{html.escape(name)}">{label}</a>' if name in pages else label
+        share = 100 * d["n_key_tokens"] / d["n_tokens"] if d["n_tokens"] else 0.0
+        rows.append(
+            f"<tr><td>{cell}</td><td>{d['n_tokens']}</td><td>{d['n_key_tokens']}</td><td>{share:.2f}%</td>"
+            f"<td>{d['n_spans']}</td><td>{'yes' if d['truncated'] else ''}</td></tr>"
+        )
+    n_key = int(np.asarray(art.documents["n_key_tokens"]).sum())
+    header = (
+        f"<b>{html.escape(art.root.name)}</b> &middot; {len(docs)} documents, {n_key} key tokens &middot; "
+        f"evaluator <code>{html.escape(str(s['evaluator']['spec']))}</code>, K={s['K']}, d={s['d']}, "
+        f"alpha={s['alpha']}, beta={s['beta']}"
+    )
+    if len(pages) < len(docs):
+        header += (
+            " &middot; a document without a link: <code>make show ARGS=&quot;doc_id=&lt;id&gt;&quot;</code>"
+        )
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Key tokens: {html.escape(art.root.name)}</title><style>{STYLE}{INDEX_STYLE}</style></head>\n"
+        f"<body><header>{header}</header>\n<table><tr><th>document</th><th>tokens</th><th>key tokens</th>"
+        "<th>key share</th><th>spans</th><th>truncated</th></tr>\n"
+        + "\n".join(rows)
+        + "\n</table>\n</body></html>\n"
+    )
+
+
+INDEX_STYLE = """
+table { border-collapse: collapse; font: 14px/1.5 system-ui, sans-serif; }
+th, td { padding: 2px 12px; text-align: right; border-bottom: 1px solid #eee; }
+th:first-child, td:first-child { text-align: left; }
+"""
+
+
+def write_views(artifact: str | Path | KeyTokenArtifact, doc_ids: list[str] | None = None) -> Path:
+    """The pages of ``doc_ids`` (None: every document) and the index, in ``<artifact>/views``;
+    returns the index's path."""
+    art = artifact if isinstance(artifact, KeyTokenArtifact) else load_artifact(artifact)
+    out = views_dir(art.root)
+    for doc_id in art.documents["doc_id"].to_pylist() if doc_ids is None else doc_ids:
+        write_bytes_atomic(out / page_name(doc_id), document_html(art, doc_id).encode("utf-8"))
+    pages = {p.name for p in out.glob("*.html")} - {INDEX}
+    write_bytes_atomic(out / INDEX, index_html(art, pages).encode("utf-8"))
+    return out / INDEX
+
+
 def run(cfg: Any) -> Path:
+    """``out`` given: that one page there. Otherwise into ``<artifact>/views``: the page of
+    ``doc_id`` (null: the first document; ``all=true``: every document) and the index."""
     artifact = Path(cfg.artifact)
-    out = Path(cfg.out) if cfg.out else default_path(artifact, cfg.doc_id)
-    path = write_page(artifact, out, cfg.doc_id)
+    if cfg.out:
+        path = write_page(artifact, Path(cfg.out), cfg.doc_id)
+    else:
+        art = load_artifact(artifact)
+        ids = art.documents["doc_id"].to_pylist()
+        index = write_views(art, None if cfg.get("all") else [cfg.doc_id or ids[0]])
+        path = index.parent / page_name(cfg.doc_id or ids[0])
+        print(f"wrote {index}")
     print(f"wrote {path}")
     return path
 

@@ -34,6 +34,7 @@ from pipeline.reporting.common import (
     figure,
     fmt,
     labelled_scatter,
+    md_code,
     md_table,
     newest,
     png,
@@ -195,11 +196,11 @@ def leaderboard_markdown(
     top = newest(board)
     lines = [
         "# LongPPL leaderboard\n\n",
-        f"Artifact `{top['artifact']}` (fingerprint `{top['fingerprint'][:12]}`), "
+        f"Artifact {md_code(top['artifact'])} (fingerprint {md_code(top['fingerprint'][:12])}), "
         f"{board.height} entries, sorted by LongPPL (lower is better; entries without key tokens last).\n",
     ]
     if source is not None:
-        lines.append(f"Scores: `{display_path(source)}` (sha256 `{file_sha256(source)}`).\n")
+        lines.append(f"Scores: {md_code(display_path(source))} (sha256 `{file_sha256(source)}`).\n")
     shown = {k: v for k, v in columns(board, memory).items() if v is not None}
     if "fine_memory" in shown:
         lines.append(FORGETTING_NOTE)

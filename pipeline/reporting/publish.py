@@ -8,15 +8,17 @@ hashes still verify) plus a dataset card whose YAML front matter declares one co
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from pipeline.artifacts import MANIFEST, TABLES, load_artifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
+from pipeline.reporting.common import md_code
 
 CITATION = """@inproceedings{fang2025wrong,
   title     = {What is Wrong with Perplexity for Long-context Language Modeling?},
@@ -27,36 +29,44 @@ CITATION = """@inproceedings{fang2025wrong,
 }"""
 
 
-def dataset_card(manifest: dict[str, Any], repo: str, license_id: str) -> str:
-    """README.md for the Hub: YAML front matter (license, configs, parameters), then prose."""
+def front_matter(manifest: dict[str, Any], license_id: str) -> dict[str, Any]:
+    """The card's YAML metadata: license, one ``datasets`` config per table, the key-token settings."""
     s = manifest["settings"]
     evaluator = s["evaluator"]
-    configs = "\n".join(
-        f"- config_name: {name}\n  data_files: {name}.parquet"
-        + ("\n  default: true" if name == "spans" else "")
-        for name in TABLES
-    )
     params = {k: s[k] for k in ("K", "d", "alpha", "beta", "gamma", "max_tokens", "min_tokens", "dtype")}
+    return {
+        "license": license_id,
+        "tags": ["longppl", "long-context", "perplexity", "key-tokens"],
+        "configs": [
+            {
+                "config_name": name,
+                "data_files": f"{name}.parquet",
+                **({"default": True} if name == "spans" else {}),
+            }
+            for name in TABLES
+        ],
+        "longppl": {
+            "schema_version": manifest["schema_version"],
+            "fingerprint": manifest["fingerprint"],
+            "evaluator": evaluator["spec"],
+            "evaluator_revision": evaluator.get("revision") or evaluator.get("file_sha256"),
+            **params,
+        },
+    }
+
+
+def dataset_card(manifest: dict[str, Any], repo: str, license_id: str) -> str:
+    """README.md for the Hub: YAML front matter (written by PyYAML), then prose."""
+    s = manifest["settings"]
+    evaluator = s["evaluator"]
     n_docs = manifest["files"]["documents.parquet"]["rows"]
     n_tokens = manifest["files"]["tokens.parquet"]["rows"]
-    front = [
-        "---",
-        f"license: {license_id}",
-        "tags: [longppl, long-context, perplexity, key-tokens]",
-        f"configs:\n{configs}",
-        "longppl:",
-        f"  schema_version: {manifest['schema_version']}",
-        f"  fingerprint: {manifest['fingerprint']}",
-        f"  evaluator: {json.dumps(evaluator['spec'])}",
-        f"  evaluator_revision: {json.dumps(evaluator.get('revision') or evaluator.get('file_sha256'))}",
-        *(f"  {k}: {json.dumps(v)}" for k, v in params.items()),
-        "---",
-    ]
+    front = yaml.safe_dump(front_matter(manifest, license_id), sort_keys=False, allow_unicode=True)
     body = f"""
 # Key tokens for LongPPL: {repo}
 
-Key tokens of {n_docs} documents of the corpus `{s["corpus"]["name"]}`, found by the evaluator
-`{evaluator["spec"]}` with the method of Fang et al. (ICLR 2025): a token is key when its
+Key tokens of {n_docs} documents of the corpus {md_code(s["corpus"]["name"])}, found by the evaluator
+{md_code(evaluator["spec"])} with the method of Fang et al. (ICLR 2025): a token is key when its
 long-short difference LSD = log P(x | full context) - log P(x | last K tokens) exceeds alpha and
 its long-context log-prob exceeds beta (K={s["K"]}, d={s["d"]}, alpha={s["alpha"]},
 beta={s["beta"]}, gamma={s["gamma"]}). Spans are character offsets into the stored texts, so any
@@ -73,7 +83,7 @@ model, with any tokenizer, can be scored against them.
 Score a model against it with the LongPPL pipeline:
 
 ```sh
-make score MODEL=<model> KEYTOKENS=hf://datasets/{repo}
+make score MODEL=<model> ARTIFACT=hf://datasets/{repo}
 ```
 
 ## Citation
@@ -82,11 +92,40 @@ make score MODEL=<model> KEYTOKENS=hf://datasets/{repo}
 {CITATION}
 ```
 """
-    return "\n".join(front) + "\n" + body
+    return f"---\n{front}---\n{body}"
+
+
+def check_card(card: str, manifest: dict[str, Any], license_id: str) -> None:
+    """Parse the card back as the Hub does (``huggingface_hub.DatasetCard``): its metadata must be
+    exactly the front matter written."""
+    from huggingface_hub import DatasetCard
+
+    try:
+        parsed = DatasetCard(card).data.to_dict()
+    except Exception as exc:  # the Hub's parser raises several types for a bad card
+        raise PipelineError(f"the dataset card does not parse ({exc}): nothing was uploaded") from None
+    if parsed != front_matter(manifest, license_id):
+        raise PipelineError("the dataset card's metadata does not read back as written: nothing was uploaded")
+
+
+def check_repo(repo: str) -> None:
+    """A Hub dataset id, ``<org>/<name>`` (``huggingface_hub``'s own rule)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        if repo.count("/") != 1:
+            raise HFValidationError("give <org>/<name>")
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        detail = str(exc).splitlines()[0][:160]
+        raise PipelineError(
+            f"REPO={repo!r} is not a Hub dataset id ({detail}): set REPO=<org>/<name>"
+        ) from None
 
 
 def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, license_id: str) -> Path:
     """Write the exact folder that would be uploaded: the verified artifact files and the card."""
+    check_repo(repo)
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
@@ -95,6 +134,7 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     for name in [*(f"{t}.parquet" for t in TABLES), MANIFEST]:
         shutil.copy2(artifact.root / name, out / name)
     card = dataset_card(artifact.manifest, repo, license_id)
+    check_card(card, artifact.manifest, license_id)
     write_bytes_atomic(out / "README.md", card.encode())
     load_artifact(out)  # the copy verifies like the original
     return out
@@ -123,8 +163,9 @@ def upload(folder: Path, repo: str, private: bool) -> str:
 
 
 def run(cfg: Any) -> Path:
-    if not cfg.repo or "/" not in str(cfg.repo):
+    if not cfg.repo:
         raise PipelineError("set REPO=<org>/<name> (the Hub dataset to create or update)")
+    check_repo(str(cfg.repo))
     out = Path(str(cfg.out_dir or f"artifacts/publish/{str(cfg.repo).replace('/', '--')}"))
     folder = prepare_folder(str(cfg.artifact), out, str(cfg.repo), str(cfg.license))
     if cfg.dry_run:

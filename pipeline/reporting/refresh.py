@@ -2,25 +2,29 @@
 
 A refresh file (``conf/refresh.yaml``) pins the artifact (path or ``hf://datasets/...@revision`` and
 its fingerprint), the models (spec and revision) and the score settings, and points at recorded
-results. Every model is scored again, through the score stage's own config, and each of PPL, LongPPL
-and LongPPL-soft must match its recorded value within the stated relative tolerance; otherwise the
-refresh fails, naming the model and the metric.
+results. Every model is scored again by the score stage, as one Hydra multirun over the pinned models
+(each a ``model`` group option written for the run), so on any launcher: one after another by
+default, ``launcher=joblib`` in parallel processes, ``launcher=slurm`` as cluster jobs. Each of PPL,
+LongPPL and LongPPL-soft must match its recorded value within the stated relative tolerance;
+otherwise the refresh fails, naming the model and the metric.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from pipeline import results
 from pipeline.artifacts import HUB_PREFIX, load_artifact, locate_artifact
-from pipeline.cli import compose, hydra_main
+from pipeline.cli import CONF_DIR, hydra_main
 from pipeline.errors import PipelineError
-from pipeline.score.run import run as score
+from pipeline.files import strict_json
 
 
 def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
@@ -32,14 +36,51 @@ def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
     return {obj["model_name"]: obj for _, obj, _ in results.read_lines(path)}
 
 
-def score_config(cfg: Any, model: Any, scores: Path) -> DictConfig:
-    """The score stage's config for one pinned model: ``conf/score.yaml`` composed with the
-    ``model=local`` group, the refresh's settings as overrides, then the model's fields."""
+def write_model_options(cfg: Any, conf_dir: Path) -> list[str]:
+    """One ``model`` group option per pinned model (``conf/model/local.yaml`` with its fields), in a
+    config directory of this run; returns their names."""
+    base = OmegaConf.load(CONF_DIR / "model" / "local.yaml")
+    (conf_dir / "model").mkdir(parents=True, exist_ok=True)
+    names = []
+    for i, model in enumerate(cfg.models):
+        names.append(f"refresh-{i}")
+        OmegaConf.save(OmegaConf.merge(base, model), conf_dir / "model" / f"{names[-1]}.yaml")
+    return names
+
+
+def score_command(cfg: Any, options: list[str], conf_dir: Path, scores: Path) -> list[str]:
+    """The score stage as a multirun over the pinned models, with the refresh's settings."""
+    spec = str(cfg.artifact)
+    artifact = spec if spec.startswith(HUB_PREFIX) else str(Path(spec).absolute())
     settings = [f"{key}={json.dumps(value)}" for key, value in cfg.settings.items()]
-    overrides = ["model=local", f"artifact={cfg.artifact}", f"results={scores}", "progress=false", *settings]
-    config = compose("score", overrides)
-    config.model = OmegaConf.merge(config.model, model)
-    return config
+    command = [sys.executable, "-m", "pipeline.score", "--multirun", f"--config-dir={conf_dir}"]
+    command += [f"model={','.join(options)}", f"artifact={json.dumps(artifact)}"]
+    command += [f"results={json.dumps(str(scores.absolute()))}", "progress=false", *settings]
+    if cfg.get("launcher"):
+        command.append(f"hydra/launcher={cfg.launcher}")
+    return command + [str(arg) for arg in cfg.get("launcher_args") or []]
+
+
+def score_all(cfg: Any) -> list[dict[str, Any]]:
+    """Score every pinned model (a multirun of the score stage); their result lines, in pinned order."""
+    work = Path(str(cfg.get("work_dir") or "artifacts/refresh"))
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work, prefix="run-") as tmp:
+        conf_dir, scores = Path(tmp) / "conf", Path(tmp) / "scores.jsonl"
+        options = write_model_options(cfg, conf_dir)
+        done = subprocess.run(score_command(cfg, options, conf_dir, scores), check=False)
+        if done.returncode != 0:
+            raise PipelineError(
+                f"the score stage failed (exit status {done.returncode}; its errors are above)"
+            )
+        fresh = {obj["model_name"]: obj for _, obj, _ in results.read_lines(scores)}
+    names = [str(model.name) for model in cfg.models]
+    missing = [name for name in names if name not in fresh]
+    if missing:
+        raise PipelineError(
+            f"the score stage gave no result for {', '.join(missing)}: each pinned model needs a name"
+        )
+    return [fresh[name] for name in names]
 
 
 def compare(model: str, fresh: dict[str, Any], recorded: dict[str, Any], tolerance: float) -> list[str]:
@@ -70,27 +111,23 @@ def run(cfg: Any) -> list[dict[str, Any]]:
     check_fingerprint(cfg)
     recorded_path = Path(cfg.recorded)
     recorded = {} if cfg.record else recorded_rows(recorded_path)
-    fresh_rows, problems = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for model in cfg.models:
-            row = score(score_config(cfg, model, Path(tmp) / "scores.jsonl"))
-            fresh_rows.append(row)
-            if cfg.record:
-                continue
-            if model.name not in recorded:
-                problems.append(f"{model.name}: no recorded result in {recorded_path}")
-            else:
-                problems += compare(model.name, row, recorded[model.name], float(cfg.tolerance))
+    fresh_rows = score_all(cfg)
     if cfg.record:
         recorded_path.parent.mkdir(parents=True, exist_ok=True)
         recorded_path.write_text(
-            "".join(json.dumps(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
+            "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
         )
         print(f"recorded {len(fresh_rows)} results in {recorded_path}")
-    elif problems:
+        return fresh_rows
+    problems = []
+    for model, row in zip(cfg.models, fresh_rows, strict=True):
+        if model.name not in recorded:
+            problems.append(f"{model.name}: no recorded result in {recorded_path}")
+        else:
+            problems += compare(model.name, row, recorded[model.name], float(cfg.tolerance))
+    if problems:
         raise PipelineError("leaderboard refresh differs from the record: " + "; ".join(problems))
-    else:
-        print(f"refresh reproduces all {len(fresh_rows)} recorded results within {float(cfg.tolerance):g}")
+    print(f"refresh reproduces all {len(fresh_rows)} recorded results within {float(cfg.tolerance):g}")
     return fresh_rows
 
 

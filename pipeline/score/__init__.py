@@ -112,6 +112,7 @@ def score_document(
     logprobs = context_limited_logprobs(
         scorer, seq, settings.context_limit, bos_id=bos, window_batch_tokens=settings.window_batch_tokens
     )[len(prefix) :]
+    check_finite(logprobs[0 if prefix else 1 :], doc.doc_id, lm)
     scored = ~np.isnan(logprobs)  # without BOS the first token is not predicted
     nll = -logprobs[scored]
     tok = offsets[scored]
@@ -131,6 +132,16 @@ def score_document(
         offsets, all_key, doc.span_starts, doc.span_ends
     )
     return result
+
+
+def check_finite(logprobs: np.ndarray, doc_id: str, lm: LoadedModel) -> None:
+    """A NaN or infinite log-prob (overflow in a low precision) is an error, never a skipped token."""
+    bad = np.flatnonzero(~np.isfinite(logprobs))
+    if bad.size:
+        raise PipelineError(
+            f"document '{doc_id}': {lm.source.spec} gives a log-probability of {logprobs[bad[0]]} for one "
+            f"of its tokens (overflow in {str(lm.dtype).removeprefix('torch.')}?): try dtype=float32"
+        )
 
 
 def _length_limit(lm: LoadedModel, settings: ScoreSettings, n_prefix: int) -> int | None:

@@ -1,0 +1,272 @@
+"""What an artifact's contents must satisfy, checked on every load (``artifacts.load_artifact``).
+
+File hashes prove nothing when whoever edited a table also rewrote the manifest, so the contents
+are checked against each other, against the key-token rule and against the fingerprint:
+
+- documents: at least one; ids unique; ``doc_index`` 0, 1, ...; ``n_chars`` the text's length; the
+  text's sha256 (and, when not truncated, its source's); the manifest's per-document records and
+  the fingerprinted settings' document list equal to the table; the fingerprint equal to
+  ``settings_fingerprint(settings)``; every table's row count as the manifest records it.
+- tokens (kinds that declare them, ``artifacts.KINDS``): rows grouped by document in document
+  order, as many as ``n_tokens``; ``token_index`` 0, 1, ...; ``0 <= char_start <= char_end <=
+  n_chars``; log-probs finite and <= 0 where present; ``lsd = long - short``, ``soft_weight =
+  min(exp(lsd), gamma)`` and ``is_key`` the stored thresholds applied to ``lsd`` and
+  ``long_logprob``; ``n_key_tokens`` their count; the spans exactly the merge of the key tokens'
+  character offsets.
+- spans (always): grouped like the tokens, as many as ``n_spans``; ``span_index`` 0, 1, ...;
+  inside the text, sorted and disjoint.
+
+A failure is one PipelineError naming the table, the column, the first bad row and its document.
+Everything is vectorised (numpy): one pass over each column, whatever the number of documents.
+What no check can prove: the text of a *truncated* document is tied to its source only by hashes
+the editor can recompute (the source text is not in the artifact).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline import keytokens
+from pipeline.artifacts import KeyTokenArtifact, declared_tables, settings_fingerprint
+from pipeline.errors import PipelineError
+from pipeline.provenance import text_sha256
+
+# Stored values are recomputed in float64 from the stored inputs: equal up to the last bits.
+RELATIVE_TOLERANCE = 1e-9
+# A log-probability is at most 0 (a tiny positive rounding from another producer is tolerated).
+LOGPROB_MAX = 1e-6
+FIX = "the artifact is damaged or was edited: regenerate it with `make keytokens`, or download it again"
+
+
+class ArtifactProblem(PipelineError):
+    """A content check failed."""
+
+
+@dataclass
+class Where:
+    """Names the first bad row of a table for the error message."""
+
+    root: Any
+    doc_ids: np.ndarray  # per document
+    row_docs: dict[str, np.ndarray]  # per table: each row's document number
+
+    def fail(self, table: str, column: str, rows: np.ndarray, what: str) -> None:
+        """Raise for the first True of ``rows`` (a boolean mask over the table), if any."""
+        bad = np.flatnonzero(rows)
+        if bad.size:
+            row = int(bad[0])
+            doc = self.doc_ids[self.row_docs[table][row]] if table in self.row_docs else None
+            of = f" (document '{doc}')" if doc is not None else ""
+            raise ArtifactProblem(
+                f"artifact {self.root}: {table}.parquet row {row}{of}, column {column}: {what}; {FIX}"
+            )
+
+
+def check_artifact(artifact: KeyTokenArtifact) -> None:
+    """Every check above, in order; raises ArtifactProblem (a PipelineError) at the first failure."""
+    tables = declared_tables(artifact.manifest, artifact.root)
+    docs = column_arrays(artifact.documents)
+    where = Where(artifact.root, docs["doc_id"], {"documents": np.arange(len(docs["doc_id"]))})
+    check_documents(artifact, docs, where)
+    check_manifest_records(artifact, docs, where)
+    if "tokens" in tables:
+        if artifact.tokens is None:
+            raise ArtifactProblem(f"artifact {artifact.root}: its kind declares tokens.parquet; {FIX}")
+        tokens = column_arrays(artifact.tokens)
+        check_grouping("tokens", "token_index", "n_tokens", tokens, docs, where)
+        check_token_values(artifact.settings, tokens, docs, where)
+    spans = column_arrays(artifact.spans)
+    check_grouping("spans", "span_index", "n_spans", spans, docs, where)
+    check_spans(spans, docs, where)
+    if "tokens" in tables:
+        check_spans_are_merged_key_tokens(tokens, spans, docs, where)
+
+
+def column_arrays(table: pa.Table) -> dict[str, np.ndarray]:
+    """Each column as a numpy array: floats with NaN for null, strings as objects."""
+    out = {}
+    for name in table.column_names:
+        column = table[name]
+        if pa.types.is_floating(column.type):
+            out[name] = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+            out[name + ":null"] = np.asarray(column.is_null().to_numpy(zero_copy_only=False))
+        elif pa.types.is_integer(column.type):
+            out[name] = np.asarray(column.fill_null(-1).to_numpy(), dtype=np.int64)
+        else:
+            out[name] = np.asarray(column.to_numpy(zero_copy_only=False))
+    return out
+
+
+def check_documents(artifact: KeyTokenArtifact, docs: dict[str, np.ndarray], where: Where) -> None:
+    n = len(docs["doc_id"])
+    if n == 0:
+        raise ArtifactProblem(f"artifact {artifact.root} has no documents; {FIX}")
+    ids = docs["doc_id"]
+    where.fail("documents", "doc_id", np.array([not isinstance(x, str) or not x for x in ids]), "empty")
+    first = {}
+    duplicate = np.array([first.setdefault(x, i) != i for i, x in enumerate(ids)])
+    where.fail("documents", "doc_id", duplicate, "duplicate document id (ids must be unique)")
+    where.fail("documents", "doc_index", docs["doc_index"] != np.arange(n), "not the row number")
+    lengths = np.array([len(t) if isinstance(t, str) else -1 for t in docs["text"]])
+    where.fail("documents", "n_chars", docs["n_chars"] != lengths, "is not the text's length")
+    for name in ("n_tokens", "n_spans", "n_key_tokens"):
+        where.fail("documents", name, docs[name] < 0, "negative")
+    hashes = np.array([text_sha256(t) for t in docs["text"]], dtype=object)
+    where.fail("documents", "sha256", hashes != docs["sha256"], "does not match the text")
+    whole = ~docs["truncated"].astype(bool)
+    where.fail(
+        "documents",
+        "source_sha256",
+        whole & ((hashes != docs["source_sha256"]) | (docs["n_source_chars"] != lengths)),
+        "an untruncated text must be its source text",
+    )
+
+
+def check_manifest_records(artifact: KeyTokenArtifact, docs: dict[str, np.ndarray], where: Where) -> None:
+    """The manifest's per-document records, the fingerprinted settings and the file row counts."""
+    manifest, root = artifact.manifest, artifact.root
+    records = {
+        "documents": (manifest.get("documents"), ("doc_id", "sha256", "source_sha256", "n_tokens")),
+        "settings.documents": (artifact.settings.get("documents"), ("doc_id", "source_sha256")),
+    }
+    for label, (listed, keys) in records.items():
+        listed = listed if isinstance(listed, list) else []
+        for key in keys:
+            table = [str(x) if key != "n_tokens" else int(x) for x in docs[key]]
+            found = [r.get(key) if isinstance(r, dict) else None for r in listed]
+            if found != table:
+                row = next(
+                    (i for i, (a, b) in enumerate(zip(found, table, strict=False)) if a != b),
+                    min(len(found), len(table)),
+                )
+                doc = f" (document '{docs['doc_id'][row]}')" if row < len(table) else ""
+                raise ArtifactProblem(
+                    f"artifact {root}: manifest {label}[{row}].{key} disagrees with documents.parquet{doc} "
+                    f"({len(found)} records, {len(table)} documents); {FIX}"
+                )
+    if manifest["fingerprint"] != settings_fingerprint(artifact.settings):
+        raise ArtifactProblem(
+            f"artifact {root}: the manifest's fingerprint is not that of its settings; {FIX}"
+        )
+    for name in declared_tables(manifest, root):
+        rows = getattr(artifact, name).num_rows
+        if manifest["files"][f"{name}.parquet"].get("rows") != rows:
+            raise ArtifactProblem(
+                f"artifact {root}: {name}.parquet has {rows} rows, not as its manifest says; {FIX}"
+            )
+
+
+def check_grouping(
+    table: str, index: str, count: str, rows: dict[str, np.ndarray], docs: dict[str, np.ndarray], where: Where
+) -> None:
+    """Rows grouped by document, in document order, ``docs[count]`` of each, numbered 0, 1, ..."""
+    ids, counts = docs["doc_id"], docs[count]
+    found = Counter(rows["doc_id"].tolist())
+    for i, doc_id in enumerate(ids):
+        if found.get(doc_id, 0) != counts[i]:
+            raise ArtifactProblem(
+                f"artifact {where.root}: document '{doc_id}' has {found.get(doc_id, 0)} rows in "
+                f"{table}.parquet but documents.{count} says {counts[i]}; {FIX}"
+            )
+    expected = np.repeat(np.arange(len(ids)), counts)
+    where.row_docs[table] = expected
+    if len(expected) != len(rows["doc_id"]):
+        unknown = sorted(set(found) - set(ids.tolist()))[:1]
+        raise ArtifactProblem(
+            f"artifact {where.root}: {table}.parquet has rows of document {unknown!r}, which "
+            f"documents.parquet does not list; {FIX}"
+        )
+    where.fail(table, "doc_id", rows["doc_id"] != ids[expected], "rows are not grouped in document order")
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    where.fail(table, index, rows[index] != np.arange(len(expected)) - starts, "not numbered 0, 1, ...")
+
+
+def check_token_values(
+    settings: dict[str, Any], tokens: dict[str, np.ndarray], docs: dict[str, np.ndarray], where: Where
+) -> None:
+    """Offsets inside the text, finite log-probs, and LSD, soft weight and key flag as defined."""
+    alpha, beta, gamma = (settings[k] for k in ("alpha", "beta", "gamma"))
+    for name, value in (("alpha", alpha), ("beta", beta), ("gamma", gamma)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ArtifactProblem(
+                f"artifact {where.root}: manifest settings.{name}={value!r} is not finite; {FIX}"
+            )
+    n_chars = docs["n_chars"][where.row_docs["tokens"]]
+    start, end = tokens["char_start"], tokens["char_end"]
+    where.fail("tokens", "char_start", (start < 0) | (start > end), "not 0 <= char_start <= char_end")
+    where.fail("tokens", "char_end", end > n_chars, "past the end of the text")
+    values = {
+        k: (tokens[k], ~tokens[k + ":null"]) for k in ("long_logprob", "short_logprob", "lsd", "soft_weight")
+    }
+    for name, (x, present) in values.items():
+        where.fail("tokens", name, present & ~np.isfinite(x), f"not a finite number ({_first(x, present)})")
+    for name in ("long_logprob", "short_logprob"):
+        x, present = values[name]
+        where.fail("tokens", name, present & (x > LOGPROB_MAX), "a log-probability above 0")
+    (long, has_long), (short, has_short) = values["long_logprob"], values["short_logprob"]
+    (lsd, has_lsd), (weight, has_weight) = values["lsd"], values["soft_weight"]
+    where.fail("tokens", "lsd", has_lsd != (has_long & has_short), "present exactly where both log-probs are")
+    where.fail("tokens", "lsd", has_lsd & ~_close(lsd, long - short), "not long_logprob - short_logprob")
+    where.fail("tokens", "soft_weight", has_weight != has_lsd, "present exactly where lsd is")
+    expected = keytokens.soft_weight(np.where(has_lsd, lsd, 0.0), gamma)
+    where.fail(
+        "tokens", "soft_weight", has_weight & ~_close(weight, expected), f"not min(exp(lsd), gamma={gamma})"
+    )
+    key = keytokens.is_key(np.where(has_lsd, lsd, np.nan), long, alpha, beta)
+    where.fail(
+        "tokens", "is_key", tokens["is_key"] != key, f"not lsd > alpha={alpha} and long_logprob > beta={beta}"
+    )
+    per_doc = np.bincount(where.row_docs["tokens"], weights=key, minlength=len(docs["doc_id"]))
+    where.fail("documents", "n_key_tokens", docs["n_key_tokens"] != per_doc, "not the number of key tokens")
+
+
+def check_spans(spans: dict[str, np.ndarray], docs: dict[str, np.ndarray], where: Where) -> None:
+    """Spans inside their text, sorted and disjoint within each document."""
+    doc = where.row_docs["spans"]
+    start, end = spans["char_start"], spans["char_end"]
+    where.fail("spans", "char_start", (start < 0) | (start > end), "not 0 <= char_start <= char_end")
+    where.fail("spans", "char_end", end > docs["n_chars"][doc], "past the end of the text")
+    same_doc = np.zeros(len(start), dtype=bool)
+    same_doc[1:] = doc[1:] == doc[:-1]
+    previous_end = np.concatenate([[0], end[:-1]])
+    where.fail("spans", "char_start", same_doc & (start < previous_end), "spans are not sorted and disjoint")
+
+
+def check_spans_are_merged_key_tokens(
+    tokens: dict[str, np.ndarray], spans: dict[str, np.ndarray], docs: dict[str, np.ndarray], where: Where
+) -> None:
+    """The spans are the key tokens' offsets merged (``keytokens.merge_spans``), per document: the
+    documents are laid end to end with a gap, so that one merge over all of them never joins two."""
+    base = np.concatenate([[0], np.cumsum(docs["n_chars"] + 1)[:-1]])
+    key = tokens["is_key"].astype(bool)
+    shift = base[where.row_docs["tokens"]][key]
+    starts, ends, counts = keytokens.merge_spans(
+        tokens["char_start"][key] + shift, tokens["char_end"][key] + shift
+    )
+    stored_shift = base[where.row_docs["spans"]]
+    stored = (spans["char_start"] + stored_shift, spans["char_end"] + stored_shift, spans["n_tokens"])
+    n = min(len(starts), len(stored[0]))
+    merged = (starts, ends, counts)
+    for column, mine, theirs in zip(("char_start", "char_end", "n_tokens"), merged, stored, strict=True):
+        where.fail("spans", column, mine[:n] != theirs[:n], "not the merge of the key tokens' offsets")
+    if len(starts) != len(stored[0]):
+        raise ArtifactProblem(
+            f"artifact {where.root}: spans.parquet has {len(stored[0])} spans, the key tokens merge into "
+            f"{len(starts)}; {FIX}"
+        )
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.abs(a - b) <= RELATIVE_TOLERANCE * np.maximum(1.0, np.abs(b))
+
+
+def _first(x: np.ndarray, present: np.ndarray) -> str:
+    bad = np.flatnonzero(present & ~np.isfinite(x))
+    return repr(float(x[bad[0]])) if bad.size else ""
