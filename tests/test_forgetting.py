@@ -276,7 +276,7 @@ def test_results_reader_rejects_bad_lines(tiny_model_dir, corpus, tmp_path):
     path.write_text(path.read_text() + json.dumps(broken) + "\n")
     with pytest.raises(PipelineError, match=r"line 2 .*points\[0\]\.copy_mean"):
         forgetting_results.read_rows(path)
-    with pytest.raises(ValueError, match="Out of range float"):
+    with pytest.raises(PipelineError, match=r"wall_seconds \(nan\) is not a finite number"):
         forgetting_results.append(tmp_path / "strict.jsonl", {**row, "wall_seconds": float("nan")})
 
 
