@@ -14,10 +14,15 @@ An artifact is a directory ``artifacts/keytokens/<name>/`` holding:
 ``spans.parquet`` (merged key-token character intervals)
     doc_id, span_index, char_start, char_end, n_tokens.
 ``manifest.json``
-    schema_version, settings (evaluator and its file sha256 or revision, K, d, alpha, beta, gamma,
-    dtype, device, corpus, ...), per-document sha256, skipped documents with reasons, library
-    versions, creation time, summary, and every file with its sha256 and size. Written last: an
-    artifact without a manifest is unfinished.
+    schema_version, kind (``KINDS``), settings (evaluator and its file sha256 or revision, K, d,
+    alpha, beta, gamma, dtype, device, corpus, ...), per-document sha256, skipped documents with
+    reasons, library versions, creation time, summary, and every file with its sha256 and size.
+    Written last: an artifact without a manifest is unfinished.
+
+Two kinds of artifact (``KINDS``; the manifest's ``kind``, ``per_token`` when absent): ``per_token``,
+written by stage 1, has all three tables; ``key_spans``, imported from key spans computed elsewhere
+(the paper's own, ``pipeline.official``), has ``documents`` and ``spans`` only: no per-token LCL or
+LSD, so it gives PPL and LongPPL but not LongPPL-soft or re-thresholded (alpha, beta) values.
 
 While stage 1 runs, each finished document lives in ``parts/<index>/`` (written to a temporary
 directory and renamed, so a part is complete or absent) and ``run.json`` holds the settings
@@ -90,6 +95,26 @@ SPANS_SCHEMA = pa.schema(
 )
 TABLES = {"documents": DOCUMENTS_SCHEMA, "tokens": TOKENS_SCHEMA, "spans": SPANS_SCHEMA}
 
+# The kinds of artifact and the tables each has (every column of a table, as in its schema above).
+PER_TOKEN = "per_token"  # stage 1: per-token log-probs, LSD, soft weights, key flags, and key spans
+KEY_SPANS = "key_spans"  # imported key spans only: PPL and LongPPL, not LongPPL-soft or the grid
+KINDS: dict[str, tuple[str, ...]] = {
+    PER_TOKEN: ("documents", "tokens", "spans"),
+    KEY_SPANS: ("documents", "spans"),
+}
+NEEDS_TOKEN_VALUES = (
+    "needs per-token LSD, which this artifact (kind key_spans: key spans only) does not have; "
+    "compute key tokens with `make keytokens` for it"
+)
+
+
+def artifact_kind(manifest: dict[str, Any], where: str | Path = "artifact") -> str:
+    """The manifest's artifact kind (``per_token`` for manifests written before kinds existed)."""
+    kind = manifest.get("kind", PER_TOKEN)
+    if kind not in KINDS:
+        raise PipelineError(f"{where} has artifact kind {kind!r}; this pipeline reads {', '.join(KINDS)}")
+    return kind
+
 
 def table_from_columns(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
     """A table of ``schema`` from one array per column (NaN becomes null: a missing value)."""
@@ -135,12 +160,21 @@ class KeyTokenArtifact:
     root: Path
     manifest: dict[str, Any]
     documents: pa.Table
-    tokens: pa.Table
+    tokens: pa.Table | None  # None for a key_spans artifact
     spans: pa.Table
 
     @property
     def settings(self) -> dict[str, Any]:
         return self.manifest["settings"]
+
+    @property
+    def kind(self) -> str:
+        return artifact_kind(self.manifest, self.root)
+
+    @property
+    def has_token_values(self) -> bool:
+        """Whether per-token LCL, LSD and soft weights are here (LongPPL-soft, the alpha/beta grid)."""
+        return "tokens" in KINDS[self.kind]
 
     def texts(self) -> dict[str, str]:
         return dict(
@@ -166,8 +200,9 @@ def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtif
             f"{root} has artifact schema version {version!r}; this pipeline reads version {SCHEMA_VERSION}: "
             "regenerate it with `make keytokens` or use a matching pipeline version"
         )
-    tables = {}
-    for name, schema in TABLES.items():
+    tables: dict[str, pa.Table | None] = {"tokens": None}
+    for name in KINDS[artifact_kind(manifest, root)]:
+        schema = TABLES[name]
         path = root / f"{name}.parquet"
         recorded = manifest.get("files", {}).get(path.name)
         if not path.is_file() or recorded is None:
@@ -199,20 +234,32 @@ def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtif
 
 
 class ArtifactDocument:
-    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays."""
+    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays.
 
-    def __init__(self, doc_id: str, text: str, tokens: Any, spans: Any):
+    ``tokens`` is None for key spans alone (a key_spans artifact): the evaluator's offsets, LSD,
+    LCL and soft weights are then None too (``has_token_values`` is False)."""
+
+    def __init__(self, doc_id: str, text: str, tokens: Any | None, spans: Any):
         self.doc_id = doc_id
         self.text = text
-        self.eval_offsets = np.stack([tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()], axis=1)
-        self.lsd = _floats(tokens["lsd"])
-        self.long = _floats(tokens["long_logprob"])
-        self.soft_weight = _floats(tokens["soft_weight"])
+        self.eval_offsets = self.lsd = self.long = self.soft_weight = None
+        if tokens is not None:
+            starts, ends = tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()
+            self.eval_offsets = np.stack([starts, ends], axis=1)
+            self.lsd = _floats(tokens["lsd"])
+            self.long = _floats(tokens["long_logprob"])
+            self.soft_weight = _floats(tokens["soft_weight"])
         self.span_starts = spans["char_start"].to_numpy().astype(np.int64)
         self.span_ends = spans["char_end"].to_numpy().astype(np.int64)
 
+    @property
+    def has_token_values(self) -> bool:
+        return self.lsd is not None
+
     def spans_at(self, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """Key spans re-thresholded from the stored LSD and LCL: no evaluator needed."""
+        if not self.has_token_values:
+            raise PipelineError(f"re-thresholding key tokens (alpha, beta) {NEEDS_TOKEN_VALUES}")
         key = keytokens.is_key(self.lsd, self.long, alpha, beta)
         starts, ends, _ = keytokens.merge_spans(self.eval_offsets[key, 0], self.eval_offsets[key, 1])
         return starts, ends
@@ -232,9 +279,9 @@ def iter_documents(artifact: KeyTokenArtifact) -> Iterator[ArtifactDocument]:
     ):
         t0 = int(token_ends[i - 1]) if i else 0
         s0 = int(span_ends[i - 1]) if i else 0
-        tokens = artifact.tokens.slice(t0, int(token_ends[i]) - t0)
+        tokens = None if artifact.tokens is None else artifact.tokens.slice(t0, int(token_ends[i]) - t0)
         spans = artifact.spans.slice(s0, int(span_ends[i]) - s0)
-        if tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
+        if tokens is not None and tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
             raise PipelineError(
                 f"artifact {artifact.root}: token rows are not in document order at '{doc_id}'"
             )

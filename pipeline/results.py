@@ -80,6 +80,7 @@ class CorpusValues(_Part):
     key_char_coverage: Number = None
     n_tokens: Count = None
     n_key_tokens: Count = None
+    unavailable: dict[str, str] | None = None  # metric -> why it is null (e.g. a key_spans artifact)
 
 
 class SettingsRef(_Part):
@@ -108,6 +109,7 @@ FRAME_SCHEMA: dict[str, Any] = {
     "n_key_tokens": pl.Int64,
     "key_char_coverage": pl.Float64,
     "date": pl.Datetime("us", "UTC"),
+    "unavailable": pl.String,  # "metric: reason; ..." for null metrics, or null
 }
 
 
@@ -137,6 +139,7 @@ def score_row(
             "name": artifact.root.name,
             "fingerprint": artifact.manifest["fingerprint"],
             "source": str(artifact.root),
+            "kind": artifact.kind,
             "evaluator": artifact.settings["evaluator"]["spec"],
             **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
         },
@@ -223,4 +226,7 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "n_key_tokens": corpus.n_key_tokens,
         "key_char_coverage": corpus.key_char_coverage,
         "date": line.date,
+        "unavailable": "; ".join(f"{k}: {v}" for k, v in corpus.unavailable.items())
+        if corpus.unavailable
+        else None,
     }

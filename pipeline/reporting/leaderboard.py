@@ -152,7 +152,10 @@ def leaderboard_markdown(board: pl.DataFrame, source: str | Path | None = None) 
         lines.append(f"Scores: `{display_path(source)}` (sha256 `{file_sha256(source)}`).\n")
     shown = {k: v for k, v in COLUMNS.items() if v is not None}
     rows = [["n/a" if row[k] is None else row[k] for k in shown] for row in table(board)]
-    return "".join(lines) + "\n" + md_table(list(shown.values()), rows)
+    notes = sorted(set(board["unavailable"].drop_nulls().to_list())) if "unavailable" in board.columns else []
+    return (
+        "".join(lines) + "\n" + md_table(list(shown.values()), rows) + "".join(f"\nn/a: {n}\n" for n in notes)
+    )
 
 
 def leaderboard_csv(board: pl.DataFrame) -> str:

@@ -1,10 +1,13 @@
 """Reproducible leaderboard refreshes (`make leaderboard-refresh`).
 
-A refresh file (``conf/refresh.yaml``) pins the artifact (path or ``hf://datasets/...@revision`` and
-its fingerprint), the models (spec and revision) and the score settings, and points at recorded
-results. Every model is scored again, through the score stage's own config, and each of PPL, LongPPL
-and LongPPL-soft must match its recorded value within the stated relative tolerance; otherwise the
-refresh fails, naming the model and the metric.
+A refresh (a file of the group ``conf/refresh/``, chosen with ``refresh=<name>``; ``embedded`` by
+default) pins the artifact (path or ``hf://datasets/...@revision`` and its fingerprint), the models
+(spec and revision) and the score settings, and points at recorded results. Every model is scored
+again, through the score stage's own config, and each of PPL, LongPPL and LongPPL-soft must match its
+recorded value within the stated relative tolerance; otherwise the refresh fails, naming the model and
+the metric. A model may instead give ``expected`` values (e.g. a paper's table): only those metrics
+are compared, on the corpus values the refresh's ``aggregate`` names (``pooled``: this project's;
+``documents``: per-document values weighted by token counts, as the official ``perplexity.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pipeline import results
 from pipeline.artifacts import HUB_PREFIX, load_artifact, locate_artifact
 from pipeline.cli import compose, hydra_main
 from pipeline.errors import PipelineError
+from pipeline.score import official_mean
 from pipeline.score.run import run as score
 
 
@@ -42,14 +46,30 @@ def score_config(cfg: Any, model: Any, scores: Path) -> DictConfig:
     return config
 
 
-def compare(model: str, fresh: dict[str, Any], recorded: dict[str, Any], tolerance: float) -> list[str]:
-    """The mismatches of one model, as one line each."""
+def corpus_values(row: dict[str, Any], aggregate: str) -> dict[str, Any]:
+    """A result's corpus values under the refresh's ``aggregate``."""
+    if aggregate == "pooled":
+        return row["corpus"]
+    if aggregate == "documents":
+        return {**row["corpus"], **official_mean(row["documents"])}
+    raise PipelineError(f"aggregate={aggregate!r}: use pooled or documents")
+
+
+def compare(
+    model: str,
+    fresh: dict[str, Any],
+    expected: dict[str, Any],
+    tolerance: float,
+    metrics=results.METRICS,
+    source: str = "recorded",
+) -> list[str]:
+    """The mismatches of one model (``fresh`` and ``expected`` are corpus values), one line each."""
     problems = []
-    for metric in results.METRICS:
-        new, old = fresh["corpus"][metric], recorded["corpus"][metric]
+    for metric in metrics:
+        new, old = fresh[metric], expected[metric]
         if (new is None) != (old is None) or (new is not None and abs(new - old) > tolerance * abs(old)):
             problems.append(
-                f"{model}: {metric} is {new} now, recorded {old} (relative tolerance {tolerance:g})"
+                f"{model}: {metric} is {new} now, {source} {old} (relative tolerance {tolerance:g})"
             )
     return problems
 
@@ -59,28 +79,41 @@ def check_fingerprint(cfg: Any) -> None:
     spec = str(cfg.artifact)
     path, _ = locate_artifact(spec if spec.startswith(HUB_PREFIX) else str(Path(spec).absolute()))
     found = load_artifact(path, verify_hashes=False).manifest["fingerprint"]
-    if cfg.fingerprint and found != cfg.fingerprint:
+    if not cfg.fingerprint:
+        print(f"note: the refresh pins no fingerprint; artifact {spec} has {found}")
+    elif found != cfg.fingerprint:
         raise PipelineError(
             f"artifact {spec} has fingerprint {found[:12]}, the refresh pins {str(cfg.fingerprint)[:12]}: "
             "it is not the artifact the leaderboard was computed on"
         )
 
 
+def check_model(cfg: Any, model: Any, row: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
+    """One model's fresh result against its ``expected`` values, else its recorded result."""
+    aggregate, tolerance = str(cfg.get("aggregate", "pooled")), float(cfg.tolerance)
+    fresh = corpus_values(row, aggregate)
+    expected = model.get("expected")
+    if expected is not None:
+        values = OmegaConf.to_container(expected)
+        return compare(model.name, fresh, values, tolerance, metrics=list(values), source="expected")
+    if model.name not in recorded:
+        return [f"{model.name}: no recorded result in {cfg.recorded}"]
+    return compare(model.name, fresh, corpus_values(recorded[model.name], aggregate), tolerance)
+
+
 def run(cfg: Any) -> list[dict[str, Any]]:
     check_fingerprint(cfg)
     recorded_path = Path(cfg.recorded)
-    recorded = {} if cfg.record else recorded_rows(recorded_path)
+    needs_record = not cfg.record and any(model.get("expected") is None for model in cfg.models)
+    recorded = recorded_rows(recorded_path) if needs_record else {}
     fresh_rows, problems = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for model in cfg.models:
-            row = score(score_config(cfg, model, Path(tmp) / "scores.jsonl"))
+            fields = {k: v for k, v in model.items() if k != "expected"}
+            row = score(score_config(cfg, fields, Path(tmp) / "scores.jsonl"))
             fresh_rows.append(row)
-            if cfg.record:
-                continue
-            if model.name not in recorded:
-                problems.append(f"{model.name}: no recorded result in {recorded_path}")
-            else:
-                problems += compare(model.name, row, recorded[model.name], float(cfg.tolerance))
+            if not cfg.record:
+                problems += check_model(cfg, model, row, recorded)
     if cfg.record:
         recorded_path.parent.mkdir(parents=True, exist_ok=True)
         recorded_path.write_text(
@@ -88,9 +121,9 @@ def run(cfg: Any) -> list[dict[str, Any]]:
         )
         print(f"recorded {len(fresh_rows)} results in {recorded_path}")
     elif problems:
-        raise PipelineError("leaderboard refresh differs from the record: " + "; ".join(problems))
+        raise PipelineError("leaderboard refresh differs from the expected results: " + "; ".join(problems))
     else:
-        print(f"refresh reproduces all {len(fresh_rows)} recorded results within {float(cfg.tolerance):g}")
+        print(f"refresh reproduces all {len(fresh_rows)} expected results within {float(cfg.tolerance):g}")
     return fresh_rows
 
 
