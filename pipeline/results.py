@@ -109,7 +109,7 @@ FRAME_SCHEMA: dict[str, Any] = {
     "n_key_tokens": pl.Int64,
     "key_char_coverage": pl.Float64,
     "date": pl.Datetime("us", "UTC"),
-    "unavailable": pl.String,  # "metric: reason; ..." for null metrics, or null
+    "unavailable": pl.String,  # why a metric of METRICS is null ("; "-separated), or null
 }
 
 
@@ -226,7 +226,5 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "n_key_tokens": corpus.n_key_tokens,
         "key_char_coverage": corpus.key_char_coverage,
         "date": line.date,
-        "unavailable": "; ".join(f"{k}: {v}" for k, v in corpus.unavailable.items())
-        if corpus.unavailable
-        else None,
+        "unavailable": "; ".join(v for k, v in (corpus.unavailable or {}).items() if k in METRICS) or None,
     }
