@@ -24,7 +24,7 @@ OFFICIAL_EVALUATORS := llama3.1-8b mistral-large-2407 qwen2-72b-instruct
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens import-official import-official-all leaderboard-refresh-official score leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick
+.PHONY: setup keytokens import-official import-official-all leaderboard-refresh-official score leaderboard leaderboard-refresh publish show validate test browser lint clean-venv bench-memory bench-stage2 bench bench-quick bench-dropin
 
 setup: $(STAMP)
 
@@ -112,3 +112,7 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.compare_official --quick $(ARGS)
+
+# The drop-in compute_longppl against the official one only (docs/benchmarks-dropin.md; `make bench` includes it).
+bench-dropin: $(STAMP)
+	$(BIN)/python -m bench.compare_official --only dropin $(ARGS)

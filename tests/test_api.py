@@ -188,16 +188,25 @@ def default_artifact():
 
 @pytest.mark.integration
 def test_score_on_smollm2_gives_exactly_the_numbers_of_make_score(tmp_path):
+    """The default artifact's first two documents (as an artifact of their own, so that `make score`
+    takes a minute): the score stage's run and ``score`` on the default artifact with documents=2."""
+    from pipeline.artifact_writer import write_artifact
     from pipeline.score.run import run
 
-    artifact = default_artifact()
+    full = load_artifact(default_artifact())
+    n_tokens = sum(full.documents["n_tokens"].to_pylist()[:2])
+    n_spans = sum(full.documents["n_spans"].to_pylist()[:2])
+    tables = {"documents": full.documents.slice(0, 2), "tokens": full.tokens.slice(0, n_tokens)}
+    tables["spans"] = full.spans.slice(0, n_spans)
+    write_artifact(tmp_path / "two", full.kind, tables, full.settings, full.manifest["fingerprint"], {})
     cfg = compose_config(
-        "score", [f"artifact={artifact}", f"results={tmp_path / 's.jsonl'}", "progress=false"]
+        "score", [f"artifact={tmp_path / 'two'}", f"results={tmp_path / 's.jsonl'}", "progress=false"]
     )
     stage = run(cfg)
     lm = load_model("smollm2-135m", dtype=str(cfg.dtype), device=str(cfg.device))
-    result = api.score(lm.model, lm.tokenizer, artifact)
+    result = api.score(lm.model, lm.tokenizer, full.root, documents=2)
     assert result.corpus == stage["corpus"] and result.documents == stage["documents"]
+    assert result.longppl is not None and result.longppl_soft is not None
 
 
 @pytest.mark.integration
