@@ -151,6 +151,13 @@ def test_imported_artifact_passes_the_check_and_scores_as_the_official_package(
         for i, doc in enumerate(docs)
     ]
     assert sum(o["n_key_token"] or 0 for o in official) > 5
+    rel = [
+        abs(ours[m] / float(theirs[m]) - 1)
+        for ours, theirs in zip(row["documents"], official, strict=True)
+        for m in ("ppl", "longppl")
+        if theirs[m] is not None
+    ]
+    print(f"largest relative difference to the official package: {max(rel):.1e} over {len(rel)} values")
     for ours, theirs in zip(row["documents"], official, strict=True):
         assert ours["ppl"] == pytest.approx(float(theirs["ppl"]), rel=1e-4)
         assert ours["n_key_tokens"] == (theirs["n_key_token"] or 0) and ours["n_tokens"] == theirs["n_token"]
