@@ -6,8 +6,9 @@ of taking the machine down. Same documents, models, K, d, alpha, beta and dtype 
 implementations; the official conventions are used throughout (BOS on the evaluator's long pass
 only, no special tokens for the evaluated model): `short_window_bos=false`, `add_bos=false`.
 
-    make bench          # everything: 4k comparisons, stage 2, scaling sweep 1k-16k and 32k
+    make bench          # everything: 4k comparisons, stage 2, drop-in compute_longppl, scaling 1k-32k
     make bench-quick    # 4k only
+    make bench-dropin   # the drop-in compute_longppl comparison only (docs/benchmarks-dropin.md)
 Writes docs/benchmarks.md.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import ROOT, run_watched
+from bench.compare_dropin import compare_dropin
 from pipeline.provenance import machine
 
 # ----------------------------------------------------------------------------------------------
@@ -269,8 +271,10 @@ def report_head(jobs: Jobs, summary: dict, quick: bool, minutes: float) -> list[
             ("stage 1 time", "stage1_time_ratio"),
             ("stage 1 memory", "stage1_memory_ratio"),
             ("stage 2 vs official", "stage2_vs_official"),
+            ("drop-in time", "dropin_time_ratio"),
+            ("drop-in memory", "dropin_memory_ratio"),
         )
-        if summary[key] is not None and summary[key] > 1.0
+        if summary.get(key) is not None and summary[key] > 1.0
     ] + jobs.slower
     cached = (
         f" {len(jobs.hits)} of its jobs were measured by an earlier run of the same command and read "
@@ -295,6 +299,8 @@ def report_head(jobs: Jobs, summary: dict, quick: bool, minutes: float) -> list[
         f"- Stage 1 peak memory / official at 4k tokens: {fmt(summary['stage1_memory_ratio'])}",
         f"- Stage 2 / plain-PPL pass (same forward path): {fmt(summary['stage2_vs_plain'], 3)}",
         f"- Stage 2 / official `compute_longppl` (offline mode): {fmt(summary['stage2_vs_official'])}",
+        "- Drop-in `compute_longppl` / official, online mode: wall time "
+        f"{fmt(summary['dropin_time_ratio'])}, peak memory {fmt(summary['dropin_memory_ratio'])}",
         f"- Evaluator tokens whose key status differs: {len(summary['differing_tokens'])}",
         "- Slower than the baseline: " + (", ".join(slower) if slower else "nowhere in this run"),
         "",
@@ -312,12 +318,23 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--output", default=str(ROOT / "docs/benchmarks.md"))
     parser.add_argument("--fresh", action="store_true", help="ignore results cached by an earlier run")
+    parser.add_argument("--only", choices=["dropin"], help="one comparison only, in its own report")
     args = parser.parse_args()
+    if args.only and args.output == parser.get_default("output"):
+        args.output = str(ROOT / f"docs/benchmarks-{args.only}.md")
     jobs = Jobs(args.cap_gb, args.timeout)
     if args.fresh:
         jobs.cache.unlink(missing_ok=True)
     started = time.time()
-    body, summary = compare_4k(jobs, [0] if args.quick else [0, 3, 10], args.K, args.d)
+    docs = [0] if args.quick else [0, 3, 10]
+    if args.only == "dropin":
+        lines, summary = compare_dropin(jobs, docs, args.K, args.d)
+        write_dropin_report(Path(args.output), lines, summary, (time.time() - started) / 60)
+        return
+    body, summary = compare_4k(jobs, docs, args.K, args.d)
+    dropin_lines, dropin_summary = compare_dropin(jobs, docs, args.K, args.d)
+    body += ["", *dropin_lines]
+    summary |= dropin_summary
     if not args.quick:
         body += ["", *sweep(jobs, [1024, 2048, 4096, 8192, 16384, 32768], args.K, args.d)]
     else:
@@ -327,6 +344,26 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text, end="")
+
+
+def write_dropin_report(out: Path, lines: list[str], summary: dict, minutes: float) -> None:
+    text = "\n".join(
+        [
+            "# Benchmark: the drop-in `compute_longppl` against the official `longppl` 0.3.0",
+            "",
+            f"Regenerate: `make bench-dropin` ({minutes:.0f} minutes for this run; `make bench` includes it). "
+            f"Machine: {machine()}.",
+            "",
+            f"Ratios (this project / official): wall time {fmt(summary['dropin_time_ratio'])}, peak memory "
+            f"{fmt(summary['dropin_memory_ratio'])}; largest relative difference of PPL or LongPPL "
+            f"{summary['dropin_max_rel_diff']:.1e}.",
+            "",
+            *lines,
+        ]
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

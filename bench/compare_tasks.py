@@ -2,8 +2,8 @@
 runs ``python -m bench.compare_tasks '<job as JSON>'`` and reads the JSON result from its last line).
 
 A job names its task (``stage1-ours``, ``stage1-official``, ``stage2-ours``, ``stage2-official``,
-``stage2-plain``), the text length in evaluator tokens, the document (None: all concatenated), K, d,
-and optionally the attention implementation.
+``stage2-plain``, ``dropin-ours``, ``dropin-official``), the text length in evaluator tokens, the
+document (None: all concatenated), K, d, and optionally the attention implementation.
 """
 
 from __future__ import annotations
@@ -43,16 +43,22 @@ def worker(job: dict) -> dict:
     from pipeline.models import load_model
 
     torch.set_grad_enabled(False)
-    attn = job.get("attn") or ("sdpa" if job["task"].endswith("official") else attention.NAME)
+    official = job["task"].endswith("official") or job["task"].startswith("dropin")
+    attn = job.get("attn") or ("sdpa" if official else attention.NAME)
     evaluator = load_model(EVALUATOR, dtype="float32", device="cpu", attn_implementation=attn)
     text = bench_text(evaluator.tokenizer, job["tokens"], job.get("doc"))
     out = {"chars": len(text)}
     if job["task"].startswith("stage1"):
         lm = evaluator
+    elif job["task"].startswith("dropin"):  # both models, as the user holds them (default attention)
+        lm = (evaluator, load_model(MODEL, dtype="float32", device="cpu", attn_implementation=attn))
+        lm[1].model(input_ids=torch.tensor([[1, 2, 3]]))
+        evaluator.model(input_ids=torch.tensor([[1, 2, 3]]))
     else:
         del evaluator
         lm = load_model(MODEL, dtype="float32", device="cpu", attn_implementation=attn)
-    lm.model(input_ids=torch.tensor([[1, 2, 3]]))  # warm up: every weight paged in before timing
+    if not isinstance(lm, tuple):
+        lm.model(input_ids=torch.tensor([[1, 2, 3]]))  # warm up: every weight paged in before timing
     start = time.perf_counter()
     with PeakMemory(interval=0.02) as sampler:
         out.update(TASKS[job["task"]](lm, text, job))
@@ -133,6 +139,38 @@ def stage2_official(lm, text, job):
     }
 
 
+def dropin(lm, text, job, compute_longppl):
+    """``compute_longppl`` online (evaluator and model), as the official package's users call it."""
+    evaluator, model = lm
+    result = compute_longppl(
+        text,
+        model.model,
+        evaluator.model,
+        model.tokenizer,
+        evaluator.tokenizer,
+        trunc_len=job["K"],
+        sliding_window=job["d"],
+    )
+    return {
+        "ppl": float(result["ppl"]),
+        "longppl": None if result["longppl"] is None else float(result["longppl"]),
+        "n_key": result["n_key_token"],
+        "tokens_scored": int(result["n_token"]) - 1,
+    }
+
+
+def dropin_ours(lm, text, job):
+    from pipeline.dropin import compute_longppl
+
+    return dropin(lm, text, job, compute_longppl)
+
+
+def dropin_official(lm, text, job):
+    from longppl.longppl import compute_longppl
+
+    return dropin(lm, text, job, compute_longppl)
+
+
 def spans_only(text: str, spans: list):
     """An ArtifactDocument from key spans alone (the official package's stage 2 has no soft weights)."""
     import numpy as np
@@ -159,6 +197,8 @@ TASKS = {
     "stage2-ours": stage2_ours,
     "stage2-official": stage2_official,
     "stage2-plain": stage2_plain,
+    "dropin-ours": dropin_ours,
+    "dropin-official": dropin_official,
 }
 
 

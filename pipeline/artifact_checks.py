@@ -6,7 +6,7 @@ are checked against each other, against the key-token rule and against the finge
 - documents: at least one; ids unique; ``doc_index`` 0, 1, ...; ``n_chars`` the text's length; the
   text's sha256 (and, when not truncated, its source's); the manifest's per-document records and
   the fingerprinted settings' document list equal to the table; the fingerprint equal to
-  ``settings_fingerprint(settings)``; every table's row count as the manifest records it.
+  ``settings_fingerprint(settings, kind)``; every table's row count as the manifest records it.
 - tokens (kinds that declare them, ``artifacts.KINDS``): rows grouped by document in document
   order, as many as ``n_tokens``; ``token_index`` 0, 1, ...; ``0 <= char_start <= char_end <=
   n_chars``; log-probs finite and <= 0 where present; ``lsd = long - short``, ``soft_weight =
@@ -150,7 +150,7 @@ def check_manifest_records(artifact: KeyTokenArtifact, docs: dict[str, np.ndarra
                     f"artifact {root}: manifest {label}[{row}].{key} disagrees with documents.parquet{doc} "
                     f"({len(found)} records, {len(table)} documents); {FIX}"
                 )
-    if manifest["fingerprint"] != settings_fingerprint(artifact.settings):
+    if manifest["fingerprint"] != settings_fingerprint(artifact.settings, artifact.kind):
         raise ArtifactProblem(
             f"artifact {root}: the manifest's fingerprint is not that of its settings; {FIX}"
         )

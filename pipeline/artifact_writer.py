@@ -3,7 +3,8 @@
 Each finished document is a part, ``parts/<index>/`` (its three tables, written to a temporary
 directory and renamed into place: a part is complete or absent); ``run.json`` holds the settings
 fingerprint that a resumed run must match. ``finalize`` concatenates the parts in document order
-into the tables of ``pipeline.artifacts`` and writes the manifest last.
+into the tables of ``pipeline.artifacts`` and writes the manifest last. ``write_artifact`` writes an
+artifact whose tables are already whole (an imported one, or one computed in memory).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import pyarrow.parquet as pq
 
 from pipeline.artifacts import (
     DOCUMENTS_SCHEMA,
+    KINDS,
     MANIFEST,
     PARTS,
+    PER_TOKEN,
     RUN_STATE,
     SCHEMA_VERSION,
     SPANS_SCHEMA,
@@ -111,26 +114,45 @@ class ArtifactWriter:
     def finalize(self, indices: Iterable[int], manifest_extra: dict[str, Any]) -> dict[str, Any]:
         """Concatenate the parts in document order, write the tables, then the manifest, last."""
         indices = sorted(indices)
-        files = {}
+        tables = {}
         for name, schema in TABLES.items():
             pieces = [pq.read_table(self.parts / f"{i:06d}" / f"{name}.parquet") for i in indices]
-            table = pa.concat_tables(pieces).cast(schema) if pieces else schema.empty_table()
-            path = self.root / f"{name}.parquet"
-            write_table_atomic(path, table)
-            files[path.name] = {
-                "sha256": file_sha256(path),
-                "bytes": path.stat().st_size,
-                "rows": table.num_rows,
-            }
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "fingerprint": self.fingerprint,
-            "settings": self.settings,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "files": files,
-            **manifest_extra,
-        }
-        write_json_atomic(self.root / MANIFEST, manifest)
+            tables[name] = pa.concat_tables(pieces).cast(schema) if pieces else schema.empty_table()
+        manifest = write_artifact(
+            self.root, PER_TOKEN, tables, self.settings, self.fingerprint, manifest_extra
+        )
         shutil.rmtree(self.parts, ignore_errors=True)
         (self.root / RUN_STATE).unlink(missing_ok=True)
         return manifest
+
+
+def write_artifact(
+    root: Path,
+    kind: str,
+    tables: dict[str, pa.Table],
+    settings: dict[str, Any],
+    fingerprint: str,
+    manifest_extra: dict[str, Any],
+) -> dict[str, Any]:
+    """Write the tables of an artifact of ``kind`` (exactly those ``KINDS`` names), then its
+    manifest, last; returns the manifest."""
+    if set(tables) != set(KINDS[kind]):
+        raise ValueError(f"an artifact of kind {kind} has the tables {KINDS[kind]}, got {sorted(tables)}")
+    root.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name in KINDS[kind]:
+        table = tables[name].cast(TABLES[name])
+        path = root / f"{name}.parquet"
+        write_table_atomic(path, table)
+        files[path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": table.num_rows}
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "fingerprint": fingerprint,
+        "settings": settings,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "files": files,
+        **manifest_extra,
+    }
+    write_json_atomic(root / MANIFEST, manifest)
+    return manifest

@@ -20,6 +20,11 @@ An artifact is a directory ``artifacts/keytokens/<name>/`` holding:
     versions, creation time, summary, and every file with its sha256 and size. Written last: an
     artifact without a manifest is unfinished.
 
+Two kinds of artifact (``KINDS``; the manifest's ``kind``, ``per_token`` when absent): ``per_token``,
+written by stage 1, has all three tables; ``key_spans``, imported from key spans computed elsewhere
+(the paper's own, ``pipeline.official``), has ``documents`` and ``spans`` only: no per-token LCL or
+LSD, so it gives PPL and LongPPL but not LongPPL-soft or re-thresholded (alpha, beta) values.
+
 While stage 1 runs, each finished document lives in ``parts/<index>/`` (written to a temporary
 directory and renamed, so a part is complete or absent) and ``run.json`` holds the settings
 fingerprint that a resumed run must match (``pipeline.artifact_writer``). Every file is written
@@ -97,7 +102,15 @@ TABLES = {"documents": DOCUMENTS_SCHEMA, "tokens": TOKENS_SCHEMA, "spans": SPANS
 # above). The manifest's ``kind`` names one; manifests written before kinds existed are ``per_token``.
 # The content checks that need a table run exactly when the kind declares it.
 PER_TOKEN = "per_token"  # the keytokens stage: per-token log-probs, LSD, soft weights, key flags, spans
-KINDS: dict[str, tuple[str, ...]] = {PER_TOKEN: ("documents", "tokens", "spans")}
+KEY_SPANS = "key_spans"  # imported key spans only: PPL and LongPPL, not LongPPL-soft or the grid
+KINDS: dict[str, tuple[str, ...]] = {
+    PER_TOKEN: ("documents", "tokens", "spans"),
+    KEY_SPANS: ("documents", "spans"),
+}
+NEEDS_TOKEN_VALUES = (
+    "needs per-token LSD, which this artifact (kind key_spans: key spans only) does not have; "
+    "compute key tokens with `make keytokens` for it"
+)
 # What the manifest's settings must hold (the key-token definition the tables were made with).
 REQUIRED_SETTINGS = ("K", "d", "alpha", "beta", "gamma", "evaluator")
 
@@ -115,10 +128,12 @@ def declared_tables(manifest: dict[str, Any], where: str | Path = "artifact") ->
     return KINDS[artifact_kind(manifest, where)]
 
 
-def settings_fingerprint(settings: dict[str, Any]) -> str:
+def settings_fingerprint(settings: dict[str, Any], kind: str = PER_TOKEN) -> str:
     """The fingerprint of an artifact: sha256 of what its numbers depend on, i.e. its settings without
     file locations (the evaluator's file hash or revision and the documents' hashes stand for them),
     so that the same run on another machine has the same fingerprint."""
+    if kind == KEY_SPANS:
+        return json_sha256(key_spans_identity(settings))
     identity = json.loads(json.dumps(settings))
     evaluator, corpus = identity.get("evaluator"), identity.get("corpus")
     if isinstance(evaluator, dict):
@@ -128,6 +143,19 @@ def settings_fingerprint(settings: dict[str, Any]) -> str:
     if isinstance(corpus, dict):
         corpus.pop("path", None)
     return json_sha256(identity)
+
+
+def key_spans_identity(settings: dict[str, Any]) -> dict[str, Any]:
+    """What imported key spans depend on: the spans, the texts, the definition and the evaluator,
+    not where the inputs were read from (a local copy and the Hub give one fingerprint)."""
+    return {
+        "kind": KEY_SPANS,
+        **{k: settings[k] for k in ("K", "d", "alpha", "beta", "documents")},
+        "evaluator": settings["evaluator"]["spec"],
+        "source": {
+            k: (settings.get("source") or {}).get(k) for k in ("repository", "commit", "files_sha256")
+        },
+    }
 
 
 def table_from_columns(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
@@ -180,6 +208,15 @@ class KeyTokenArtifact:
     @property
     def settings(self) -> dict[str, Any]:
         return self.manifest["settings"]
+
+    @property
+    def kind(self) -> str:
+        return artifact_kind(self.manifest, self.root)
+
+    @property
+    def has_token_values(self) -> bool:
+        """Whether per-token LCL, LSD and soft weights are here (LongPPL-soft, the alpha/beta grid)."""
+        return "tokens" in KINDS[self.kind]
 
     def texts(self) -> dict[str, str]:
         return dict(
@@ -269,20 +306,32 @@ def read_table(root: Path, name: str, manifest: dict[str, Any], verify_hash: boo
 
 
 class ArtifactDocument:
-    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays."""
+    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays.
 
-    def __init__(self, doc_id: str, text: str, tokens: Any, spans: Any):
+    ``tokens`` is None for key spans alone (a key_spans artifact): the evaluator's offsets, LSD,
+    LCL and soft weights are then None too (``has_token_values`` is False)."""
+
+    def __init__(self, doc_id: str, text: str, tokens: Any | None, spans: Any):
         self.doc_id = doc_id
         self.text = text
-        self.eval_offsets = np.stack([tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()], axis=1)
-        self.lsd = _floats(tokens["lsd"])
-        self.long = _floats(tokens["long_logprob"])
-        self.soft_weight = _floats(tokens["soft_weight"])
+        self.eval_offsets = self.lsd = self.long = self.soft_weight = None
+        if tokens is not None:
+            starts, ends = tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()
+            self.eval_offsets = np.stack([starts, ends], axis=1)
+            self.lsd = _floats(tokens["lsd"])
+            self.long = _floats(tokens["long_logprob"])
+            self.soft_weight = _floats(tokens["soft_weight"])
         self.span_starts = spans["char_start"].to_numpy().astype(np.int64)
         self.span_ends = spans["char_end"].to_numpy().astype(np.int64)
 
+    @property
+    def has_token_values(self) -> bool:
+        return self.lsd is not None
+
     def spans_at(self, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """Key spans re-thresholded from the stored LSD and LCL: no evaluator needed."""
+        if not self.has_token_values:
+            raise PipelineError(f"re-thresholding key tokens (alpha, beta) {NEEDS_TOKEN_VALUES}")
         key = keytokens.is_key(self.lsd, self.long, alpha, beta)
         starts, ends, _ = keytokens.merge_spans(self.eval_offsets[key, 0], self.eval_offsets[key, 1])
         return starts, ends
@@ -302,9 +351,9 @@ def iter_documents(artifact: KeyTokenArtifact) -> Iterator[ArtifactDocument]:
     ):
         t0 = int(token_ends[i - 1]) if i else 0
         s0 = int(span_ends[i - 1]) if i else 0
-        tokens = artifact.tokens.slice(t0, int(token_ends[i]) - t0)
+        tokens = None if artifact.tokens is None else artifact.tokens.slice(t0, int(token_ends[i]) - t0)
         spans = artifact.spans.slice(s0, int(span_ends[i]) - s0)
-        if tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
+        if tokens is not None and tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
             raise PipelineError(
                 f"artifact {artifact.root}: token rows are not in document order at '{doc_id}'"
             )

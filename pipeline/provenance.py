@@ -39,6 +39,16 @@ def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def tree_sha256(path: str | Path) -> str:
+    """sha256 of a file, or of a directory's files: each relative path and its sha256, sorted (the
+    identity of a local copy of a dataset or tokenizer)."""
+    path = Path(path)
+    if path.is_file():
+        return file_sha256(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return json_sha256([[p.relative_to(path).as_posix(), file_sha256(p)] for p in files])
+
+
 def json_sha256(value: Any) -> str:
     """sha256 of a value's canonical JSON (sorted keys, no whitespace)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

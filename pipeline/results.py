@@ -100,6 +100,7 @@ class CorpusValues(_Part):
     key_char_coverage: Fraction = None
     n_tokens: Count = None
     n_key_tokens: Count = None
+    unavailable: dict[str, str] | None = None  # metric -> why it is null (e.g. a key_spans artifact)
 
 
 class SettingsRef(_Part):
@@ -128,6 +129,7 @@ FRAME_SCHEMA: dict[str, Any] = {
     "n_key_tokens": pl.Int64,
     "key_char_coverage": pl.Float64,
     "date": pl.Datetime("us", "UTC"),
+    "unavailable": pl.String,  # why a metric of METRICS is null ("; "-separated), or null
 }
 
 
@@ -157,6 +159,7 @@ def score_row(
             "name": artifact.root.name,
             "fingerprint": artifact.manifest["fingerprint"],
             "source": str(artifact.root),
+            "kind": artifact.kind,
             "evaluator": artifact.settings["evaluator"]["spec"],
             **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
         },
@@ -244,4 +247,5 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "n_key_tokens": corpus.n_key_tokens,
         "key_char_coverage": corpus.key_char_coverage,
         "date": line.date,
+        "unavailable": "; ".join(v for k, v in (corpus.unavailable or {}).items() if k in METRICS) or None,
     }

@@ -209,16 +209,7 @@ def finish(
 ) -> dict[str, Any]:
     """Write the tables and the manifest (rank 0), print the summary, write the key-token pages."""
     extra = {
-        "documents": [
-            {
-                "doc_id": p.doc.id,
-                "sha256": text_sha256(p.text),
-                "source_sha256": p.doc.sha256,
-                "n_tokens": len(p.ids),
-                "truncated": p.truncated,
-            }
-            for p in selection.prepared
-        ],
+        "documents": document_records(selection.prepared),
         "skipped": selection.skipped,
         "libraries": library_versions(),
         "run": {
@@ -237,6 +228,21 @@ def finish(
     index = keytoken_page.write_views(writer.root)
     print(f"key tokens  {index} (every document's page; open in a browser)")
     return manifest
+
+
+def document_records(prepared: list[Prepared]) -> list[dict[str, Any]]:
+    """The manifest's record of each document: id, hashes of the text scored and of its source,
+    evaluator token count, truncation."""
+    return [
+        {
+            "doc_id": p.doc.id,
+            "sha256": text_sha256(p.text),
+            "source_sha256": p.doc.sha256,
+            "n_tokens": len(p.ids),
+            "truncated": p.truncated,
+        }
+        for p in prepared
+    ]
 
 
 def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:

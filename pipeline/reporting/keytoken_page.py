@@ -39,6 +39,11 @@ header { font: 13px/1.5 system-ui, sans-serif; color: #555; border-bottom: 1px s
 def document_html(artifact: str | Path | KeyTokenArtifact, doc_id: str | None = None) -> str:
     """The page for one document of an artifact (the first one when ``doc_id`` is None)."""
     art = artifact if isinstance(artifact, KeyTokenArtifact) else load_artifact(artifact)
+    if art.tokens is None:
+        raise PipelineError(
+            f"the key-token page shows every token's LSD; {art.root.name} is a key_spans artifact (key spans "
+            "only): read its spans.parquet instead"
+        )
     ids = art.documents["doc_id"].to_pylist()
     doc_id = doc_id or ids[0]
     if doc_id not in ids:

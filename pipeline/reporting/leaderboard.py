@@ -205,7 +205,10 @@ def leaderboard_markdown(
     if "fine_memory" in shown:
         lines.append(FORGETTING_NOTE)
     rows = [[markdown_cell(row, k) for k in shown] for row in table(board, memory)]
-    return "".join(lines) + "\n" + md_table(list(shown.values()), rows)
+    notes = sorted(set(board["unavailable"].drop_nulls().to_list())) if "unavailable" in board.columns else []
+    return (
+        "".join(lines) + "\n" + md_table(list(shown.values()), rows) + "".join(f"\nn/a: {n}\n" for n in notes)
+    )
 
 
 def markdown_cell(row: dict[str, str | None], key: str) -> str:

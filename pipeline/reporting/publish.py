@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.artifacts import MANIFEST, TABLES, load_artifact
+from pipeline.artifacts import KINDS, MANIFEST, artifact_kind, load_artifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
@@ -33,7 +33,8 @@ def front_matter(manifest: dict[str, Any], license_id: str) -> dict[str, Any]:
     """The card's YAML metadata: license, one ``datasets`` config per table, the key-token settings."""
     s = manifest["settings"]
     evaluator = s["evaluator"]
-    params = {k: s[k] for k in ("K", "d", "alpha", "beta", "gamma", "max_tokens", "min_tokens", "dtype")}
+    keys = ("K", "d", "alpha", "beta", "gamma", "max_tokens", "min_tokens", "dtype")
+    params = {k: s[k] for k in keys if k in s}
     return {
         "license": license_id,
         "tags": ["longppl", "long-context", "perplexity", "key-tokens"],
@@ -43,12 +44,13 @@ def front_matter(manifest: dict[str, Any], license_id: str) -> dict[str, Any]:
                 "data_files": f"{name}.parquet",
                 **({"default": True} if name == "spans" else {}),
             }
-            for name in TABLES
+            for name in KINDS[artifact_kind(manifest)]
         ],
         "longppl": {
             "schema_version": manifest["schema_version"],
             "fingerprint": manifest["fingerprint"],
             "evaluator": evaluator["spec"],
+            "kind": artifact_kind(manifest),
             "evaluator_revision": evaluator.get("revision") or evaluator.get("file_sha256"),
             **params,
         },
@@ -60,7 +62,7 @@ def dataset_card(manifest: dict[str, Any], repo: str, license_id: str) -> str:
     s = manifest["settings"]
     evaluator = s["evaluator"]
     n_docs = manifest["files"]["documents.parquet"]["rows"]
-    n_tokens = manifest["files"]["tokens.parquet"]["rows"]
+    tables = KINDS[artifact_kind(manifest)]
     front = yaml.safe_dump(front_matter(manifest, license_id), sort_keys=False, allow_unicode=True)
     body = f"""
 # Key tokens for LongPPL: {repo}
@@ -72,13 +74,8 @@ its long-context log-prob exceeds beta (K={s["K"]}, d={s["d"]}, alpha={s["alpha"
 beta={s["beta"]}, gamma={s["gamma"]}). Spans are character offsets into the stored texts, so any
 model, with any tokenizer, can be scored against them.
 
-| config | rows | what |
-|---|---:|---|
-| `documents` | {n_docs} | the exact texts scored, their sha256, evaluator token counts, truncation flags |
-| `tokens` | {n_tokens} | per evaluator token: character span, long and short log-prob, LSD, weight, is_key |
-| `spans` | {manifest["files"]["spans.parquet"]["rows"]} | merged key-token character intervals |
-
-`manifest.json` records every setting, library versions and the sha256 of each file.
+{table_rows(manifest, tables)}
+{origin(manifest)}`manifest.json` records every setting, library versions and the sha256 of each file.
 
 Score a model against it with the LongPPL pipeline:
 
@@ -123,6 +120,31 @@ def check_repo(repo: str) -> None:
         ) from None
 
 
+TABLE_TEXT = {
+    "documents": "the exact texts scored, their sha256, evaluator token counts, truncation flags",
+    "tokens": "per evaluator token: character span, long and short log-prob, LSD, weight, is_key",
+    "spans": "merged key-token character intervals",
+}
+
+
+def table_rows(manifest: dict[str, Any], tables: tuple[str, ...]) -> str:
+    rows = [f"| `{t}` | {manifest['files'][f'{t}.parquet']['rows']} | {TABLE_TEXT[t]} |" for t in tables]
+    return "\n".join(["| config | rows | what |", "|---|---:|---|", *rows]) + "\n"
+
+
+def origin(manifest: dict[str, Any]) -> str:
+    """Where imported key spans come from (a key_spans artifact), as a paragraph; else nothing."""
+    source = manifest["settings"].get("source")
+    if not source:
+        return ""
+    return (
+        f"The key spans were computed by the LongPPL authors and published in {source['repository']} "
+        f"(commit `{source['commit']}`, folder `{source['folder']}/{source.get('evaluator_folder', '')}`, "
+        f"{source.get('license', 'see that repository')}); this dataset has no per-token values, so it "
+        "gives PPL and LongPPL but not LongPPL-soft.\n\n"
+    )
+
+
 def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, license_id: str) -> Path:
     """Write the exact folder that would be uploaded: the verified artifact files and the card."""
     check_repo(repo)
@@ -131,7 +153,7 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     if out.exists() and any(out.iterdir()):
         raise PipelineError(f"{out} is not empty: choose another out_dir or delete it")
     out.mkdir(parents=True, exist_ok=True)
-    for name in [*(f"{t}.parquet" for t in TABLES), MANIFEST]:
+    for name in [*(f"{t}.parquet" for t in KINDS[artifact.kind]), MANIFEST]:
         shutil.copy2(artifact.root / name, out / name)
     card = dataset_card(artifact.manifest, repo, license_id)
     check_card(card, artifact.manifest, license_id)

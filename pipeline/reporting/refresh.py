@@ -1,12 +1,16 @@
 """Reproducible leaderboard refreshes (`make leaderboard-refresh`).
 
-A refresh file (``conf/refresh.yaml``) pins the artifact (path or ``hf://datasets/...@revision`` and
-its fingerprint), the models (spec and revision) and the score settings, and points at recorded
-results. Every model is scored again by the score stage, as one Hydra multirun over the pinned models
-(each a ``model`` group option written for the run), so on any launcher: one after another by
-default, ``launcher=joblib`` in parallel processes, ``launcher=slurm`` as cluster jobs. Each of PPL,
-LongPPL and LongPPL-soft must match its recorded value within the stated relative tolerance;
-otherwise the refresh fails, naming the model and the metric.
+A refresh (a file of the group ``conf/refresh/``, chosen with ``refresh=<name>``; ``embedded`` by
+default) pins the artifact (path or ``hf://datasets/...@revision`` and its fingerprint), the models
+(spec and revision) and the score settings, and points at recorded results. Every model is scored
+again by the score stage, as one Hydra multirun over the pinned models (each a ``model`` group option
+written for the run), so on any launcher: one after another by default, ``launcher=joblib`` in
+parallel processes, ``launcher=slurm`` as cluster jobs. Each of PPL, LongPPL and LongPPL-soft must
+match its recorded value within the stated relative tolerance; otherwise the refresh fails, naming the
+model and the metric. A model may instead give ``expected`` values (e.g. a paper's table): only those
+metrics are compared, on the corpus values the refresh's ``aggregate`` names (``pooled``: this
+project's; ``documents``: per-document values weighted by token counts, as the official
+``perplexity.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pipeline.artifacts import HUB_PREFIX, load_artifact, locate_artifact
 from pipeline.cli import CONF_DIR, hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import strict_json
+from pipeline.score import official_mean
 
 
 def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
@@ -44,7 +49,8 @@ def write_model_options(cfg: Any, conf_dir: Path) -> list[str]:
     names = []
     for i, model in enumerate(cfg.models):
         names.append(f"refresh-{i}")
-        OmegaConf.save(OmegaConf.merge(base, model), conf_dir / "model" / f"{names[-1]}.yaml")
+        fields = {k: v for k, v in model.items() if k != "expected"}
+        OmegaConf.save(OmegaConf.merge(base, fields), conf_dir / "model" / f"{names[-1]}.yaml")
     return names
 
 
@@ -83,14 +89,30 @@ def score_all(cfg: Any) -> list[dict[str, Any]]:
     return [fresh[name] for name in names]
 
 
-def compare(model: str, fresh: dict[str, Any], recorded: dict[str, Any], tolerance: float) -> list[str]:
-    """The mismatches of one model, as one line each."""
+def corpus_values(row: dict[str, Any], aggregate: str) -> dict[str, Any]:
+    """A result's corpus values under the refresh's ``aggregate``."""
+    if aggregate == "pooled":
+        return row["corpus"]
+    if aggregate == "documents":
+        return {**row["corpus"], **official_mean(row["documents"])}
+    raise PipelineError(f"aggregate={aggregate!r}: use pooled or documents")
+
+
+def compare(
+    model: str,
+    fresh: dict[str, Any],
+    expected: dict[str, Any],
+    tolerance: float,
+    metrics=results.METRICS,
+    source: str = "recorded",
+) -> list[str]:
+    """The mismatches of one model (``fresh`` and ``expected`` are corpus values), one line each."""
     problems = []
-    for metric in results.METRICS:
-        new, old = fresh["corpus"][metric], recorded["corpus"][metric]
+    for metric in metrics:
+        new, old = fresh[metric], expected[metric]
         if (new is None) != (old is None) or (new is not None and abs(new - old) > tolerance * abs(old)):
             problems.append(
-                f"{model}: {metric} is {new} now, recorded {old} (relative tolerance {tolerance:g})"
+                f"{model}: {metric} is {new} now, {source} {old} (relative tolerance {tolerance:g})"
             )
     return problems
 
@@ -100,17 +122,33 @@ def check_fingerprint(cfg: Any) -> None:
     spec = str(cfg.artifact)
     path, _ = locate_artifact(spec if spec.startswith(HUB_PREFIX) else str(Path(spec).absolute()))
     found = load_artifact(path, verify_hashes=False).manifest["fingerprint"]
-    if cfg.fingerprint and found != cfg.fingerprint:
+    if not cfg.fingerprint:
+        print(f"note: the refresh pins no fingerprint; artifact {spec} has {found}")
+    elif found != cfg.fingerprint:
         raise PipelineError(
             f"artifact {spec} has fingerprint {found[:12]}, the refresh pins {str(cfg.fingerprint)[:12]}: "
             "it is not the artifact the leaderboard was computed on"
         )
 
 
+def check_model(cfg: Any, model: Any, row: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
+    """One model's fresh result against its ``expected`` values, else its recorded result."""
+    aggregate, tolerance = str(cfg.get("aggregate", "pooled")), float(cfg.tolerance)
+    fresh = corpus_values(row, aggregate)
+    expected = model.get("expected")
+    if expected is not None:
+        values = OmegaConf.to_container(expected)
+        return compare(model.name, fresh, values, tolerance, metrics=list(values), source="expected")
+    if model.name not in recorded:
+        return [f"{model.name}: no recorded result in {cfg.recorded}"]
+    return compare(model.name, fresh, corpus_values(recorded[model.name], aggregate), tolerance)
+
+
 def run(cfg: Any) -> list[dict[str, Any]]:
     check_fingerprint(cfg)
     recorded_path = Path(cfg.recorded)
-    recorded = {} if cfg.record else recorded_rows(recorded_path)
+    needs_record = not cfg.record and any(model.get("expected") is None for model in cfg.models)
+    recorded = recorded_rows(recorded_path) if needs_record else {}
     fresh_rows = score_all(cfg)
     if cfg.record:
         recorded_path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,13 +159,10 @@ def run(cfg: Any) -> list[dict[str, Any]]:
         return fresh_rows
     problems = []
     for model, row in zip(cfg.models, fresh_rows, strict=True):
-        if model.name not in recorded:
-            problems.append(f"{model.name}: no recorded result in {recorded_path}")
-        else:
-            problems += compare(model.name, row, recorded[model.name], float(cfg.tolerance))
+        problems += check_model(cfg, model, row, recorded)
     if problems:
-        raise PipelineError("leaderboard refresh differs from the record: " + "; ".join(problems))
-    print(f"refresh reproduces all {len(fresh_rows)} recorded results within {float(cfg.tolerance):g}")
+        raise PipelineError("leaderboard refresh differs from the expected results: " + "; ".join(problems))
+    print(f"refresh reproduces all {len(fresh_rows)} expected results within {float(cfg.tolerance):g}")
     return fresh_rows
 
 

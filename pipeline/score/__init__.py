@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from pipeline import alignment, keytokens
-from pipeline.artifacts import ArtifactDocument
+from pipeline.artifacts import NEEDS_TOKEN_VALUES, ArtifactDocument, KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer, context_limited_logprobs
 from pipeline.models import LoadedModel
@@ -120,13 +120,14 @@ def score_document(
     result.all.add(nll)
     key = alignment.hard_key_mask(tok, doc.span_starts, doc.span_ends)
     result.key.add(nll[key])
-    weights = alignment.soft_weights(tok, doc.eval_offsets, doc.soft_weight, len(doc.text))
-    has_weight = ~np.isnan(weights)
-    result.soft.add(nll[has_weight], weights[has_weight])
-    for alpha, beta in settings.grid:
-        starts, ends = doc.spans_at(alpha, beta)
-        result.grid[grid_label(alpha, beta)] = Sums()
-        result.grid[grid_label(alpha, beta)].add(nll[alignment.hard_key_mask(tok, starts, ends)])
+    if doc.has_token_values:  # key spans alone (a key_spans artifact): no soft weights, no grid
+        weights = alignment.soft_weights(tok, doc.eval_offsets, doc.soft_weight, len(doc.text))
+        has_weight = ~np.isnan(weights)
+        result.soft.add(nll[has_weight], weights[has_weight])
+        for alpha, beta in settings.grid:
+            starts, ends = doc.spans_at(alpha, beta)
+            result.grid[grid_label(alpha, beta)] = Sums()
+            result.grid[grid_label(alpha, beta)].add(nll[alignment.hard_key_mask(tok, starts, ends)])
     all_key = alignment.hard_key_mask(offsets, doc.span_starts, doc.span_ends)
     result.key_chars, result.covered_key_chars = alignment.covered_key_chars(
         offsets, all_key, doc.span_starts, doc.span_ends
@@ -182,6 +183,28 @@ def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
         "n_truncated": sum(s.truncated for s in scores),
         "grid": {k: {"longppl": v.perplexity(), "n_key_tokens": int(v.n)} for k, v in grid.items()},
     }
+
+
+def unavailable_metrics(artifact: KeyTokenArtifact) -> dict[str, str]:
+    """Why a metric is null for this artifact, by name (empty when every metric is computed)."""
+    if artifact.has_token_values:
+        return {}
+    return {
+        "longppl_soft": f"LongPPL-soft {NEEDS_TOKEN_VALUES}",
+        "grid": f"the alpha/beta grid {NEEDS_TOKEN_VALUES}",
+    }
+
+
+def official_mean(documents: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The corpus values as the official ``perplexity.py`` reports them: per-document PPL weighted by
+    the document's token count, per-document LongPPL by its key-token count (not the exponential of
+    the pooled mean NLL that ``corpus_summary`` gives; by Jensen's inequality never smaller)."""
+    out: dict[str, float | None] = {}
+    for metric, weight in (("ppl", "n_tokens"), ("longppl", "n_key_tokens")):
+        pairs = [(d[metric], d[weight]) for d in documents if d[metric] is not None and d[weight]]
+        total = sum(w for _, w in pairs)
+        out[metric] = sum(v * w for v, w in pairs) / total if total else None
+    return out
 
 
 def settings_dict(settings: ScoreSettings) -> dict[str, Any]:

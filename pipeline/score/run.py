@@ -17,7 +17,7 @@ from pipeline.artifacts import HUB_PREFIX, iter_documents, load_artifact, locate
 from pipeline.logprobs import TargetScorer
 from pipeline.models import ModelChoice, dtype_name, is_local_model, resolve_head_dtype
 from pipeline.reporting.common import fmt
-from pipeline.score import ScoreSettings, corpus_summary, score_document, settings_dict
+from pipeline.score import ScoreSettings, corpus_summary, score_document, settings_dict, unavailable_metrics
 
 
 def score_settings(cfg: Any) -> ScoreSettings:
@@ -71,6 +71,8 @@ def run(cfg: Any) -> dict[str, Any]:
     }
     name = model_name(choice) + (f"@ctx{settings.context_limit}" if settings.context_limit else "")
     corpus, documents = corpus_summary(scores), [s.summary() for s in scores]
+    if unavailable := unavailable_metrics(artifact):
+        corpus["unavailable"] = unavailable  # null values, with the reason (never zeros)
     row = results.score_row(name, lm, artifact, record, corpus, documents, time.time() - started)
     row["artifact"]["source"] = artifact_source
     path = Path(str(cfg.results))
@@ -88,10 +90,19 @@ def print_result(row: dict[str, Any], path: Path) -> None:
         + (f" ({c['n_truncated']} truncated)" if c["n_truncated"] else ""),
         f"LongPPL       {fmt(c['longppl'])}   over {c['n_key_tokens']} key tokens "
         f"({coverage} of key characters)",
-        f"LongPPL-soft  {fmt(c['longppl_soft'])}",
+        f"LongPPL-soft  {fmt(c['longppl_soft'])}{unavailable_note(c, 'longppl_soft')}",
         "grid          "
-        + ", ".join(f"{k}: {fmt(v['longppl'])} ({v['n_key_tokens']})" for k, v in c["grid"].items()),
+        + (
+            ", ".join(f"{k}: {fmt(v['longppl'])} ({v['n_key_tokens']})" for k, v in c["grid"].items())
+            or "n/a"
+        )
+        + unavailable_note(c, "grid"),
         f"wall time     {row['wall_seconds']:.0f} s",
         f"appended to   {path}",
     ]
     print("\n".join(lines))
+
+
+def unavailable_note(corpus: dict[str, Any], metric: str) -> str:
+    reason = (corpus.get("unavailable") or {}).get(metric)
+    return f"  ({reason})" if reason else ""

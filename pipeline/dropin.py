@@ -1,0 +1,137 @@
+"""A drop-in for the official package's ``compute_longppl``, computed by this project's engine.
+
+    from pipeline.dropin import compute_longppl        # instead of: from longppl import compute_longppl
+
+    out = compute_longppl(text, model, evaluator_model, tokenizer, evaluator_tokenizer)
+    out["longppl"], out["n_key_token"], out["ppl"], out["n_token"]
+
+Same signature, same return keys, same conventions, so the numbers agree (to float rounding): the
+evaluator reads the text with its tokenizer's default special tokens, short windows of
+``trunc_len + sliding_window`` tokens get no BOS, a key token has LSD > alpha and LCL > beta, and
+the evaluated model reads the text without special tokens (its first token is not scored). With
+``evaluator_model=None`` the key spans are read from ``save_path`` (parsed as numbers, never
+``eval``); with an evaluator and a ``save_path`` they are written there in the official format.
+What differs: full-vocabulary logits never exist (the output head runs in bounded blocks), and a
+tokenizer that does not reproduce the text is an error instead of silently misplaced spans.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.api import eval_mode, in_memory
+from pipeline.artifacts import ArtifactDocument
+from pipeline.corpus import CorpusSpec, Document
+from pipeline.errors import PipelineError
+from pipeline.keytokens.documents import Prepared
+from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.keytokens.tables import keytoken_tables
+from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer
+from pipeline.models import ModelChoice, load_model
+from pipeline.official.span_files import format_spans, merge_overlaps, read_span_file
+from pipeline.score import ScoreSettings, score_document
+from pipeline.tokenization import encode_with_offsets
+
+OFFICIAL_SCORING = ScoreSettings(add_bos=False, grid=())  # no special tokens; key spans only
+
+
+def compute_longppl(
+    text: str,
+    model: Any,
+    evaluator_model: Any,
+    tokenizer: Any = None,
+    evaluator_tokenizer: Any = None,
+    save_path: str | None = None,
+    trunc_len: int = 4096,
+    sliding_window: int = 1024,
+    alpha: float = 2,
+    beta: float = -2,
+) -> dict[str, Any]:
+    """LongPPL of ``text`` under ``model`` (a model with its ``tokenizer``, or a path / Hub id), with
+    key tokens found by ``evaluator_model`` (likewise), or read from ``save_path`` when it is None.
+
+    Returns ``longppl`` (None without key tokens), ``n_key_token`` (None without key tokens),
+    ``ppl`` and ``n_token`` (the evaluated model's tokens of the text), as the official package."""
+    model, tokenizer = loaded(model, tokenizer)
+    if evaluator_model is not None:
+        evaluator_model, evaluator_tokenizer = loaded(evaluator_model, evaluator_tokenizer)
+        spans = key_spans(text, evaluator_model, evaluator_tokenizer, trunc_len, sliding_window, alpha, beta)
+        if save_path is not None:
+            Path(save_path).write_text(format_spans(spans[:, 0], spans[:, 1]), encoding="utf-8")
+    elif save_path is None:
+        raise PipelineError("compute_longppl needs an evaluator_model, or save_path with saved key spans")
+    else:
+        spans, _ = merge_overlaps(read_span_file(save_path))  # the official files may overlap
+    starts, ends = (pa.array(np.ascontiguousarray(spans[:, i])) for i in (0, 1))
+    doc = ArtifactDocument("text", text, None, pa.table({"char_start": starts, "char_end": ends}))
+    with eval_mode(model):
+        result = score_document(in_memory(model, tokenizer), TargetScorer(model), doc, OFFICIAL_SCORING)
+    n_key = int(result.key.n)
+    return {
+        "longppl": result.key.perplexity() if n_key else None,
+        "n_key_token": n_key or None,
+        "ppl": result.all.perplexity(),
+        "n_token": result.n_tokens,
+    }
+
+
+def loaded(model: Any, tokenizer: Any) -> tuple[Any, Any]:
+    """A model object with its tokenizer, or a path / Hub id loaded with the project's loader."""
+    if isinstance(model, (str, Path)):
+        if tokenizer is not None:
+            raise PipelineError("pass a tokenizer only with a model object, not with a model path")
+        lm = load_model(str(model))
+        return lm.model, lm.tokenizer
+    return model, tokenizer
+
+
+def leading_bos(tokenizer: Any, text: str, ids: np.ndarray) -> int | None:
+    """The BOS that the tokenizer's default special tokens put before the text (None: none)."""
+    default = list(tokenizer(text)["input_ids"])
+    if default == ids.tolist():
+        return None
+    if default == [tokenizer.bos_token_id, *ids.tolist()]:
+        return tokenizer.bos_token_id
+    raise PipelineError(
+        "the evaluator tokenizer adds special tokens other than one leading BOS: not supported"
+    )
+
+
+def key_spans(text: str, model: Any, tokenizer: Any, K: int, d: int, alpha: float, beta: float) -> np.ndarray:
+    """The merged key spans of the evaluator on ``text``, with the official conventions, (n, 2)."""
+    enc = encode_with_offsets(tokenizer, text)
+    bos = leading_bos(tokenizer, text, enc.ids)
+    if len(enc.ids) + (bos is not None) <= K:  # no token has a short context: no key token
+        return np.zeros((0, 2), dtype=np.int64)
+    settings = KeyTokenSettings(
+        evaluator=ModelChoice(spec="evaluator"),
+        corpus=CorpusSpec(name="text"),
+        K=K,
+        d=d,
+        alpha=float(alpha),
+        beta=float(beta),
+        gamma=5.0,  # soft weights are not used by compute_longppl
+        max_tokens=None,
+        min_tokens=0,
+        num_documents=None,
+        add_bos=bos is not None,
+        short_window_bos=False,
+        dtype="auto",
+        device="auto",
+        head_dtype="model",  # the official code's logits are in the model's dtype
+        head_chunk=DEFAULT_HEAD_CHUNK,
+        vocab_tile=DEFAULT_VOCAB_TILE,
+        window_batch_tokens=16384,
+        cache_dir=None,
+        progress=False,
+        name=None,
+        output_dir=".",
+    )
+    item = Prepared(0, Document("text", text), text, enc.ids, enc.offsets, enc.offsets_from, False)
+    with eval_mode(model):
+        _, _, spans = keytoken_tables(TargetScorer(model), item, settings, bos)
+    return np.stack([spans["char_start"].to_numpy(), spans["char_end"].to_numpy()], axis=1).astype(np.int64)

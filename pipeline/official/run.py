@@ -1,0 +1,223 @@
+"""The import run (`make import-official EVALUATOR=<name>`): the paper's key spans as an artifact.
+
+Steps: read the span files (numbers only), pin the sources (Hub commits, or local copies by hash),
+rebuild the texts with the corpus the spans index (``conf/corpus/govreport_paper.yaml``: the official
+script's selection and decode), check the document count, that every span lies in its text, and that
+the spans start and end on the evaluator's token boundaries; then write a ``key_spans`` artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from omegaconf import OmegaConf
+from tqdm.auto import tqdm
+
+from pipeline.alignment import hard_key_mask
+from pipeline.artifact_writer import write_artifact
+from pipeline.artifacts import (
+    DOCUMENTS_SCHEMA,
+    KEY_SPANS,
+    MANIFEST,
+    SPANS_SCHEMA,
+    settings_fingerprint,
+    table_from_columns,
+)
+from pipeline.corpus import CorpusSpec, Document, load_corpus
+from pipeline.errors import PipelineError
+from pipeline.official.boundaries import (
+    BoundaryReport,
+    add_document,
+    check_document,
+    evaluator_offsets,
+    require,
+)
+from pipeline.official.sources import Pinned, load_tokenizer, pin
+from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
+from pipeline.provenance import file_sha256, json_sha256, library_versions
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    """The whole import; returns the artifact's manifest."""
+    started = time.time()
+    official = cfg.official
+    spans_dir = Path(str(cfg.spans_dir))
+    spans = read_span_folder(spans_dir)
+    corpus_pin, decoder_pin, spec = pinned_corpus(cfg)
+    tokenizer_pin = pin(
+        str(official.tokenizer), official.get("tokenizer_revision"), "model", "official.tokenizer"
+    )
+    if all("path" in p.record for p in (corpus_pin, decoder_pin, tokenizer_pin)):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast
+    docs = load_corpus(spec)
+    if len(docs) != len(spans):
+        raise PipelineError(
+            f"{spans_dir} has span files for {len(spans)} documents, corpus '{spec.name}' gives {len(docs)}: "
+            "the spans index the first documents of the official selection, one file per document"
+        )
+    tokenizer = load_tokenizer(tokenizer_pin, "the evaluator tokenizer", "official.tokenizer")
+    report = BoundaryReport(tokenizer=str(official.tokenizer), threshold=float(cfg.min_boundary_share))
+    rows, span_tables, merged = [], [], 0
+    for index, (doc, doc_spans) in enumerate(
+        tqdm(list(zip(docs, spans, strict=True)), desc="documents", unit="doc", disable=not cfg.progress)
+    ):
+        check_inside(doc, doc_spans, spans_dir / f"slice_{index}.txt")
+        found = check_document(evaluator_offsets(tokenizer, doc.text), doc_spans)
+        add_document(report, doc.id, doc.text, doc_spans, found)
+        disjoint, n_merged = merge_overlaps(doc_spans)
+        merged += n_merged
+        row, table = document_tables(index, doc, disjoint, found.offsets)
+        rows.append(row)
+        span_tables.append(table)
+    require(report, f"the key spans of {spans_dir}")
+    sources = {"corpus": corpus_pin.record, "decoder": decoder_pin.record, "tokenizer": tokenizer_pin.record}
+    settings = settings_record(cfg, spec, docs, sources, spans_dir)
+    tables = {
+        "documents": pa.Table.from_pylist(rows, DOCUMENTS_SCHEMA),
+        "spans": pa.concat_tables(span_tables) if span_tables else SPANS_SCHEMA.empty_table(),
+    }
+    root = Path(str(cfg.output_dir)).absolute() / (cfg.name or f"{spec.name}--official--{official.folder}")
+    fingerprint = settings_fingerprint(settings, KEY_SPANS)
+    if existing_same(root, fingerprint):
+        return json.loads((root / MANIFEST).read_text())
+    extra = {
+        "documents": [
+            {k: r[k] for k in ("doc_id", "sha256", "source_sha256", "n_tokens", "n_spans")} for r in rows
+        ],
+        "boundary_check": report.record(),
+        "merged_overlapping_spans": merged,  # spans of the files that overlapped another (merged into it)
+        "skipped": [],
+        "libraries": library_versions(),
+        "run": {"wall_seconds": round(time.time() - started, 1)},
+    }
+    manifest = write_artifact(root, KEY_SPANS, tables, settings, fingerprint, extra)
+    print_summary(root, report, tables["spans"].num_rows, len(rows))
+    return manifest
+
+
+def pinned_corpus(cfg: Any) -> tuple[Pinned, Pinned, CorpusSpec]:
+    """The corpus spec with its dataset and decoding tokenizer pinned (commit, or local copy)."""
+    fields = OmegaConf.to_container(cfg.corpus, resolve=True)
+    if not fields.get("dataset") or not fields.get("tokenized_with"):
+        raise PipelineError("the importer needs a pre-tokenized corpus (corpus=govreport_paper)")
+    data = pin(str(fields["dataset"]), fields.get("revision"), "dataset", "corpus.dataset")
+    decoder = pin(
+        str(fields["tokenized_with"]), fields.get("tokenizer_revision"), "model", "corpus.tokenized_with"
+    )
+    fields |= {
+        "dataset": data.location,
+        "revision": data.revision,
+        "tokenized_with": decoder.location,
+        "tokenizer_revision": decoder.revision,
+    }
+    return data, decoder, CorpusSpec(**fields)
+
+
+def check_inside(doc: Document, spans: np.ndarray, path: Path) -> None:
+    if len(spans) and spans[-1, 1] > len(doc.text):
+        a, b = (int(x) for x in spans[spans[:, 1] > len(doc.text)][0])
+        raise PipelineError(
+            f"{path}: span [{a}, {b}] ends past the end of document {doc.id} ({len(doc.text)} characters): "
+            "the texts are not the ones the spans index (data/official-key-text/README.md)"
+        )
+
+
+def document_tables(
+    index: int, doc: Document, spans: np.ndarray, offsets: np.ndarray
+) -> tuple[dict[str, Any], pa.Table]:
+    """The document's row and its spans, with the evaluator tokens inside each span."""
+    starts, ends = spans[:, 0], spans[:, 1]
+    key = hard_key_mask(offsets, starts, ends)
+    owner = np.searchsorted(starts, offsets[key, 0], side="right") - 1
+    counts = np.bincount(owner, minlength=len(spans)) if len(spans) else np.zeros(0, dtype=np.int64)
+    row = {
+        "doc_id": doc.id,
+        "doc_index": index,
+        "text": doc.text,
+        "sha256": doc.sha256,
+        "source_sha256": doc.sha256,
+        "n_chars": len(doc.text),
+        "n_source_chars": len(doc.text),
+        "n_tokens": len(offsets),
+        "truncated": False,
+        "n_key_tokens": int(key.sum()),
+        "n_spans": len(spans),
+        "offsets_from": "tokenizer",
+    }
+    table = table_from_columns(
+        SPANS_SCHEMA,
+        {
+            "doc_id": [doc.id] * len(spans),
+            "span_index": np.arange(len(spans), dtype=np.int32),
+            "char_start": starts.astype(np.int32),
+            "char_end": ends.astype(np.int32),
+            "n_tokens": counts.astype(np.int32),
+        },
+    )
+    return row, table
+
+
+def settings_record(
+    cfg: Any, spec: CorpusSpec, docs: list[Document], sources: dict[str, Any], spans_dir: Path
+) -> dict[str, Any]:
+    """The manifest's ``settings``: the key-token definition the spans were computed with, the
+    evaluator, where the spans and the texts came from."""
+    official = cfg.official
+    files = [p for p in spans_dir.iterdir() if SLICE.fullmatch(p.name)]
+    return {
+        **{k: cfg[k] for k in ("K", "d", "alpha", "beta")},
+        "gamma": None,  # no soft weights: key spans only
+        "add_bos": True,  # the evaluator's default special tokens, as the official code
+        "short_window_bos": False,
+        "evaluator": {
+            "spec": str(official.evaluator),
+            "name": str(official.folder),
+            "tokenizer": sources["tokenizer"],
+        },
+        "corpus": {
+            **{k: getattr(spec, k) for k in ("name", "split", "min_tokenized_len", "max_ids", "limit")},
+            "dataset": sources["corpus"],
+            "tokenized_with": sources["decoder"],
+        },
+        "source": {
+            **OmegaConf.to_container(cfg.source, resolve=True),
+            "evaluator_folder": str(official.folder),
+            "files_sha256": json_sha256({p.name: file_sha256(p) for p in files}),
+        },
+        "documents": [{"doc_id": d.id, "source_sha256": d.sha256} for d in docs],
+    }
+
+
+def existing_same(root: Path, fingerprint: str) -> bool:
+    """True when this exact artifact is already there; an error when another one is."""
+    manifest = root / MANIFEST
+    if not manifest.is_file():
+        return False
+    found = json.loads(manifest.read_text()).get("fingerprint")
+    if found != fingerprint:
+        raise PipelineError(
+            f"{root} holds another artifact (fingerprint {str(found)[:12]}): pass name=<new name> to keep "
+            "both, or delete that directory"
+        )
+    print(f"{root} is complete with these inputs: nothing to do")
+    return True
+
+
+def print_summary(root: Path, report: BoundaryReport, n_spans: int, n_docs: int) -> None:
+    print(
+        "\n".join(
+            [
+                f"documents   {n_docs}",
+                f"key spans   {n_spans}",
+                f"boundaries  {100 * report.share:.2f}% of spans start and end on {report.tokenizer} token "
+                f"boundaries (threshold {100 * report.threshold:g}%)",
+                f"output      {root} (kind {KEY_SPANS}: PPL and LongPPL; no per-token LSD)",
+            ]
+        )
+    )

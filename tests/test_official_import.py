@@ -1,0 +1,271 @@
+"""Importing the paper's key spans (`make import-official`), offline, from sources shaped like the real
+ones: a pre-tokenized dataset saved with `datasets`, the tokenizer that decodes it, an evaluator
+tokenizer, and span files written by the official package's own `find_key_token`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.artifacts import KEY_SPANS, load_artifact
+from pipeline.corpus import CorpusSpec, load_corpus
+from pipeline.errors import PipelineError
+from pipeline.official.run import run as import_official
+from pipeline.official.span_files import merge_overlaps, parse_spans, read_span_folder
+from pipeline.score import official_mean
+from tests.conftest import ROOT, compose_config
+
+TEXTS = [
+    "The committee reported the bill to the House. " * 8 + "line 7: REGISTER_CONTENT is 4512. " * 5,
+    "Federal law provides a variety of powers for the President to use in response to crisis. " * 5,
+    "Emoji 😀 and 中文字符 with café, CRLF\r\nand tabs\t. The Congressional Research Service reports. " * 4,
+]
+SHORT = "short text"
+MIN_LEN, K = 40, 16
+
+
+def decoded_corpus(dataset: Path, decoder: Path) -> list:
+    spec = CorpusSpec(
+        name="govreport_paper",
+        dataset=str(dataset),
+        tokenized_with=str(decoder),
+        min_tokenized_len=MIN_LEN,
+        id_field=None,
+    )
+    return load_corpus(spec)
+
+
+def save_dataset(path: Path, tokenizer, texts: list[str], prefix: str = "") -> Path:
+    """A DatasetDict with a test split, rows as emozilla/govreport-test-tokenized has them."""
+    import datasets
+
+    ids = [
+        [tokenizer.bos_token_id, *tokenizer(prefix + t, add_special_tokens=False)["input_ids"]] for t in texts
+    ]
+    data = datasets.Dataset.from_dict({"input_ids": ids, "tokenized_len": [len(i) for i in ids]})
+    datasets.DatasetDict({"test": data}).save_to_disk(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory, tokenizer, other_model_dir):
+    """The fixture's sources, and the evaluated model's view of them."""
+    from longppl.longppl import find_key_token
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("official")
+    tokenizer.save_pretrained(root / "decoder")
+    dataset = save_dataset(root / "dataset", tokenizer, [TEXTS[0], SHORT, TEXTS[1], TEXTS[2]])
+    evaluator = AutoModelForCausalLM.from_pretrained(other_model_dir).eval()
+    evaluator_tokenizer = AutoTokenizer.from_pretrained(other_model_dir)
+    spans = root / "key_text" / "Tiny-Evaluator"
+    spans.mkdir(parents=True)
+    for i, doc in enumerate(decoded_corpus(dataset, root / "decoder")):
+        n = len(evaluator_tokenizer(doc.text)["input_ids"])
+        d = next(w for w in (8, 7, 6) if (n - K) % w != 1)  # the official code fails on a 1-token last window
+        find_key_token(
+            doc.text, evaluator, evaluator_tokenizer, K, d, str(spans / f"slice_{i}.txt"), 0.5, -30
+        )
+    return {
+        "root": root,
+        "dataset": dataset,
+        "decoder": root / "decoder",
+        "spans": spans,
+        "evaluator": other_model_dir,
+    }
+
+
+def import_overrides(src: dict, out: Path, *extra: str) -> list[str]:
+    return [
+        f"corpus.dataset={src['dataset']}",
+        f"corpus.tokenized_with={src['decoder']}",
+        f"corpus.min_tokenized_len={MIN_LEN}",
+        f"spans_dir={src['spans']}",
+        f"official.tokenizer={src['evaluator']}",
+        "official.evaluator=tiny/evaluator",
+        "official.folder=Tiny-Evaluator",
+        f"K={K}",
+        f"output_dir={out}",
+        "progress=false",
+        *extra,
+    ]
+
+
+def run_import(src: dict, out: Path, *extra: str) -> dict:
+    return import_official(compose_config("import_official", import_overrides(src, out, *extra)))
+
+
+def test_imported_artifact_passes_the_check_and_scores_as_the_official_package(
+    sources, tiny_model_dir, tmp_path
+):
+    from longppl.longppl import compute_longppl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline.score.run import run as score
+
+    manifest = run_import(sources, tmp_path)
+    art = load_artifact(tmp_path / "govreport_paper--official--Tiny-Evaluator")
+    assert manifest["kind"] == art.kind == KEY_SPANS and art.tokens is None and not art.has_token_values
+    assert manifest["boundary_check"]["share"] == 1.0 and manifest["boundary_check"]["spans"] > 10
+    assert manifest["merged_overlapping_spans"] > 0  # byte tokens of one character: merged
+    settings = art.settings
+    assert settings["source"]["repository"] == "PKU-ML/LongPPL"
+    assert settings["source"]["commit"] == "1decd2a70d9ee78488adea49c088f8bc472f4938"
+    assert settings["corpus"]["dataset"]["path"] == str(sources["dataset"].resolve())
+    assert (
+        len(settings["corpus"]["dataset"]["sha256"])
+        == len(settings["evaluator"]["tokenizer"]["sha256"])
+        == 64
+    )
+    assert settings["evaluator"]["spec"] == "tiny/evaluator" and settings["gamma"] is None
+    docs = decoded_corpus(sources["dataset"], sources["decoder"])
+    assert art.texts() == {d.id: d.text for d in docs}
+    assert run_import(sources, tmp_path) == manifest  # the same inputs again: untouched
+
+    cfg = compose_config(
+        "score",
+        [
+            "model=local",
+            f"model.spec={tiny_model_dir}",
+            f"artifact={art.root}",
+            f"results={tmp_path / 'scores.jsonl'}",
+            "add_bos=false",
+            "dtype=float64",
+            "device=cpu",
+            "progress=false",
+        ],
+    )
+    row = score(cfg)
+    assert row["corpus"]["longppl_soft"] is None and row["corpus"]["grid"] == {}
+    assert "per-token LSD" in row["corpus"]["unavailable"]["longppl_soft"]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model_tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    official = [
+        compute_longppl(
+            doc.text, model, None, model_tokenizer, save_path=str(sources["spans"] / f"slice_{i}.txt")
+        )
+        for i, doc in enumerate(docs)
+    ]
+    assert sum(o["n_key_token"] or 0 for o in official) > 5
+    rel = [
+        abs(ours[m] / float(theirs[m]) - 1)
+        for ours, theirs in zip(row["documents"], official, strict=True)
+        for m in ("ppl", "longppl")
+        if theirs[m] is not None
+    ]
+    print(f"largest relative difference to the official package: {max(rel):.1e} over {len(rel)} values")
+    for ours, theirs in zip(row["documents"], official, strict=True):
+        assert ours["ppl"] == pytest.approx(float(theirs["ppl"]), rel=1e-4)
+        assert ours["n_key_tokens"] == (theirs["n_key_token"] or 0) and ours["n_tokens"] == theirs["n_token"]
+        if theirs["longppl"] is not None:
+            assert ours["longppl"] == pytest.approx(float(theirs["longppl"]), rel=1e-4)
+    # the corpus values as the official perplexity.py aggregates them
+    keyed = [o for o in official if o["longppl"] is not None]
+    expected_longppl = sum(o["longppl"] * o["n_key_token"] for o in keyed) / sum(
+        o["n_key_token"] for o in keyed
+    )
+    expected_ppl = sum(o["ppl"] * o["n_token"] for o in official) / sum(o["n_token"] for o in official)
+    mean = official_mean(row["documents"])
+    assert mean["longppl"] == pytest.approx(float(expected_longppl), rel=1e-4)
+    assert mean["ppl"] == pytest.approx(float(expected_ppl), rel=1e-4)
+
+
+def test_a_shifted_text_fails_the_boundary_check(sources, tokenizer, tmp_path):
+    shifted = save_dataset(
+        tmp_path / "shifted", tokenizer, [TEXTS[0], SHORT, TEXTS[1], TEXTS[2]], prefix="Note: "
+    )
+    src = {**sources, "dataset": shifted}
+    with pytest.raises(PipelineError) as info:
+        run_import(src, tmp_path)
+    message = str(info.value)
+    print(message)
+    assert "below the threshold of 99%" in message and "token boundaries" in message
+    assert "fit when moved by +6 characters" in message and "6 characters more before them" in message
+    assert "\n" not in message
+
+
+def test_a_span_past_the_end_of_its_text(sources, tmp_path):
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    for path in sources["spans"].iterdir():
+        (spans / path.name).write_text(path.read_text())
+    (spans / "slice_1.txt").write_text("[10, 20];[100000, 100005]")
+    with pytest.raises(
+        PipelineError, match=r"slice_1\.txt: span \[100000, 100005\] ends past the end of document"
+    ):
+        run_import({**sources, "spans": spans}, tmp_path)
+
+
+def test_a_document_count_that_does_not_match(sources, tmp_path):
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    for path in sources["spans"].iterdir():
+        (spans / path.name).write_text(path.read_text())
+    (spans / "slice_3.txt").write_text("[10, 20]")
+    with pytest.raises(
+        PipelineError, match="has span files for 4 documents, corpus 'govreport_paper' gives 3"
+    ):
+        run_import({**sources, "spans": spans}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[1, 2];[3, x]", r"span 2 is '\[3, x\]', not '\[start, end\]' with two integers"),
+        ("__import__('os').system('true')", "span 1 is .* not '\\[start, end\\]'"),
+        ("[1, 2, 3]", "not '\\[start, end\\]'"),
+        ("[-1, 5]", r"span 1 \[-1, 5\] is negative"),
+        ("[9, 3]", r"span 1 \[9, 3\] is reversed"),
+        ("[5, 8];[1, 3]", r"span 2 \[1, 3\] starts before the previous one \(5\): spans must be sorted"),
+        ("[1, 5]\n[6, 8]", "expected one line of spans, found 2 lines"),
+    ],
+)
+def test_span_files_are_parsed_as_numbers_only(text, problem):
+    with pytest.raises(PipelineError, match=problem):
+        parse_spans(text, "slice_0.txt")
+
+
+def test_span_file_format():
+    assert parse_spans("[40349, 40350];[40351, 40358]").tolist() == [[40349, 40350], [40351, 40358]]
+    assert parse_spans("").shape == (0, 2) and parse_spans("[3, 9]\n").tolist() == [[3, 9]]
+    # byte tokens sharing a character give overlapping intervals in the official files: kept, then merged
+    overlapping = parse_spans("[107, 108];[107, 109];[120, 121]")
+    merged, n = merge_overlaps(overlapping)
+    assert merged.tolist() == [[107, 109], [120, 121]] and n == 1
+
+
+def test_a_missing_span_file(tmp_path):
+    (tmp_path / "slice_0.txt").write_text("[1, 2]")
+    (tmp_path / "slice_2.txt").write_text("[1, 2]")
+    with pytest.raises(PipelineError, match=r"span files of documents \[1\] are missing"):
+        read_span_folder(tmp_path)
+
+
+def test_the_shipped_span_files_parse():
+    """The three real evaluators' files: 2965, 2411 and 2705 spans over 50 documents each."""
+    counts = {}
+    for folder in ("Meta-Llama-3.1-8B", "Mistral-Large-Instruct-2407", "Qwen2-72B-Instruct"):
+        spans = read_span_folder(ROOT / "data/official-key-text" / folder)
+        counts[folder] = (len(spans), sum(len(s) for s in spans))
+        assert all(np.all(s[:, 1] > s[:, 0]) for s in spans)
+    assert counts == {
+        "Meta-Llama-3.1-8B": (50, 2965),
+        "Mistral-Large-Instruct-2407": (50, 2411),
+        "Qwen2-72B-Instruct": (50, 2705),
+    }
+
+
+def test_hub_unreachable_names_the_local_fallback(tmp_path):
+    """The default sources are on the Hub; offline, the command fails at once with one line."""
+    cmd = [sys.executable, "-m", "pipeline.official", "official=qwen2-72b-instruct", f"output_dir={tmp_path}"]
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "HOME": str(Path.home())}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: could not reach 'emozilla/govreport-test-tokenized'")
+    assert "hf download emozilla/govreport-test-tokenized --repo-type dataset --local-dir DIR" in lines[0]
+    assert "pass corpus.dataset=DIR" in lines[0]
