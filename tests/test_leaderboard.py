@@ -107,7 +107,9 @@ def test_table_order_and_values(scores, tmp_path):
     table = [line for line in md.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| # | model | LongPPL | PPL |")
     # lines of results schema 1 (no bits per byte): read, their bits/byte n/a
-    assert table[2].startswith("| 1 | qwen2.5-0.5b | 6.2500 | 14.5000 | 9.3750 | n/a | n/a | 800 | 50000 | 0.9700 |")
+    assert table[2].startswith(
+        "| 1 | qwen2.5-0.5b | 6.2500 | 14.5000 | 9.3750 | n/a | n/a | 800 | 50000 | 0.9700 |"
+    )
     assert table[4].startswith("| 3 | gemma3-270m | 11.6250 |")
     assert paths["leaderboard.png"].read_bytes().startswith(b"\x89PNG")
 
