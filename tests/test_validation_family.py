@@ -35,9 +35,9 @@ def test_members_from_the_config(tmp_path, tiny_model_dir):
     checkpoint = f"checkpoints=[{{spec: '{tiny_model_dir}', context_limit: 64, label: tuned}}]"
     members = family.members(validate_config(tmp_path, checkpoint))
     labels = [m.label for m in members]
-    assert labels[:3] == ["smollm2-135m W=256", "smollm2-135m W=1024", "smollm2-135m full"]
-    assert labels[3:] == ["gemma3-270m W=256", "gemma3-270m W=1024", "gemma3-270m full", "tuned"]
-    assert [m.checkpoint for m in members] == [False] * 6 + [True]
+    limits = ("W=256", "W=1024", "W=2048", "full")
+    assert labels == [f"{m} {w}" for m in ("smollm2-135m", "gemma3-270m") for w in limits] + ["tuned"]
+    assert [m.checkpoint for m in members] == [False] * 8 + [True]
     assert members[-1].choice.spec == str(tiny_model_dir) and members[-1].context_limit == 64
     assert members[0].choice.attn_implementation == "blocked_sdpa"  # the conf/model/ group, composed
     unnamed = family.members(
