@@ -56,12 +56,15 @@ def identification_png(tokens: QATokens, alpha: float, beta: float) -> bytes:
     return png(fig)
 
 
+PERPLEXITIES = ("ppl", "longppl", "longppl_soft")
+
+
 def family_pngs(
     family: list[dict[str, Any]], stats: dict[str, list[dict[str, Any]]], evaluators: list[str]
 ) -> dict[str, bytes]:
     """One picture per metric: the metric against the answer-token accuracy, one point per member
     (colour: its model; a square: self-evaluation), one panel per evaluator where the metric
-    depends on the evaluator."""
+    depends on the evaluator; perplexities on a log scale."""
     models = list(dict.fromkeys(r["model"] for r in family))
     colours = {m: f"C{i % 10}" for i, m in enumerate(models)}
     out = {}
@@ -77,6 +80,8 @@ def family_pngs(
             spearman = f"Spearman {fmt(r['spearman_r'], '+.2f')} (p {fmt(r['spearman_p'], '.2g')})"
             ax.set_title(f"{label}{where}\n{pearson}, {spearman}", fontsize=9)
             ax.set(xlabel="answer-token accuracy (synthetic)", ylabel=label)
+            if metric in PERPLEXITIES:  # they span orders of magnitude across members
+                ax.set_yscale("log")
         fig.tight_layout()
         out[metric] = png(fig)
     return out
