@@ -3,7 +3,10 @@
 Written by the score stage (``score_row``, ``append``), read by the leaderboard (``read_scores``: one
 validated, flattened row per line) and by reproducible refreshes (``read_lines``). A line holds the
 model and its hash or revision, the artifact's name and fingerprint, the settings, library versions,
-date and wall time, and the corpus and per-document values of ``METRICS``.
+date and wall time, and the corpus and per-document values of ``METRICS`` and ``BPB_METRICS``.
+
+Lines carry ``schema_version`` (``RESULTS_VERSION``); a line without it is version 1, from before
+bits per byte (its ``bpb`` and ``key_bpb`` read as missing). A line of a newer version is an error.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from pipeline.files import strict_json
 from pipeline.provenance import json_sha256, library_versions
 
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
+# Tokenizer-independent forms (``pipeline.score.bpb``): all text, and the key tokens' characters.
+BPB_METRICS = {"bpb": "bits/byte", "key_bpb": "key bits/byte"}
+RESULTS_VERSION = 2  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes)
 SCORE_HINT = "run `make score MODEL=...` first"
 
 
@@ -78,10 +84,28 @@ def _date(value: Any) -> datetime | None:
     return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
+def _bits(value: Any) -> float | None:
+    number = _number(value)
+    if number is not None and number < 0:
+        raise ValueError(f"is {value}: bits per byte are at least 0")
+    return number
+
+
+def _version(value: Any) -> int:
+    version = _count(value)
+    if version is None or version < 1:
+        raise ValueError("is not a schema version (1, 2, ...)")
+    if version > RESULTS_VERSION:
+        raise ValueError(f"is {version}: written by a newer pipeline, which reads up to {RESULTS_VERSION}")
+    return version
+
+
 Perplexity = Annotated[float | None, PlainValidator(_perplexity)]
 Fraction = Annotated[float | None, PlainValidator(_fraction)]
+Bits = Annotated[float | None, PlainValidator(_bits)]
 Count = Annotated[int | None, PlainValidator(_count)]
 Date = Annotated[datetime | None, PlainValidator(_date)]
+Version = Annotated[int, PlainValidator(_version)]
 
 
 class _Part(BaseModel):
@@ -97,6 +121,8 @@ class CorpusValues(_Part):
     ppl: Perplexity = None
     longppl: Perplexity = None
     longppl_soft: Perplexity = None
+    bpb: Bits = None
+    key_bpb: Bits = None
     key_char_coverage: Fraction = None
     n_tokens: Count = None
     n_key_tokens: Count = None
@@ -108,6 +134,7 @@ class SettingsRef(_Part):
 
 
 class ScoreLine(_Part):
+    schema_version: Version = 1
     model_name: str
     artifact: ArtifactRef
     corpus: CorpusValues
@@ -125,6 +152,7 @@ FRAME_SCHEMA: dict[str, Any] = {
     "settings": pl.String,
     "context_limit": pl.Int64,
     **dict.fromkeys(METRICS, pl.Float64),
+    **dict.fromkeys(BPB_METRICS, pl.Float64),
     "n_tokens": pl.Int64,
     "n_key_tokens": pl.Int64,
     "key_char_coverage": pl.Float64,
@@ -152,6 +180,7 @@ def score_row(
     model = {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if settings["add_bos"] else None}
     identity = {"model": model, "artifact": artifact.manifest["fingerprint"], "settings": settings}
     return {
+        "schema_version": RESULTS_VERSION,
         "result_id": json_sha256(identity)[:16],
         "model_name": model_name,
         "model": model,
@@ -242,7 +271,7 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "fingerprint": line.artifact.fingerprint,
         "settings": json.dumps(obj.get("settings") or {}, sort_keys=True, separators=(",", ":")),
         "context_limit": line.settings.context_limit if line.settings else None,
-        **{name: getattr(corpus, name) for name in METRICS},
+        **{name: getattr(corpus, name) for name in (*METRICS, *BPB_METRICS)},
         "n_tokens": corpus.n_tokens,
         "n_key_tokens": corpus.n_key_tokens,
         "key_char_coverage": corpus.key_char_coverage,

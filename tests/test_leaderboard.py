@@ -15,7 +15,7 @@ from scipy import stats
 
 from pipeline.errors import PipelineError
 from pipeline.reporting import correlations, leaderboard
-from pipeline.results import METRICS, read_scores
+from pipeline.results import METRICS, RESULTS_VERSION, read_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACT = {"name": "govreport_sample--gemma3-270m--K1024-d1024-max4096", "fingerprint": "ab12cd34ef56" * 4}
@@ -106,7 +106,10 @@ def test_table_order_and_values(scores, tmp_path):
     assert ARTIFACT["name"] in md and ARTIFACT["fingerprint"][:12] in md
     table = [line for line in md.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| # | model | LongPPL | PPL |")
-    assert table[2].startswith("| 1 | qwen2.5-0.5b | 6.2500 | 14.5000 | 9.3750 | 800 | 50000 | 0.9700 |")
+    # lines of results schema 1 (no bits per byte): read, their bits/byte n/a
+    assert table[2].startswith(
+        "| 1 | qwen2.5-0.5b | 6.2500 | 14.5000 | 9.3750 | n/a | n/a | 800 | 50000 | 0.9700 |"
+    )
     assert table[4].startswith("| 3 | gemma3-270m | 11.6250 |")
     assert paths["leaderboard.png"].read_bytes().startswith(b"\x89PNG")
 
@@ -263,6 +266,10 @@ def test_missing_or_empty_results(tmp_path):
         ),
         (json.dumps(result("x", ("high", 1.0, 1.0), "2026-11-22T00:00:00+00:00")), "corpus.ppl"),
         (json.dumps(result("x", (1.0, 1.0, 1.0), "yesterday")), "date"),
+        (
+            json.dumps({**result("x", (1.0, 1.0, 1.0), "2026-11-22T00:00:00+00:00"), "schema_version": 3}),
+            "schema_version` is 3: written by a newer pipeline",
+        ),
     ],
 )
 def test_malformed_line(tmp_path, bad, reason):
@@ -304,6 +311,20 @@ def test_command_line(scores, tmp_path):
     )
     assert failed.returncode == 2
     assert failed.stderr.startswith("error: no scores in ") and failed.stderr.count("\n") == 1
+
+
+def test_bits_per_byte_columns_beside_old_lines(tmp_path):
+    """A schema-2 line's bits per byte are shown; schema-1 lines beside it read as n/a."""
+    new = result("new-model", (12.0, 5.0, 8.0), "2026-11-23T00:00:00+00:00")
+    new["schema_version"] = RESULTS_VERSION
+    new["corpus"] |= {"bpb": 0.8125, "key_bpb": 0.40625}
+    path = write_lines(tmp_path / "scores.jsonl", [*base_rows(), new])
+    df = read_scores(path)
+    assert df.filter(pl.col("model_name") == "new-model")["bpb"].to_list() == [0.8125]
+    assert df.filter(pl.col("model_name") != "new-model")["key_bpb"].null_count() == 3
+    rows = {r["model"]: r for r in read_csv(leaderboard.render(df, tmp_path / "out")["leaderboard.csv"])}
+    assert rows["new-model"]["bpb"] == "0.8125" and rows["new-model"]["key_bpb"] == "0.4062"
+    assert rows["gemma3-270m"]["bpb"] == "" and list(rows["gemma3-270m"])[5:7] == ["bpb", "key_bpb"]
 
 
 def test_load_results_columns(scores):

@@ -11,10 +11,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from scipy import stats as scipy_stats
 
 from pipeline.corpus import CorpusSpec, load_corpus
 from pipeline.logprobs import TargetScorer, context_limited_logprobs, context_limited_top1
-from pipeline.validation import report, study, synthetic
+from pipeline.validation import figures, report, study, synthetic
 from tests.conftest import build_model
 
 # ----------------------------------------------------------------------------------------------
@@ -180,11 +181,50 @@ def test_retrieval_on_a_tiny_model(tiny_scorer, tokenizer):
 # The report
 
 
-def test_report_renders_with_missing_correlations():
-    row = {"token_accuracy": 0.5, "answer_exact_match": 0.25, "answer_ppl": 3.0, "other_ppl": 1.5}
+def family_row(label: str, model: str, accuracy: float, ppl: float, longppl: dict, own: str | None = None):
+    """A made-up family member: ``longppl`` by evaluator; ``own``: the evaluator it self-evaluates with."""
+    retrieval = {"token_accuracy": accuracy, "answer_exact_match": accuracy / 2, "answer_ppl": 3.0,
+                 "other_ppl": 1.5, "n_answer_tokens": 10, "n_answers": 2}  # fmt: skip
+    return {
+        "label": label, "model": model, "context_limit": None, "checkpoint": False, **retrieval,
+        "ppl": ppl, "bpb": ppl / 10, "n_tokens": 100, "n_bytes": 400, "n_truncated": 0,
+        "evaluators": {
+            e: {"self_evaluation": e == own, "longppl": v, "longppl_soft": 2 * ppl, "key_bpb": v / 10,
+                "n_key_tokens": 7, "n_key_bytes": 20, "key_char_coverage": 0.9}
+            for e, v in longppl.items()
+        },
+    }  # fmt: skip
+
+
+def test_correlations_and_ranking_per_evaluator():
     family = [
-        {**row, "label": label, "window": w, "ppl": 10.0, "longppl": 20.0, "longppl_soft": 12.0}
-        for label, w in (("W=128", 128), ("full", None))
+        family_row("a", "m1", 0.1, 10.0, {"e1": 50.0, "e2": 9.0}, own="e1"),
+        family_row("b", "m1", 0.5, 12.0, {"e1": 20.0, "e2": 8.0}, own="e1"),
+        family_row("c", "m2", 0.7, 11.0, {"e1": 10.0, "e2": 7.0}),
+        family_row("d", "m2", 0.9, 13.0, {"e1": 5.0, "e2": 7.0}),
+    ]
+    stats = study.correlations(family, ["e1", "e2"])
+    accuracy = [0.1, 0.5, 0.7, 0.9]
+    for evaluator, values in (("e1", [50.0, 20.0, 10.0, 5.0]), ("e2", [9.0, 8.0, 7.0, 7.0])):
+        row = next(r for r in stats[evaluator] if r["metric"] == "longppl")
+        assert row["pearson_r"] == pytest.approx(scipy_stats.pearsonr(values, accuracy).statistic)
+        assert row["spearman_r"] == pytest.approx(scipy_stats.spearmanr(values, accuracy).statistic)
+        assert row["spearman_p"] == pytest.approx(scipy_stats.spearmanr(values, accuracy).pvalue)
+        ppl = next(r for r in stats[evaluator] if r["metric"] == "ppl")  # no evaluator: the same in both
+        assert ppl["spearman_r"] == pytest.approx(0.8) and not ppl["evaluator_dependent"]
+    e1 = study.ranking(stats["e1"])
+    assert e1["best"] == ["longppl", "key_bpb"] and e1["best_spearman"] == pytest.approx(-1.0)
+    assert e1["longppl_vs_ppl"] == "better" and e1["key_bpb_vs_bpb"] == "better"
+    assert study.ranking(stats["e2"])["best"] == ["longppl", "key_bpb"]  # -0.95 with a tie in LongPPL
+    flat = family_row("x", "m", 0.5, 1.0, {"e": 1.0})
+    undefined = study.ranking(study.correlations([flat, flat, flat], ["e"])["e"])
+    assert undefined == {"best": [], "best_spearman": None, "longppl_vs_ppl": None, "key_bpb_vs_bpb": None}
+
+
+def test_report_renders_two_evaluators_with_self_evaluation(tmp_path):
+    family = [
+        family_row("m1 W=128", "m1", 0.25, 10.0, {"m1": 50.0, "m2": 9.0}, own="m1"),
+        family_row("m2 full", "m2", 0.75, 12.0, {"m1": 20.0, "m2": 8.0}, own="m2"),
     ]
     truth = np.array([True, False])
     ident = [
@@ -192,20 +232,34 @@ def test_report_renders_with_missing_correlations():
         for scope in ("qa", "responses")
         for t in ("LSD > 2", "LCL > -2", "LSD > 2 and LCL > -2")
     ]
+    evaluators = [
+        {"label": e, "evaluator": e, "artifact": f"a-{e}", "fingerprint": "0" * 64, "built": e == "m2",
+         "K": 4, "d": 4, "alpha": 2.0, "beta": -2.0, "gamma": 5.0, "evaluator_tokens": 100, "key_tokens": 9}
+        for e in ("m1", "m2")
+    ]  # fmt: skip
+    stats = study.correlations(family, ["m1", "m2"])
     results = {
         "settings": {"seed": 0, "documents": 1, "lines": 10, "questions": 2, "min_gap_lines": 2,
-                     "evaluator": "e", "K": 4, "d": 4, "alpha": 2.0, "beta": -2.0, "gamma": 5.0,
-                     "model": "m"},
+                     "evaluator": "e", "K": 4, "d": 4, "alpha": 2.0, "beta": -2.0, "gamma": 5.0},
         "synthetic": {"evaluator_tokens": 100, "qa_tokens": 20, "answer_tokens": 5, "artifact": "a",
                       "artifact_fingerprint": "0" * 64},
         "identification": ident,
-        "evaluator_retrieval": {"full": row, "short": row},
+        "evaluator_retrieval": {"full": family[0], "short": family[0]},
         "govreport": {"artifact": "g", "documents": ["g-0"]},
+        "evaluators": evaluators,
         "family": family,
-        "correlations": study.correlations(family),
+        "correlations": stats,
+        "ranking": {e: study.ranking(stats[e]) for e in ("m1", "m2")},
     }  # fmt: skip
-    timing = {"stage 1": 1.0, "total": 2.0}
+    timing = {"stage 1": 1.0, "member m1 W=128": 3.0, "total": 2.0}
     text = report.render(results, timing, Path("docs/validation"), "v.html", [(2.0, -2.0)])
-    assert "| full | 50.0% | 25.0% |" in text
-    assert "n/a" in text  # two variants: no correlation
-    assert "![metrics against retrieval accuracy](validation/family.png)" in text  # relative to docs/
+    assert "| m2 full | `m2` | full | 75.0% | 37.5% |" in text
+    assert "| m1 W=128 | **self** | 50.000 |" in text and "| m2 full |  | 20.000 |" in text
+    assert "| m2 full | **self** | 8.000 |" in text
+    assert "no metric ranks the family: the correlations are undefined" in text  # two members
+    assert "n/a" in text and "the family's members: m1 W=128 3 s (GovReport 0 s)" in text
+    assert (
+        "![key bits/byte against retrieval accuracy](validation/family-key_bpb.png)" in text
+    )  # relative to docs/
+    pngs = figures.family_pngs(family, stats, ["m1", "m2"])
+    assert set(pngs) == set(study.FAMILY_METRICS) and all(p.startswith(b"\x89PNG") for p in pngs.values())

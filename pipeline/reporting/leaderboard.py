@@ -48,6 +48,8 @@ COLUMNS: dict[str, str | None] = {
     "longppl": "LongPPL",
     "ppl": "PPL",
     "longppl_soft": "LongPPL-soft",
+    "bpb": "bits/byte",  # tokenizer-independent (pipeline.score.bpb); n/a on results before schema 2
+    "key_bpb": "key bits/byte",
     "n_key_tokens": "key tokens",
     "n_tokens": "tokens",
     "key_char_coverage": "key-char coverage",
@@ -151,6 +153,7 @@ def table(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> list[di
             "model": r["entry"],
         }
         cells |= {m: fmt(r[m], missing=None) for m in ("longppl", "ppl", "longppl_soft", "key_char_coverage")}
+        cells |= {m: fmt(r[m], missing=None) for m in ("bpb", "key_bpb")}
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
         cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None

@@ -1,4 +1,5 @@
-"""The score stage: PPL, LongPPL and LongPPL-soft of any causal LM against a key-token artifact.
+"""The score stage: PPL, LongPPL and LongPPL-soft of any causal LM against a key-token artifact,
+and their tokenizer-independent forms in bits per byte (``pipeline.score.bpb``).
 
 Per document: the evaluated model's tokens of the artifact's text, one forward pass (or windows
 of ``context_limit`` tokens), then the evaluator's key spans and soft weights carried onto those
@@ -24,6 +25,7 @@ from pipeline.artifacts import NEEDS_TOKEN_VALUES, ArtifactDocument, KeyTokenArt
 from pipeline.errors import PipelineError
 from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer, context_limited_logprobs
 from pipeline.models import LoadedModel
+from pipeline.score import bpb
 from pipeline.tokenization import encode_with_offsets
 
 
@@ -40,10 +42,12 @@ class ScoreSettings:
 
 @dataclass
 class Sums:
-    """Sufficient statistics for exp(mean NLL) over a token subset: count and NLL sum."""
+    """Sufficient statistics for exp(mean NLL) over a token subset: count and NLL sum; and for bits
+    per byte, the UTF-8 bytes of the subset's characters (``pipeline.score.bpb``; 0: not counted)."""
 
     n: float = 0.0
     nll: float = 0.0
+    bytes: int = 0
 
     def add(self, nll: np.ndarray, weight: np.ndarray | None = None) -> None:
         if weight is None:
@@ -55,6 +59,9 @@ class Sums:
 
     def perplexity(self) -> float | None:
         return math.exp(self.nll / self.n) if self.n > 0 else None
+
+    def bits_per_byte(self) -> float | None:
+        return self.nll / (math.log(2) * self.bytes) if self.bytes > 0 else None
 
 
 @dataclass
@@ -75,12 +82,16 @@ class DocumentScore:
             "ppl": self.all.perplexity(),
             "longppl": self.key.perplexity(),
             "longppl_soft": self.soft.perplexity(),
+            "bpb": self.all.bits_per_byte(),
+            "key_bpb": self.key.bits_per_byte(),
             "n_tokens": self.n_tokens,
             "n_scored": int(self.all.n),
             "n_key_tokens": int(self.key.n),
             "truncated": self.truncated,
             "key_chars": self.key_chars,
             "covered_key_chars": self.covered_key_chars,
+            "n_bytes": self.all.bytes,
+            "n_key_bytes": self.key.bytes,
         }
 
 
@@ -88,10 +99,29 @@ def grid_label(alpha: float, beta: float) -> str:
     return f"alpha={alpha:g},beta={beta:g}"
 
 
+@dataclass
+class ModelTokens:
+    """The evaluated model's tokens of one text and their log-probs (``model_logprobs``)."""
+
+    text: str
+    n_tokens: int  # tokens of the whole text
+    offsets: np.ndarray  # (n, 2) character spans of the tokens scored (a truncated text's prefix)
+    logprobs: np.ndarray  # (n,) log P(token | context); NaN where not predicted
+    truncated: bool
+
+
 def score_document(
     lm: LoadedModel, scorer: TargetScorer, doc: ArtifactDocument, settings: ScoreSettings
 ) -> DocumentScore:
     """Log-probs of the evaluated model on one text, and every metric's sums."""
+    return score_tokens(doc, model_logprobs(lm, scorer, doc, settings), settings)
+
+
+def model_logprobs(
+    lm: LoadedModel, scorer: TargetScorer, doc: ArtifactDocument, settings: ScoreSettings
+) -> ModelTokens:
+    """The evaluated model's tokens of ``doc.text`` and their log-probs: the model's part of the
+    score, shared by every artifact of the same text (``score_tokens``)."""
     enc = encode_with_offsets(lm.tokenizer, doc.text)
     bos = lm.bos_token_id if settings.add_bos else None
     prefix = [] if bos is None else [bos]
@@ -113,13 +143,26 @@ def score_document(
         scorer, seq, settings.context_limit, bos_id=bos, window_batch_tokens=settings.window_batch_tokens
     )[len(prefix) :]
     check_finite(logprobs[0 if prefix else 1 :], doc.doc_id, lm)
+    return ModelTokens(
+        doc.text, n_tokens=len(enc.ids), offsets=offsets, logprobs=logprobs, truncated=truncated
+    )
+
+
+def score_tokens(doc: ArtifactDocument, tokens: ModelTokens, settings: ScoreSettings) -> DocumentScore:
+    """Every metric's sums of one document, from the model's log-probs and the artifact's spans."""
+    if tokens.text != doc.text:
+        raise PipelineError(f"document '{doc.doc_id}': the log-probs were computed on another text")
+    offsets, logprobs = tokens.offsets, tokens.logprobs
     scored = ~np.isnan(logprobs)  # without BOS the first token is not predicted
     nll = -logprobs[scored]
     tok = offsets[scored]
-    result = DocumentScore(doc.doc_id, n_tokens=len(enc.ids), truncated=truncated)
+    result = DocumentScore(doc.doc_id, n_tokens=tokens.n_tokens, truncated=tokens.truncated)
     result.all.add(nll)
     key = alignment.hard_key_mask(tok, doc.span_starts, doc.span_ends)
     result.key.add(nll[key])
+    lengths = bpb.utf8_lengths(doc.text)
+    result.all.bytes = bpb.text_bytes(lengths, offsets, scored)
+    result.key.bytes = bpb.covered_bytes(lengths, tok[key])
     if doc.has_token_values:  # key spans alone (a key_spans artifact): no soft weights, no grid
         weights = alignment.soft_weights(tok, doc.eval_offsets, doc.soft_weight, len(doc.text))
         has_weight = ~np.isnan(weights)
@@ -167,6 +210,7 @@ def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
             part = getattr(s, name)
             total[name].n += part.n
             total[name].nll += part.nll
+            total[name].bytes += part.bytes
         for label, part in s.grid.items():
             grid.setdefault(label, Sums())
             grid[label].n += part.n
@@ -176,11 +220,15 @@ def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
         "ppl": total["all"].perplexity(),
         "longppl": total["key"].perplexity(),
         "longppl_soft": total["soft"].perplexity(),
+        "bpb": total["all"].bits_per_byte(),
+        "key_bpb": total["key"].bits_per_byte(),
         "n_tokens": int(total["all"].n),
         "n_key_tokens": int(total["key"].n),
         "key_char_coverage": sum(s.covered_key_chars for s in scores) / key_chars if key_chars else None,
         "n_documents": len(scores),
         "n_truncated": sum(s.truncated for s in scores),
+        "n_bytes": total["all"].bytes,
+        "n_key_bytes": total["key"].bytes,
         "grid": {k: {"longppl": v.perplexity(), "n_key_tokens": int(v.n)} for k, v in grid.items()},
     }
 

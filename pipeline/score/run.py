@@ -91,6 +91,8 @@ def print_result(row: dict[str, Any], path: Path) -> None:
         f"LongPPL       {fmt(c['longppl'])}   over {c['n_key_tokens']} key tokens "
         f"({coverage} of key characters)",
         f"LongPPL-soft  {fmt(c['longppl_soft'])}{unavailable_note(c, 'longppl_soft')}",
+        f"bits/byte     {fmt(c['bpb'])} over {c['n_bytes']} bytes, {fmt(c['key_bpb'])} over "
+        f"{c['n_key_bytes']} bytes of key tokens",
         "grid          "
         + (
             ", ".join(f"{k}: {fmt(v['longppl'])} ({v['n_key_tokens']})" for k, v in c["grid"].items())

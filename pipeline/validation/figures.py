@@ -1,4 +1,4 @@
-"""The pictures of `make validate`: the identification figure (paper Fig. 3) and the family scatter."""
+"""The pictures of `make validate`: the identification figure (paper Fig. 3) and the family scatters."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.reporting.common import figure, fmt, labelled_scatter, png
-from pipeline.results import METRICS
-from pipeline.validation.study import QATokens
+from pipeline.reporting.common import figure, fmt, png
+from pipeline.validation.study import FAMILY_METRICS, QATokens, metric_value
 
 
 def identification_png(tokens: QATokens, alpha: float, beta: float) -> bytes:
@@ -57,17 +56,50 @@ def identification_png(tokens: QATokens, alpha: float, beta: float) -> bytes:
     return png(fig)
 
 
-def family_png(family: list[dict[str, Any]], stats: list[dict[str, Any]]) -> bytes:
-    """Each metric against the retrieval accuracy, one labelled point per context limit W."""
-    by_metric = {r["metric"]: r for r in stats}
-    shown = {**METRICS, "answer_ppl": "answer-token PPL"}
-    fig = figure((4.0 * len(shown), 3.6))
-    xs = [r["token_accuracy"] for r in family]
-    for ax, (metric, label) in zip(fig.subplots(1, len(shown)), shown.items(), strict=True):
-        labelled_scatter(ax, xs, [r[metric] for r in family], [r["label"] for r in family])
-        r = by_metric[metric]
-        ax.set(xlabel="answer-token accuracy (synthetic)", ylabel=label)
-        ax.set_title(f"{label}: Pearson {fmt(r['pearson_r'], '.2f')}, Spearman {fmt(r['spearman_r'], '.2f')}",
-                     fontsize=9)  # fmt: skip
-    fig.tight_layout()
-    return png(fig)
+PERPLEXITIES = ("ppl", "longppl", "longppl_soft")
+
+
+def family_pngs(
+    family: list[dict[str, Any]], stats: dict[str, list[dict[str, Any]]], evaluators: list[str]
+) -> dict[str, bytes]:
+    """One picture per metric: the metric against the answer-token accuracy, one point per member
+    (colour: its model; a square: self-evaluation), one panel per evaluator where the metric
+    depends on the evaluator; perplexities on a log scale."""
+    models = list(dict.fromkeys(r["model"] for r in family))
+    colours = {m: f"C{i % 10}" for i, m in enumerate(models)}
+    out = {}
+    for metric, (label, dependent) in FAMILY_METRICS.items():
+        panels = evaluators if dependent else evaluators[:1]
+        fig = figure((5.2 * len(panels), 4.2))
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        for ax, evaluator in zip(axes, panels, strict=True):
+            member_scatter(ax, family, metric, evaluator, colours)
+            r = next(s for s in stats[evaluator] if s["metric"] == metric)
+            where = f", evaluator {evaluator}" if dependent else ""
+            pearson = f"Pearson {fmt(r['pearson_r'], '+.2f')} (p {fmt(r['pearson_p'], '.2g')})"
+            spearman = f"Spearman {fmt(r['spearman_r'], '+.2f')} (p {fmt(r['spearman_p'], '.2g')})"
+            ax.set_title(f"{label}{where}\n{pearson}, {spearman}", fontsize=9)
+            ax.set(xlabel="answer-token accuracy (synthetic)", ylabel=label)
+            if metric in PERPLEXITIES:  # they span orders of magnitude across members
+                ax.set_yscale("log")
+        fig.tight_layout()
+        out[metric] = png(fig)
+    return out
+
+
+def member_scatter(ax: Any, family: list[dict[str, Any]], metric: str, evaluator: str, colours: dict) -> None:
+    seen = set()
+    for r in family:
+        y = metric_value(r, metric, evaluator)
+        if y is None:
+            continue
+        own = FAMILY_METRICS[metric][1] and r["evaluators"][evaluator]["self_evaluation"]
+        legend = r["model"] + (" (self-evaluation)" if own else "")
+        ax.scatter(r["token_accuracy"], y, color=colours[r["model"]], marker="s" if own else "o", zorder=2,
+                   edgecolors="k" if own else "none", label=None if legend in seen else legend)  # fmt: skip
+        seen.add(legend)
+        short = r["label"].removeprefix(r["model"]).strip() or r["label"]
+        ax.annotate(short, (r["token_accuracy"], y), xytext=(4, 4), textcoords="offset points", fontsize=7)
+    ax.margins(x=0.2, y=0.1)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)

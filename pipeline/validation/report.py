@@ -3,7 +3,6 @@ the prose lives in the template ``report.md.j2`` beside it."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from pathlib import Path
@@ -13,7 +12,7 @@ import jinja2
 
 from pipeline.provenance import machine
 from pipeline.reporting.common import fmt, md_table, pct
-from pipeline.results import METRICS
+from pipeline.validation.study import FAMILY_METRICS
 
 PAPER_ACCURACY = {"LSD": 0.856, "LSD and LCL": 0.982}  # paper Fig. 4b (Mixtral-8x7B evaluator on LongEval)
 PAPER_TABLE1 = {"ppl": 0.31, "longppl_soft": -0.21, "longppl": -0.86}  # paper Table 1: Pearson r, LongEval
@@ -38,7 +37,9 @@ def render(
         autoescape=False,  # Markdown, not HTML
     )
     env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"))
-    steps = ", ".join(f"{k} {v:.0f} s" for k, v in timing.items() if k != "total")
+    steps = ", ".join(
+        f"{k} {v:.0f} s" for k, v in timing.items() if k != "total" and not k.startswith("member ")
+    )
     pictures = Path(os.path.relpath(docs_dir, report.parent)).as_posix()
     context = {
         "timing": timing,
@@ -47,20 +48,27 @@ def render(
         "same": same_as_previous,
         "pictures": pictures,
         "view_page": view_page,
-        "windows": ", ".join(r["label"].removeprefix("W=") for r in results["family"]),
+        "members_time": ", ".join(
+            f"{k.removeprefix('member ')} {v:.0f} s (GovReport {timing.get(f'{k} GovReport', 0.0):.0f} s)"
+            for k, v in timing.items()
+            if k.startswith("member ") and not k.endswith(" GovReport")
+        ),
         **reading(results, grid),
     }
     return env.get_template(TEMPLATE).render(context)
 
 
-def tables(results: dict[str, Any]) -> dict[str, str]:
+def tables(results: dict[str, Any]) -> dict[str, Any]:
     ident, ev = results["identification"], results["evaluator_retrieval"]
+    family = results["family"]
     return {
         "identification_responses": identification_table(ident, "responses"),
         "identification_qa": identification_table(ident, "qa"),
         "retrieval": retrieval_table({"full": ev["full"], "short (the keytokens stage's K, d)": ev["short"]}),
-        "family": family_table(results["family"]),
-        "correlations": correlation_table(results["correlations"]),
+        "members": members_table(family),
+        "evaluators": {e["label"]: evaluator_table(family, e["label"]) for e in results["evaluators"]},
+        "correlations": {label: correlation_table(rows) for label, rows in results["correlations"].items()},
+        "closing": closing_table(results),
     }
 
 
@@ -91,50 +99,74 @@ def retrieval_table(rows: dict[str, dict[str, Any]]) -> str:
     return md_table(header, body)
 
 
-FAMILY_VALUES = ("answer_ppl", "other_ppl", "ppl", "longppl", "longppl_soft")
-
-
-def family_table(family: list[dict[str, Any]]) -> str:
-    header = ["context", "answer-token acc.", "exact match", "answer PPL", "other QA PPL", *METRICS.values()]
+def members_table(family: list[dict[str, Any]]) -> str:
+    """The evaluator-independent values: retrieval on the synthetic documents, PPL and bits per byte."""
+    header = ["member", "model", "context", "answer-token acc.", "exact match", "answer PPL",
+              "PPL", "bits/byte", "tokens", "bytes"]  # fmt: skip
     rows = [
-        [r["label"], pct(r["token_accuracy"]), pct(r["answer_exact_match"])]
-        + [fmt(r[k], ".3f") for k in FAMILY_VALUES]
+        [r["label"] + (" (checkpoint)" if r["checkpoint"] else ""), f"`{r['model']}`",
+         "full" if r["context_limit"] is None else str(r["context_limit"]),
+         pct(r["token_accuracy"]), pct(r["answer_exact_match"]), fmt(r["answer_ppl"], ".3f"),
+         fmt(r["ppl"], ".3f"), fmt(r["bpb"], ".4f"), str(r["n_tokens"]), str(r["n_bytes"])]
         for r in family
-    ]
-    first, last = family[0], family[-1]
-    change = ["change, first to last", "", "", *(change_text(first[k], last[k]) for k in FAMILY_VALUES)]
-    return md_table(header, [*rows, change])
+    ]  # fmt: skip
+    return md_table(header, rows)
 
 
-def change_text(a: float | None, b: float | None) -> str:
-    """The relative change from a to b, as a signed percentage."""
-    return "n/a" if not a or b is None else f"{100 * (b - a) / a:+.1f}%"
+def evaluator_table(family: list[dict[str, Any]], evaluator: str) -> str:
+    """The values that depend on the evaluator's key tokens, self-evaluation rows marked."""
+    header = ["member", "self-evaluation", "LongPPL", "LongPPL-soft", "key bits/byte", "key tokens",
+              "key-char coverage"]  # fmt: skip
+    rows = []
+    for r in family:
+        v = r["evaluators"][evaluator]
+        rows.append([r["label"], "**self**" if v["self_evaluation"] else "",
+                     fmt(v["longppl"], ".3f"), fmt(v["longppl_soft"], ".3f"), fmt(v["key_bpb"], ".4f"),
+                     str(v["n_key_tokens"]), pct(v["key_char_coverage"])])  # fmt: skip
+    return md_table(header, rows)
 
 
 def correlation_table(stats: list[dict[str, Any]]) -> str:
-    header = ["metric", "Pearson r", "p", "Spearman rho", "p", "paper, Pearson r with LongEval (Table 1)"]
+    header = ["metric", "Pearson r", "p", "Spearman rho", "p", "members",
+              "paper, Pearson r with LongEval (Table 1)"]  # fmt: skip
     return md_table(
         header,
         [
-            [r["label"], fmt(r["pearson_r"], "+.3f"), fmt(r["pearson_p"], ".2g"),
-             fmt(r["spearman_r"], "+.3f"), fmt(r["spearman_p"], ".2g"),
+            [r["label"] + ("" if r["evaluator_dependent"] else " (no evaluator)"),
+             fmt(r["pearson_r"], "+.3f"), fmt(r["pearson_p"], ".2g"),
+             fmt(r["spearman_r"], "+.3f"), fmt(r["spearman_p"], ".2g"), str(r["n"]),
              fmt(PAPER_TABLE1.get(r["metric"]), "+.2f")]
             for r in stats
         ],
     )  # fmt: skip
 
 
+def closing_table(results: dict[str, Any]) -> str:
+    """Each metric's Spearman rho (p) and Pearson r with the accuracy, for every evaluator side by side."""
+    labels = [e["label"] for e in results["evaluators"]]
+    header = ["metric"] + [f"{h}, evaluator {e}" for e in labels for h in ("Spearman rho (p)", "Pearson r")]
+    by = {e: {r["metric"]: r for r in results["correlations"][e]} for e in labels}
+    rows = [
+        [label] + [cell for e in labels for cell in (
+            f"{fmt(by[e][m]['spearman_r'], '+.3f')} ({fmt(by[e][m]['spearman_p'], '.2g')})",
+            fmt(by[e][m]["pearson_r"], "+.3f"))]
+        for m, (label, _) in FAMILY_METRICS.items()
+    ]  # fmt: skip
+    return md_table(header, rows)
+
+
 def reading(results: dict[str, Any], grid: list[tuple[float, float]]) -> dict[str, Any]:
     """The numbers the report's prose reads, by name (every figure in it is the measured one)."""
     s, syn, family = results["settings"], results["synthetic"], results["family"]
     short = syn.get("answer_tokens_short_logprob", {}).get("median")
-    by_metric = {r["metric"]: r for r in results["correlations"]}
-    pearson = {m: by_metric[m]["pearson_r"] for m in METRICS}
     return {
         "s": s,
         "syn": syn,
         "govreport": results["govreport"],
+        "evaluators": results["evaluators"],
         "family": family,
+        "models": list(dict.fromkeys(r["model"] for r in family)),
+        "checkpoints": [r["label"] for r in family if r["checkpoint"]],
         "ev": results["evaluator_retrieval"],
         "tables": tables(results),
         "negative_share": negative_share(results["identification"], "responses"),
@@ -146,16 +178,43 @@ def reading(results: dict[str, Any], grid: list[tuple[float, float]]) -> dict[st
         },
         "short_median": short,
         "threshold": None if short is None else math.exp(short + s["alpha"]),
-        "first": family[0],
-        "last": family[-1],
-        "change": {m: change_text(family[0][m], family[-1][m]) for m in METRICS},
-        "pearson": pearson,
-        "order": None if None in pearson.values() else [METRICS[m] for m in sorted(pearson, key=pearson.get)],
-        "same_spearman": _same_spearman(results["correlations"]),
-        "dips": [
-            b["label"] for a, b in itertools.pairwise(family) if b["token_accuracy"] < a["token_accuracy"]
+        "verdicts": verdicts(results),
+        "longppl_better": [
+            e["label"]
+            for e in results["evaluators"]
+            if results["ranking"][e["label"]]["longppl_vs_ppl"] == "better"
         ],
+        "metrics": {m: label for m, (label, _) in FAMILY_METRICS.items()},
+        "by_model": by_model(family),
     }
+
+
+def verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per evaluator: the best-ranking metrics and each metric's Spearman and Pearson values."""
+    out = []
+    for e in results["evaluators"]:
+        stats = {r["metric"]: r for r in results["correlations"][e["label"]]}
+        ranking = results["ranking"][e["label"]]
+        out.append({
+            **e,
+            **ranking,
+            "best_labels": [FAMILY_METRICS[m][0] for m in ranking["best"]],
+            "spearman": {m: r["spearman_r"] for m, r in stats.items()},
+            "spearman_p": {m: r["spearman_p"] for m, r in stats.items()},
+            "pearson": {m: r["pearson_r"] for m, r in stats.items()},
+            "self_members": [r["label"] for r in results["family"]
+                             if r["evaluators"][e["label"]]["self_evaluation"]],
+        })  # fmt: skip
+    return out
+
+
+def by_model(family: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model, its full-context member (the last one when none is): for comparing models."""
+    out = {}
+    for r in family:
+        if r["model"] not in out or r["context_limit"] is None:
+            out[r["model"]] = r
+    return list(out.values())
 
 
 def named_rules(
@@ -182,9 +241,3 @@ def negative_share(ident: list[dict[str, Any]], scope: str) -> float:
     """The accuracy of calling every token non-answer: the share of non-answer tokens."""
     row = next(r for r in ident if r["scope"] == scope)
     return (row["fp"] + row["tn"]) / max(1, row["tp"] + row["fp"] + row["fn"] + row["tn"])
-
-
-def _same_spearman(stats: list[dict[str, Any]]) -> str | None:
-    """The one Spearman rho all metrics share (every metric ranks the variants by W), if they do."""
-    rhos = {fmt(r["spearman_r"], "+.3f") for r in stats}
-    return rhos.pop() if len(rhos) == 1 else None

@@ -2,9 +2,9 @@
 
 1. Key-token identification: the keytokens stage with the embedded evaluator on seeded LongEval-style
    documents (``pipeline.validation.synthetic``), then ``study.identification``.
-2. LongPPL against long-context ability: the embedded evaluated model with its context limited to W
-   tokens (the score stage's ``context_limit``) is a family of models whose long-context ability is
-   known to grow with W (``study.family_row``, ``study.correlations``).
+2. LongPPL against long-context ability: a family of models (both embedded models at several context
+   limits, and fine-tuned checkpoints when given) scored against two evaluators' key tokens on the
+   same GovReport documents (``pipeline.validation.family``, ``study.correlations``).
 
 Writes ``docs/validation.md`` (``pipeline.validation.report``), ``docs/validation/*.png``, the
 key-token page of one synthetic document and ``docs/validation/results.json`` (every number; no
@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents, load_artifact
+from pipeline.artifacts import KeyTokenArtifact, load_artifact
 from pipeline.cli import compose
-from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic, write_json_atomic
 from pipeline.keytokens.run import run as find_key_tokens
 from pipeline.keytokens.settings import KeyTokenSettings
@@ -33,11 +31,11 @@ from pipeline.logprobs import TargetScorer
 from pipeline.models import LoadedModel, ModelChoice
 from pipeline.provenance import file_sha256
 from pipeline.reporting.keytoken_page import default_path
-from pipeline.validation import figures, report, study, synthetic
+from pipeline.validation import family, figures, report, study, synthetic
 
 # The settings results.json records (the evaluator and model by their spec).
 SETTINGS = ("seed", "documents", "lines", "questions", "min_gap_lines", "evaluator", "K", "d")
-SETTINGS += ("alpha", "beta", "gamma", "model", "govreport_documents")
+SETTINGS += ("alpha", "beta", "gamma", "govreport_documents")
 STAGE1_KEYS = ("K", "d", "alpha", "beta", "gamma", "dtype", "device", "head_chunk", "vocab_tile")
 STAGE1_KEYS += ("window_batch_tokens", "cache_dir", "progress")
 
@@ -56,23 +54,33 @@ def run(cfg: Any) -> dict[str, Any]:
     artifact = load_artifact(keytokens_on(cfg, corpus, work))
     timing["stage 1 on the synthetic corpus"] = time.time() - t
     tokens, part1 = identification_part(cfg, artifact, docs, out)
+    members = family.members(cfg)
     t = time.time()
-    evaluator = evaluator_retrieval(cfg, docs)
-    timing["evaluator retrieval"] = time.time() - t
+    evals = family.evaluators(cfg, work)
+    timing["evaluator artifacts"] = time.time() - t
     t = time.time()
-    govreport = govreport_documents(Path(cfg.govreport), int(cfg.govreport_documents))
-    family = model_family(cfg, docs, govreport)
+    rows = family.score_family(cfg, members, docs, evals, lambda choice: load(choice, cfg), timing)
     timing["model family"] = time.time() - t
-    stats = study.correlations(family)
-    write_bytes_atomic(out / "family.png", figures.family_png(family, stats))
+    t = time.time()
+    evaluator = evaluator_retrieval(cfg, docs, members, rows)
+    timing["evaluator retrieval"] = time.time() - t
+    labels = [e.label for e in evals]
+    stats = study.correlations(rows, labels)
+    for metric, png in figures.family_pngs(rows, stats, labels).items():
+        write_bytes_atomic(out / f"family-{metric}.png", png)
     results = {
-        "settings": recorded_settings(cfg),
+        "settings": recorded_settings(cfg, members),
         "synthetic": {**part1, "corpus_sha256": file_sha256(corpus)},
         "identification": study.identification(tokens, [(float(a), float(b)) for a, b in cfg.grid]),
         "evaluator_retrieval": evaluator,
-        "govreport": {"artifact": Path(str(cfg.govreport)).name, "documents": [g.doc_id for g in govreport]},
-        "family": family,
+        "govreport": {
+            "artifact": Path(str(cfg.govreport)).name,
+            "documents": [d.doc_id for d in evals[0].documents],
+        },
+        "evaluators": [family.evaluator_record(e) for e in evals],
+        "family": rows,
         "correlations": stats,
+        "ranking": {label: study.ranking(stats[label]) for label in labels},
     }
     return write_results(cfg, json.loads(json.dumps(results)), timing, started, docs[0].id)
 
@@ -116,43 +124,51 @@ def identification_part(
     }
 
 
-def load(node: Any, cfg: Any) -> tuple[LoadedModel, TargetScorer]:
-    """A model as its Hydra group describes it, with this run's dtype and device, and its scorer."""
-    lm = ModelChoice.from_config(node).load(dtype=cfg.dtype, device=cfg.device, cache_dir=cfg.cache_dir)
+def load(choice: ModelChoice, cfg: Any) -> tuple[LoadedModel, TargetScorer]:
+    """A model with this run's dtype and device, and its scorer."""
+    lm = choice.load(dtype=cfg.dtype, device=cfg.device, cache_dir=cfg.cache_dir)
     return lm, TargetScorer(lm.model, head_chunk=int(cfg.head_chunk), vocab_tile=cfg.vocab_tile)
 
 
-def evaluator_retrieval(cfg: Any, docs: list[synthetic.SyntheticDocument]) -> dict[str, Any]:
-    """Can the evaluator itself retrieve the answers, with the full context and with stage 1's?"""
-    lm, scorer = load(cfg.evaluator, cfg)
+def evaluator_retrieval(
+    cfg: Any,
+    docs: list[synthetic.SyntheticDocument],
+    members: list[family.Member],
+    rows: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Can the evaluator itself retrieve the answers, with the full context and with stage 1's? The
+    full-context numbers are a family member's when the evaluator is one (the same computation)."""
+    choice = ModelChoice.from_config(cfg.evaluator)
+    same = [
+        r
+        for m, r in zip(members, rows, strict=True)
+        if m.context_limit is None and same_model(m.choice, choice)
+    ]
+    lm, scorer = load(choice, cfg)
+    keys = ("token_accuracy", "answer_exact_match", "answer_ppl", "other_ppl", "n_answer_tokens", "n_answers")
     return {
-        "full": study.retrieval(lm, scorer, docs, None),
+        "full": {k: same[0][k] for k in keys} if same else study.retrieval(lm, scorer, docs, None),
         "short": study.retrieval(lm, scorer, docs, int(cfg.K) + int(cfg.d)),
     }
 
 
-def govreport_documents(path: Path, n: int) -> list[ArtifactDocument]:
-    if not (path / "manifest.json").exists():
-        raise PipelineError(f"no key-token artifact at {path}: run `make keytokens` first (about 7 minutes)")
-    return list(iter_documents(load_artifact(path)))[:n]
+def same_model(a: ModelChoice, b: ModelChoice) -> bool:
+    return (a.spec, a.revision, a.attn_implementation) == (b.spec, b.revision, b.attn_implementation)
 
 
-def model_family(
-    cfg: Any, docs: list[synthetic.SyntheticDocument], govreport: list[ArtifactDocument]
-) -> list[dict[str, Any]]:
-    """One row per context limit W of the evaluated model."""
-    lm, scorer = load(cfg.model, cfg)
-    windows = [None if w is None else int(w) for w in cfg.windows]
-    return [
-        study.family_row(cfg, lm, scorer, docs, govreport, w)
-        for w in tqdm(windows, desc="model family", unit="variant", disable=not cfg.progress)
+def recorded_settings(cfg: Any, members: list[family.Member]) -> dict[str, Any]:
+    settings = {k: cfg.evaluator.spec if k == "evaluator" else cfg[k] for k in SETTINGS}
+    settings["members"] = [
+        {
+            "label": m.label,
+            "model": m.choice.spec,
+            "context_limit": m.context_limit,
+            "checkpoint": m.checkpoint,
+        }
+        for m in members
     ]
-
-
-def recorded_settings(cfg: Any) -> dict[str, Any]:
-    groups = {"evaluator": cfg.evaluator, "model": cfg.model}
-    settings = {k: groups[k].spec if k in groups else cfg[k] for k in SETTINGS}
-    return settings | {"attention": {g: node.get("attn_implementation") for g, node in groups.items()}}
+    attention = {"evaluator": cfg.evaluator.get("attn_implementation")}
+    return settings | {"attention": attention | {m.label: m.choice.attn_implementation for m in members}}
 
 
 def write_results(

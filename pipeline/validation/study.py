@@ -6,8 +6,9 @@ context, and how each metric tracks retrieval ability over a family of models.
    separate the answer tokens (the digits of each answer) from the others.
 2. Retrieval: the teacher-forced top-1 accuracy of the answer tokens, with at most W tokens of
    context (the windows of the score stage's ``context_limit``).
-3. The family: per variant, retrieval on the synthetic documents and PPL, LongPPL and LongPPL-soft on
-   GovReport; then the Pearson and Spearman correlation of each metric with the retrieval accuracy.
+3. The family (``pipeline.validation.family``): per member, retrieval on the synthetic documents and
+   PPL, LongPPL, LongPPL-soft and bits per byte on GovReport; then, per evaluator, the Pearson and
+   Spearman correlation of each metric with the retrieval accuracy, and which metric ranks best.
 """
 
 from __future__ import annotations
@@ -20,21 +21,13 @@ import numpy as np
 import torch
 
 from pipeline import keytokens
-from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents
+from pipeline.artifacts import KeyTokenArtifact, iter_documents
 from pipeline.errors import PipelineError
 from pipeline.logprobs import TargetScorer, context_limited_top1
 from pipeline.models import LoadedModel
 from pipeline.reporting.common import correlate
-from pipeline.results import METRICS
-from pipeline.score import ScoreSettings, corpus_summary, score_document
 from pipeline.tokenization import encode_with_offsets
 from pipeline.validation.synthetic import SyntheticDocument
-
-SYNTHETIC_METRICS = {
-    "answer_ppl": "answer-token PPL (synthetic)",
-    "other_ppl": "other QA-token PPL (synthetic)",
-}
-
 
 # ----------------------------------------------------------------------------------------------
 # Classification metrics
@@ -224,36 +217,56 @@ def retrieval(
 
 
 # ----------------------------------------------------------------------------------------------
-# Part 2: the controlled model family
+# Part 2: the model family (``pipeline.validation.family``): which metric tracks retrieval ability?
+
+# The metrics correlated with the answer-token accuracy: (label, depends on the evaluator).
+FAMILY_METRICS = {
+    "ppl": ("PPL", False),
+    "longppl": ("LongPPL", True),
+    "longppl_soft": ("LongPPL-soft", True),
+    "bpb": ("bits/byte", False),
+    "key_bpb": ("key bits/byte", True),
+}
 
 
-def family_row(
-    cfg: Any,
-    lm: LoadedModel,
-    scorer: TargetScorer,
-    docs: list[SyntheticDocument],
-    govreport: list[ArtifactDocument],
-    window: int | None,
-) -> dict[str, Any]:
-    """Retrieval on the synthetic documents and PPL, LongPPL, LongPPL-soft on GovReport, at context W."""
-    settings = ScoreSettings(
-        context_limit=window,
-        head_chunk=int(cfg.head_chunk),
-        vocab_tile=cfg.vocab_tile,
-        window_batch_tokens=int(cfg.window_batch_tokens),
-    )
-    corpus = corpus_summary([score_document(lm, scorer, doc, settings) for doc in govreport])
-    row = {"window": window, "label": "full" if window is None else f"W={window}"}
-    row.update(retrieval(lm, scorer, docs, window))
-    row.update({k: corpus[k] for k in (*METRICS, "n_tokens", "n_key_tokens")})
-    return row
+def metric_value(row: dict[str, Any], metric: str, evaluator: str) -> float | None:
+    """A member's value of a metric, against ``evaluator`` where it depends on one."""
+    return row["evaluators"][evaluator][metric] if FAMILY_METRICS[metric][1] else row[metric]
 
 
-def correlations(family: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pearson and Spearman correlation (two-sided p) of each metric with the retrieval accuracy."""
-    accuracy = [r["token_accuracy"] for r in family]
-    rows = []
-    for metric, label in {**METRICS, **SYNTHETIC_METRICS}.items():
-        stats, note = correlate([r[metric] for r in family], accuracy)
-        rows.append({"metric": metric, "label": label, "n": len(family), **stats, "note": note})
-    return rows
+def correlations(family: list[dict[str, Any]], evaluators: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per evaluator, the Pearson and Spearman correlation (two-sided p) of each metric with the
+    answer-token accuracy over the members that have a value."""
+    out = {}
+    for evaluator in evaluators:
+        rows = []
+        for metric, (label, dependent) in FAMILY_METRICS.items():
+            pairs = [(metric_value(r, metric, evaluator), r["token_accuracy"]) for r in family]
+            pairs = [(x, y) for x, y in pairs if x is not None]
+            stats, note = correlate([x for x, _ in pairs], [y for _, y in pairs])
+            rows.append({"metric": metric, "label": label, "evaluator_dependent": dependent, "n": len(pairs),
+                         **stats, "note": note})  # fmt: skip
+        out[evaluator] = rows
+    return out
+
+
+def ranking(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which metric ranks the family best: the most negative Spearman rho with the accuracy (lower
+    perplexity, higher accuracy); and LongPPL against PPL, key bits/byte against bits/byte."""
+    rho = {r["metric"]: r["spearman_r"] for r in rows}
+    defined = {m: v for m, v in rho.items() if v is not None}
+    best_value = min(defined.values()) if defined else None
+    best = [m for m, v in defined.items() if math.isclose(v, best_value, abs_tol=1e-12)] if defined else []
+    return {
+        "best": best,
+        "best_spearman": best_value,
+        "longppl_vs_ppl": _compare(rho["longppl"], rho["ppl"]),
+        "key_bpb_vs_bpb": _compare(rho["key_bpb"], rho["bpb"]),
+    }
+
+
+def _compare(a: float | None, b: float | None) -> str | None:
+    """'better', 'tie' or 'worse': whether rho ``a`` is more negative than ``b`` (None: undefined)."""
+    if a is None or b is None:
+        return None
+    return "tie" if math.isclose(a, b, abs_tol=1e-12) else "better" if a < b else "worse"
