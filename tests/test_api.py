@@ -191,6 +191,7 @@ def test_score_on_smollm2_gives_exactly_the_numbers_of_make_score(tmp_path):
     """The default artifact's first two documents (as an artifact of their own, so that `make score`
     takes a minute): the score stage's run and ``score`` on the default artifact with documents=2."""
     from pipeline.artifact_writer import write_artifact
+    from pipeline.artifacts import settings_fingerprint
     from pipeline.score.run import run
 
     full = load_artifact(default_artifact())
@@ -198,7 +199,9 @@ def test_score_on_smollm2_gives_exactly_the_numbers_of_make_score(tmp_path):
     n_spans = sum(full.documents["n_spans"].to_pylist()[:2])
     tables = {"documents": full.documents.slice(0, 2), "tokens": full.tokens.slice(0, n_tokens)}
     tables["spans"] = full.spans.slice(0, n_spans)
-    write_artifact(tmp_path / "two", full.kind, tables, full.settings, full.manifest["fingerprint"], {})
+    settings = {**full.settings, "documents": full.settings["documents"][:2]}
+    extra = {"documents": full.manifest["documents"][:2]}
+    write_artifact(tmp_path / "two", full.kind, tables, settings, settings_fingerprint(settings), extra)
     cfg = compose_config(
         "score", [f"artifact={tmp_path / 'two'}", f"results={tmp_path / 's.jsonl'}", "progress=false"]
     )
