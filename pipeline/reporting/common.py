@@ -35,6 +35,21 @@ def pct(value: float | None, spec: str = ".1f") -> str:
     return "n/a" if value is None else f"{format(100 * value, spec)}%"
 
 
+def markdown_templates(folder: Path) -> Any:
+    """A Jinja2 environment for the Markdown page templates in ``folder``, with the number filters
+    ``pct``, ``fmt`` and ``g``; an undefined name in a template is an error."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+    env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"))
+    return env
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table; ``|`` in a cell is escaped and a line break becomes a space."""
     lines = [header, ["---"] * len(header), *rows]

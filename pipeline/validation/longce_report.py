@@ -8,10 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from pipeline.provenance import machine
-from pipeline.reporting.common import figure, fmt, md_table, pct, png
+from pipeline.reporting.common import figure, fmt, markdown_templates, md_table, pct, png
 
 CURVE_KEYS = (
     "step",
@@ -117,13 +115,7 @@ def reading(results: dict[str, Any]) -> dict[str, Any]:
 
 def render(results: dict[str, Any], timing: dict[str, dict[str, float]], docs_dir: Path, report: Path) -> str:
     """The whole page; the picture's link is relative to ``report``."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # Markdown, not HTML
-    )
-    env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"))
+    env = markdown_templates(Path(__file__).parent)
     changed = results.get("changed_from_defaults") or {}
     context = {
         "s": results["settings"],

@@ -8,10 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from pipeline.provenance import machine
-from pipeline.reporting.common import fmt, md_table, pct
+from pipeline.reporting.common import fmt, markdown_templates, md_table, pct
 from pipeline.validation.study import FAMILY_METRICS
 
 PAPER_ACCURACY = {"LSD": 0.856, "LSD and LCL": 0.982}  # paper Fig. 4b (Mixtral-8x7B evaluator on LongEval)
@@ -30,13 +28,7 @@ def render(
 ) -> str:
     """The whole page, from the results, the (alpha, beta) grid and this run's timings; links are
     relative to ``report``."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # Markdown, not HTML
-    )
-    env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"))
+    env = markdown_templates(Path(__file__).parent)
     steps = ", ".join(
         f"{k} {v:.0f} s" for k, v in timing.items() if k != "total" and not k.startswith("member ")
     )
