@@ -25,6 +25,17 @@ def default_artifact() -> Path:
     return ROOT / str(compose("score").artifact)
 
 
+def memory_record(baseline: int, peak: PeakMemory, start: float) -> dict[str, float]:
+    """A measurement's memory in GB (``baseline``: bytes before it, e.g. the loaded model) and its
+    seconds since ``start`` (``time.perf_counter``)."""
+    return {
+        "baseline_gb": baseline / 1e9,
+        "peak_gb": peak.peak / 1e9,
+        "above_model_gb": (peak.peak - baseline) / 1e9,
+        "seconds": time.perf_counter() - start,
+    }
+
+
 class PeakMemory:
     """Peak memory during a block: this process's resident memory sampled in a background thread
     (``start`` is the RSS on entry, after giving freed heap back to the system), or on a GPU the peak

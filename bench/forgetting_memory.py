@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import ROOT, PeakMemory
+from bench.common import ROOT, PeakMemory, memory_record
 
 WAYS = ("pipeline", "full-logits")
 
@@ -81,10 +81,7 @@ def measure_one(args: argparse.Namespace) -> dict:
         "input_tokens": len(build_input(sample.target, sample.target, bos, eos)),
         "copy_acc": copy,
         "lm_acc": lm_acc,
-        "baseline_gb": baseline / 1e9,
-        "peak_gb": peak.peak / 1e9,
-        "above_model_gb": (peak.peak - baseline) / 1e9,
-        "seconds": time.perf_counter() - start,
+        **memory_record(baseline, peak, start),
     }
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import ROOT, PeakMemory
+from bench.common import ROOT, PeakMemory, memory_record
 from pipeline.logprobs import DEFAULT_HEAD_CHUNK
 
 
@@ -61,10 +61,7 @@ def measure_one(args: argparse.Namespace) -> dict:
         "d": args.d,
         "head_chunk": args.head_chunk,
         "window_batch_tokens": args.window_batch_tokens,
-        "baseline_gb": baseline / 1e9,
-        "peak_gb": peak.peak / 1e9,
-        "above_model_gb": (peak.peak - baseline) / 1e9,
-        "seconds": time.perf_counter() - start,
+        **memory_record(baseline, peak, start),
     }
 
 
