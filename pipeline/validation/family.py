@@ -168,9 +168,13 @@ def build_artifact(
     overrides += ["max_tokens=null", "min_tokens=0", "num_documents=null", "name=null"]
     overrides += [f"{k}={json.dumps(reference.settings[k])}" for k in REFERENCE_SETTINGS]
     overrides += [f"{k}={json.dumps(cfg[k])}" for k in COMPUTE_SETTINGS]
-    settings = KeyTokenSettings.from_config(compose("keytokens", overrides))
+    return build_keytokens(KeyTokenSettings.from_config(compose("keytokens", overrides)), cfg.fresh)
+
+
+def build_keytokens(settings: KeyTokenSettings, fresh: bool) -> Path:
+    """The keytokens stage's artifact for ``settings`` (computed again when ``fresh``); its directory."""
     root = settings.artifact_dir()
-    if cfg.fresh and root.exists():
+    if fresh and root.exists():
         shutil.rmtree(root)
     find_key_tokens(settings)
     return root

@@ -25,7 +25,6 @@ import numpy as np
 from pipeline.artifacts import KeyTokenArtifact, load_artifact
 from pipeline.cli import compose
 from pipeline.files import write_bytes_atomic, write_json_atomic
-from pipeline.keytokens.run import run as find_key_tokens
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.logprobs import TargetScorer
 from pipeline.models import LoadedModel, ModelChoice
@@ -93,12 +92,7 @@ def keytokens_on(cfg: Any, corpus: Path, work: Path) -> Path:
     overrides += [f"{key}={json.dumps(cfg[key])}" for key in STAGE1_KEYS]
     config = compose("keytokens", overrides)
     config.evaluator = cfg.evaluator
-    settings = KeyTokenSettings.from_config(config)
-    root = settings.artifact_dir()
-    if cfg.fresh and root.exists():
-        shutil.rmtree(root)
-    find_key_tokens(settings)
-    return root
+    return family.build_keytokens(KeyTokenSettings.from_config(config), cfg.fresh)
 
 
 def identification_part(
