@@ -39,7 +39,7 @@ from pipeline.artifacts import (
 )
 from pipeline.corpus import CorpusSpec, Document
 from pipeline.errors import PipelineError
-from pipeline.keytokens.run import document_records, select
+from pipeline.keytokens.run import Selection, document_records, select
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer
@@ -208,9 +208,8 @@ def find_key_tokens(
     ``tokens``, ``spans``, pyarrow) and manifest, in memory, as `make keytokens` computes them.
     Documents of K tokens or fewer have no key token and are listed in ``manifest["skipped"]``."""
     lm = in_memory(evaluator_model, evaluator_tokenizer, evaluator_name)
-    settings = KeyTokenSettings(
-        evaluator=ModelChoice(spec=lm.source.spec),
-        corpus=CorpusSpec(name=IN_MEMORY),
+    settings = in_memory_settings(
+        lm,
         K=K,
         d=d,
         alpha=alpha,
@@ -218,19 +217,13 @@ def find_key_tokens(
         gamma=gamma,
         max_tokens=max_tokens,
         min_tokens=min_tokens,
-        num_documents=None,
         add_bos=add_bos,
         short_window_bos=short_window_bos,
-        dtype=str(lm.dtype).removeprefix("torch."),
-        device=str(lm.device),
         head_dtype=head_dtype,
         head_chunk=head_chunk,
         vocab_tile=vocab_tile,
         window_batch_tokens=window_batch_tokens,
-        cache_dir=None,
         progress=progress,
-        name=IN_MEMORY,
-        output_dir=".",
     )
     selection = select(as_documents(texts), lm, settings)
     head = resolve_head_dtype(head_dtype, lm.dtype, lm.device)
@@ -242,6 +235,30 @@ def find_key_tokens(
             keytoken_tables(scorer, item, settings, bos_id)
             for item in tqdm(selection.prepared, desc="documents", unit="doc", disable=not progress)
         ]
+    return in_memory_artifact(selection, parts)
+
+
+def in_memory_settings(lm: LoadedModel, **options: Any) -> KeyTokenSettings:
+    """The keytokens stage's settings for an evaluator in memory: ``options`` (the key-token
+    definition and compute knobs) and the model's own dtype and device; no corpus file, no output."""
+    return KeyTokenSettings(
+        evaluator=ModelChoice(spec=lm.source.spec),
+        corpus=CorpusSpec(name=IN_MEMORY),
+        num_documents=None,
+        dtype=str(lm.dtype).removeprefix("torch."),
+        device=str(lm.device),
+        cache_dir=None,
+        name=IN_MEMORY,
+        output_dir=".",
+        **options,
+    )
+
+
+def in_memory_artifact(
+    selection: Selection, parts: list[tuple[dict, pa.Table, pa.Table]]
+) -> KeyTokenArtifact:
+    """The artifact of the selected documents from their tables (``keytoken_tables``), in memory:
+    the manifest that `make keytokens` writes, without files."""
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "kind": PER_TOKEN,
