@@ -240,6 +240,14 @@ def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtif
     return artifact
 
 
+def load_built_artifact(root: str | Path) -> KeyTokenArtifact:
+    """``load_artifact`` of an artifact that an earlier ``make keytokens`` must have written: its
+    absence is an error that says so."""
+    if not (Path(root) / MANIFEST).exists():
+        raise PipelineError(f"no key-token artifact at {root}: run `make keytokens` first (about 7 minutes)")
+    return load_artifact(root)
+
+
 def read_manifest(root: Path) -> dict[str, Any]:
     """The manifest, checked for what every reader relies on: strict JSON, schema version, kind,
     fingerprint, the key-token settings and the files."""

@@ -186,13 +186,20 @@ def test_damaged_artifact_is_one_line(tiny_artifact, tmp_path, case):
     assert "\n" not in str(info.value) and "regenerate" in str(info.value)
 
 
-def test_text_shorter_than_its_offsets_with_every_hash_redone(tiny_artifact, tmp_path):
-    """The editor also fixes the manifest's record of the text: the offsets still give it away."""
+def manifest_text_hash(root):
+    """A manifest editor that records the sha256 of the first text as ``root``'s documents.parquet
+    now holds it (the edited text)."""
 
     def fix(record: dict) -> None:
-        text = pl.read_parquet(tmp_path / "short" / "documents.parquet")["text"][0]
+        text = pl.read_parquet(root / "documents.parquet")["text"][0]
         record["documents"][0]["sha256"] = text_sha256(text)
 
+    return fix
+
+
+def test_text_shorter_than_its_offsets_with_every_hash_redone(tiny_artifact, tmp_path):
+    """The editor also fixes the manifest's record of the text: the offsets still give it away."""
+    fix = manifest_text_hash(tmp_path / "short")
     root = craft(tiny_artifact, tmp_path / "short", documents=shorter_text, manifest=fix)
     with pytest.raises(
         PipelineError, match=r"tokens\.parquet row \d+ \(document 'doc-0'\), column char_end: past"
@@ -203,11 +210,7 @@ def test_text_shorter_than_its_offsets_with_every_hash_redone(tiny_artifact, tmp
 def test_changed_text_of_an_untruncated_document(untruncated_artifact, tmp_path):
     """A text changed with its own sha256 and the manifest's redone: an untruncated text must be its
     source text, whose sha256 the fingerprint covers."""
-
-    def fix(record: dict) -> None:
-        text = pl.read_parquet(tmp_path / "changed" / "documents.parquet")["text"][0]
-        record["documents"][0]["sha256"] = text_sha256(text)
-
+    fix = manifest_text_hash(tmp_path / "changed")
     root = craft(untruncated_artifact, tmp_path / "changed", documents=changed_text, manifest=fix)
     with pytest.raises(
         PipelineError, match=r"column source_sha256: an untruncated text must be its source text"

@@ -188,12 +188,18 @@ def test_a_shifted_text_fails_the_boundary_check(sources, tokenizer, tmp_path):
     assert "\n" not in message
 
 
-def test_a_span_past_the_end_of_its_text(sources, tmp_path):
+def spans_with(sources, tmp_path, name: str, content: str):
+    """A copy of the span files with ``name`` holding ``content``."""
     spans = tmp_path / "spans"
     spans.mkdir()
     for path in sources["spans"].iterdir():
         (spans / path.name).write_text(path.read_text())
-    (spans / "slice_1.txt").write_text("[10, 20];[100000, 100005]")
+    (spans / name).write_text(content)
+    return spans
+
+
+def test_a_span_past_the_end_of_its_text(sources, tmp_path):
+    spans = spans_with(sources, tmp_path, "slice_1.txt", "[10, 20];[100000, 100005]")
     with pytest.raises(
         PipelineError, match=r"slice_1\.txt: span \[100000, 100005\] ends past the end of document"
     ):
@@ -201,11 +207,7 @@ def test_a_span_past_the_end_of_its_text(sources, tmp_path):
 
 
 def test_a_document_count_that_does_not_match(sources, tmp_path):
-    spans = tmp_path / "spans"
-    spans.mkdir()
-    for path in sources["spans"].iterdir():
-        (spans / path.name).write_text(path.read_text())
-    (spans / "slice_3.txt").write_text("[10, 20]")
+    spans = spans_with(sources, tmp_path, "slice_3.txt", "[10, 20]")
     with pytest.raises(
         PipelineError, match="has span files for 4 documents, corpus 'govreport_paper' gives 3"
     ):

@@ -57,6 +57,12 @@ class Sums:
             self.n += float(weight.sum())
             self.nll += float((weight * nll).sum())
 
+    def merge(self, other: Sums) -> None:
+        """Adds another subset's sums (a corpus from its documents)."""
+        self.n += other.n
+        self.nll += other.nll
+        self.bytes += other.bytes
+
     def perplexity(self) -> float | None:
         return math.exp(self.nll / self.n) if self.n > 0 else None
 
@@ -207,14 +213,9 @@ def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
     grid: dict[str, Sums] = {}
     for s in scores:
         for name in total:
-            part = getattr(s, name)
-            total[name].n += part.n
-            total[name].nll += part.nll
-            total[name].bytes += part.bytes
+            total[name].merge(getattr(s, name))
         for label, part in s.grid.items():
-            grid.setdefault(label, Sums())
-            grid[label].n += part.n
-            grid[label].nll += part.nll
+            grid.setdefault(label, Sums()).merge(part)
     key_chars = sum(s.key_chars for s in scores)
     return {
         "ppl": total["all"].perplexity(),

@@ -21,7 +21,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from pipeline import keytokens
-from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents, load_artifact
+from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents, load_built_artifact
 from pipeline.cli import compose
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
@@ -66,11 +66,15 @@ def members(cfg: Any) -> list[Member]:
     """``members`` then ``checkpoints``, each model's group composed from ``conf/score.yaml``."""
     items = [(item, False) for item in cfg.members] + [(item, True) for item in cfg.checkpoints]
     out = [member(item, checkpoint) for item, checkpoint in items]
-    labels = [m.label for m in out]
-    if len(set(labels)) < len(labels):
-        twice = sorted({x for x in labels if labels.count(x) > 1})
-        raise PipelineError(f"family members share the label(s) {', '.join(twice)}: give each a `label`")
+    require_unique_labels([m.label for m in out], "family members")
     return out
+
+
+def require_unique_labels(labels: list[str], what: str) -> None:
+    """Labels name rows and plot points: two alike is an error naming them."""
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise PipelineError(f"{what} share the label(s) {', '.join(twice)}: give each a `label`")
 
 
 def member(item: Any, checkpoint: bool) -> Member:
@@ -108,7 +112,7 @@ def is_self_evaluation(m: Member, evaluator: Evaluator) -> bool:
 def evaluators(cfg: Any, work: Path) -> list[Evaluator]:
     """The key-token artifacts of ``cfg.evaluators``, each on the first ``govreport_documents``
     documents of ``cfg.govreport`` (their texts checked equal)."""
-    reference = open_artifact(Path(str(cfg.govreport)))
+    reference = load_built_artifact(Path(str(cfg.govreport)))
     documents = list(iter_documents(reference))[: int(cfg.govreport_documents)]
     out = []
     for item in cfg.evaluators:
@@ -118,20 +122,12 @@ def evaluators(cfg: Any, work: Path) -> list[Evaluator]:
                 f"evaluator {dict(item)}: give `artifact` (a directory) or `evaluator` (a group)"
             )
         path = build_artifact(cfg, item, reference, documents, work) if built else Path(str(item.artifact))
-        artifact = open_artifact(path)
+        artifact = load_built_artifact(path)
         spec = artifact.settings["evaluator"]["spec"]
         docs = matching_documents(artifact, documents)
         out.append(Evaluator(item.get("label") or spec, spec, artifact, docs, built))
-    labels = [e.label for e in out]
-    if len(set(labels)) < len(labels):
-        raise PipelineError(f"evaluators share a label ({', '.join(labels)}): give each a `label`")
+    require_unique_labels([e.label for e in out], "evaluators")
     return out
-
-
-def open_artifact(path: Path) -> KeyTokenArtifact:
-    if not (path / "manifest.json").exists():
-        raise PipelineError(f"no key-token artifact at {path}: run `make keytokens` first (about 7 minutes)")
-    return load_artifact(path)
 
 
 def matching_documents(

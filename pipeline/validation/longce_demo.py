@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import ArtifactDocument, iter_documents, load_artifact
+from pipeline.artifacts import ArtifactDocument, iter_documents, load_built_artifact
 from pipeline.cli import compose, hydra_main
 from pipeline.corpus import Document
-from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic, write_json_atomic
 from pipeline.finetune import finetune, training_arguments
 from pipeline.finetune_data import build_sequences
@@ -148,11 +147,7 @@ def run(cfg: Any) -> dict[str, Any]:
     started = time.time()
     work, out = Path(cfg.work_dir), Path(cfg.docs_dir)
     govreport = Path(str(cfg.govreport))
-    if not (govreport / "manifest.json").exists():
-        raise PipelineError(
-            f"no key-token artifact at {govreport}: run `make keytokens` first (about 7 minutes)"
-        )
-    govreport_docs = list(iter_documents(load_artifact(govreport)))[: int(cfg.govreport_documents)]
+    govreport_docs = list(iter_documents(load_built_artifact(govreport)))[: int(cfg.govreport_documents)]
     train_docs, held_out = documents(cfg)
     timing: dict[str, dict[str, float]] = {}
 

@@ -44,6 +44,10 @@ def run(cfg: Any) -> dict[str, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started, timing = time.time(), {}
     work, out = Path(cfg.work_dir), Path(cfg.docs_dir)
+    members = family.members(cfg)  # the family and its evaluators first: a wrong one fails at once
+    t = time.time()
+    evals = family.evaluators(cfg, work)
+    timing["evaluator artifacts"] = time.time() - t
     docs = synthetic.make_corpus(
         int(cfg.seed), int(cfg.documents), n_lines=int(cfg.lines), n_questions=int(cfg.questions),
         min_gap_lines=int(cfg.min_gap_lines),
@@ -53,10 +57,6 @@ def run(cfg: Any) -> dict[str, Any]:
     artifact = load_artifact(keytokens_on(cfg, corpus, work))
     timing["stage 1 on the synthetic corpus"] = time.time() - t
     tokens, part1 = identification_part(cfg, artifact, docs, out)
-    members = family.members(cfg)
-    t = time.time()
-    evals = family.evaluators(cfg, work)
-    timing["evaluator artifacts"] = time.time() - t
     t = time.time()
     rows = family.score_family(cfg, members, docs, evals, lambda choice: load(choice, cfg), timing)
     timing["model family"] = time.time() - t
