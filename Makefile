@@ -90,9 +90,9 @@ validate: $(STAMP)
 # Fine-tune with LongCE (or CE: ARGS=source=ce) on Hugging Face Trainer; NPROC=N: torchrun over N GPUs.
 finetune: $(STAMP)
 ifeq ($(NPROC),1)
-	$(BIN)/python -m pipeline.finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+	$(BIN)/python -m pipeline.training $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
 else
-	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.training $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
 endif
 
 # CE against LongCE on SmolLM2-135M, on CPU (docs/longce.md; needs `make keytokens` first).
@@ -146,7 +146,7 @@ bench-attention: $(STAMP)
 
 # The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
 bench-checks: $(STAMP)
-	$(BIN)/python -m bench.artifact_checks $(ARGS)
+	$(BIN)/python -m bench.check_cost $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.compare_official $(ARGS)

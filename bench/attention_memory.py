@@ -34,7 +34,7 @@ def register(mask_sizes: list[int]) -> None:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    from pipeline import attention
+    from pipeline.models import attention
 
     def recorded(mask_function):
         def make(**kwargs):

@@ -1,4 +1,4 @@
-"""The drop-in ``pipeline.dropin.compute_longppl`` against the official package's ``compute_longppl``,
+"""The drop-in ``pipeline.api.dropin.compute_longppl`` against the official package's ``compute_longppl``,
 online (evaluator and evaluated model, as its users call it), on the same documents and models, each
 call in its own watched subprocess (``bench.compare_tasks``): wall time, peak memory, agreement.
 
@@ -41,7 +41,7 @@ def row(doc: int, ours: dict, theirs: dict) -> tuple[str, float]:
 def compare_dropin(jobs: Any, docs: list[int], K: int, d: int) -> tuple[list[str], dict]:
     """The section of the report and its summary ratios (sums of times, maxima of peaks)."""
     lines = [
-        "## Drop-in `compute_longppl`: `pipeline.dropin` against the official package",
+        "## Drop-in `compute_longppl`: `pipeline.api.dropin` against the official package",
         "",
         f"GovReport sample documents {docs}, 4096 Gemma tokens each; online mode (Gemma 3 270M finds the "
         f"key tokens, SmolLM2-135M is scored), trunc_len={K}, sliding_window={d}, alpha=2, beta=-2, float32, "

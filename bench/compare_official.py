@@ -72,8 +72,8 @@ def token_diffs(ours: dict, official_spans: list) -> list[dict]:
     """Evaluator tokens whose key status differs between the two span sets, with our LSD and LCL."""
     import numpy as np
 
-    from pipeline.alignment import hard_key_mask
-    from pipeline.keytokens import merge_spans
+    from pipeline.definition import merge_spans
+    from pipeline.text.alignment import hard_key_mask
 
     offsets = np.array(ours["offsets"], dtype=np.int64).reshape(-1, 2)
     a, b, _ = merge_spans(np.array([s for s, _ in official_spans]), np.array([e for _, e in official_spans]))

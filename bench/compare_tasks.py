@@ -23,7 +23,7 @@ def bench_text(tokenizer, n_tokens: int, doc: int | None) -> str:
     """A text of n_tokens - 1 evaluator tokens (n_tokens with BOS): one sample document, or all
     concatenated. (The official find_key_token fails when its last window holds a single token,
     iterating a 0-d tensor; sequences of a multiple of d tokens avoid that.)"""
-    from pipeline.tokenization import encode_with_offsets
+    from pipeline.text.tokenization import encode_with_offsets
 
     rows = [
         json.loads(line)["text"] for line in (ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8")
@@ -39,8 +39,8 @@ def worker(job: dict) -> dict:
     import numpy as np
     import torch
 
-    from pipeline import attention
-    from pipeline.models import load_model
+    from pipeline.models import attention
+    from pipeline.models.loading import load_model
 
     torch.set_grad_enabled(False)
     official = job["task"].endswith("official") or job["task"].startswith("dropin")
@@ -70,19 +70,20 @@ def worker(job: dict) -> dict:
 
 def stage1_ours(lm, text, job):
     from pipeline.cli import compose
-    from pipeline.corpus import Document
     from pipeline.keytokens.documents import Prepared
     from pipeline.keytokens.settings import KeyTokenSettings
     from pipeline.keytokens.tables import keytoken_tables
-    from pipeline.logprobs import TargetScorer
-    from pipeline.tokenization import encode_with_offsets
+    from pipeline.models.logprobs import scorer_for
+    from pipeline.text.corpus import Document
+    from pipeline.text.tokenization import encode_with_offsets
 
     # `make keytokens`'s own settings (its CPU preset), with this job's K, d and the official convention
     overrides = [f"K={job['K']}", f"d={job['d']}", "short_window_bos=false"]
     settings = KeyTokenSettings.from_config(compose("keytokens", overrides))
     enc = encode_with_offsets(lm.tokenizer, text)
     item = Prepared(0, Document("bench", text), text, enc.ids, enc.offsets, enc.offsets_from, False)
-    _, tokens, spans = keytoken_tables(TargetScorer(lm.model), item, settings, lm.bos_token_id)
+    scorer = scorer_for(lm, settings.compute)
+    _, tokens, spans = keytoken_tables(scorer, item, settings.definition, lm.bos_token_id)
     return {
         "spans": list(zip(spans["char_start"].to_pylist(), spans["char_end"].to_pylist(), strict=True)),
         "lsd": [None if x is None else round(x, 7) for x in tokens["lsd"].to_pylist()],
@@ -100,8 +101,9 @@ def stage1_official(lm, text, job):
 
 
 def stage2_ours(lm, text, job):
-    from pipeline.logprobs import TargetScorer
-    from pipeline.score import ScoreSettings, score_document
+    from pipeline.models.logprobs import TargetScorer
+    from pipeline.score.documents import score_document
+    from pipeline.settings import ScoreSettings
 
     s = score_document(
         lm, TargetScorer(lm.model), spans_only(text, job["spans"]), ScoreSettings(add_bos=False)
@@ -117,8 +119,8 @@ def stage2_ours(lm, text, job):
 def stage2_plain(lm, text, job):
     import torch
 
-    from pipeline.logprobs import TargetScorer, full_context_logprobs
-    from pipeline.tokenization import encode_with_offsets
+    from pipeline.models.logprobs import TargetScorer, full_context_logprobs
+    from pipeline.text.tokenization import encode_with_offsets
 
     ids = encode_with_offsets(lm.tokenizer, text).ids
     nll = -full_context_logprobs(TargetScorer(lm.model), torch.tensor(ids))[1:]
@@ -160,7 +162,7 @@ def dropin(lm, text, job, compute_longppl):
 
 
 def dropin_ours(lm, text, job):
-    from pipeline.dropin import compute_longppl
+    from pipeline.api.dropin import compute_longppl
 
     return dropin(lm, text, job, compute_longppl)
 
@@ -176,7 +178,7 @@ def spans_only(text: str, spans: list):
     import numpy as np
     import pyarrow as pa
 
-    from pipeline.artifacts import ArtifactDocument
+    from pipeline.artifact.reader import ArtifactDocument
 
     empty = pa.table(
         {name: pa.array([], pa.int32()) for name in ("char_start", "char_end")}

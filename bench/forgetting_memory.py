@@ -42,11 +42,11 @@ def full_logits_accuracy(model, ids, length: int) -> float:
 def measure_one(args: argparse.Namespace) -> dict:
     import psutil
 
-    from pipeline.corpus import CorpusSpec, load_corpus
     from pipeline.forgetting import curve
     from pipeline.forgetting.samples import build_input, corpus_tokens, draw_samples, special_tokens
-    from pipeline.logprobs import TargetScorer
-    from pipeline.models import load_model
+    from pipeline.models.loading import load_model
+    from pipeline.models.logprobs import TargetScorer
+    from pipeline.text.corpus import CorpusSpec, load_corpus
 
     lm = load_model(args.model, dtype=args.dtype, device="cpu")
     docs = load_corpus(CorpusSpec(name="govreport_sample", path=str(ROOT / "data/govreport-sample.jsonl")))

@@ -36,14 +36,14 @@ def training_sequence(lm, n_tokens: int, artifact: Path):
     import numpy as np
     import torch
 
-    from pipeline.corpus import Document
-    from pipeline.finetune_data import build_sequences
+    from pipeline.text.corpus import Document
+    from pipeline.training.sequences import build_sequences
 
     rows = [json.loads(line) for line in (ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8")]
     weights, source = None, "random weights in [1, 5] (no artifact)"
     if (artifact / "manifest.json").exists():
-        from pipeline.artifacts import load_artifact
-        from pipeline.longce import ArtifactWeights
+        from pipeline.artifact.reader import load_artifact
+        from pipeline.training.longce import ArtifactWeights
 
         weights, source = ArtifactWeights(load_artifact(artifact)), f"artifact {artifact.name}"
     docs = [Document(r["id"], r["text"]) for r in rows]
@@ -84,8 +84,9 @@ def main() -> None:
 
     import torch
 
-    from pipeline.longce import LongCE, LongCESettings
-    from pipeline.models import load_model
+    from pipeline.definition import KeyTokenDefinition
+    from pipeline.models.loading import load_model
+    from pipeline.training.longce import LongCE, LongCESettings
 
     lm = load_model(args.model, dtype="float32", device=args.device)
     model = lm.model.train()
@@ -98,9 +99,8 @@ def main() -> None:
     }
     for config in args.configs:
         K, d = (int(x) for x in config.split(":"))
-        losses[f"LongCE(self) K={K} d={d}"] = LongCE(
-            LongCESettings(source="self", K=K, d=d, gamma=args.gamma)
-        )
+        definition = KeyTokenDefinition(K=K, d=d, gamma=args.gamma, short_window_bos=False)
+        losses[f"LongCE(self) K={K} d={d}"] = LongCE(LongCESettings(source="self", definition=definition))
     for loss_fn in losses.values():  # Adam's state, the scorer's guard: allocated before measuring
         step(model, optimizer, loss_fn, ids[:, :64], weights[:, :63])
     seconds = {name: [] for name in losses}

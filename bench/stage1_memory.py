@@ -19,7 +19,7 @@ import sys
 import time
 
 from bench.common import ROOT, PeakMemory, memory_record
-from pipeline.logprobs import DEFAULT_HEAD_CHUNK
+from pipeline.settings import DEFAULT_HEAD_CHUNK
 
 
 def document_ids(tokenizer, n_tokens: int) -> list[int]:
@@ -37,22 +37,20 @@ def measure_one(args: argparse.Namespace) -> dict:
     import psutil
     import torch
 
-    from pipeline.logprobs import TargetScorer, long_and_short_logprobs
-    from pipeline.models import load_model
+    from pipeline.models.loading import load_model
+    from pipeline.models.logprobs import TargetScorer, long_and_short_logprobs
 
     lm = load_model(args.model, dtype=args.dtype, device="cpu")
     n_tokens = args.tokens[0]
     ids = document_ids(lm.tokenizer, n_tokens)
     seq = torch.tensor([lm.bos_token_id, *ids[: n_tokens - 1]])
-    scorer = TargetScorer(lm.model, head_chunk=args.head_chunk)
+    scorer = TargetScorer(lm.model, head_chunk=args.head_chunk, window_batch_tokens=args.window_batch_tokens)
     scorer.check_against_full_forward()  # touches every weight: the baseline is the loaded model
     gc.collect()
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
     with PeakMemory() as peak:
-        long_and_short_logprobs(
-            scorer, seq, args.K, args.d, bos_id=lm.bos_token_id, window_batch_tokens=args.window_batch_tokens
-        )
+        long_and_short_logprobs(scorer, seq, args.K, args.d, bos_id=lm.bos_token_id)
     return {
         "model": args.model,
         "dtype": args.dtype,

@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from bench.common import default_artifact
-from pipeline.artifacts import iter_documents, load_artifact
-from pipeline.logprobs import TargetScorer, full_context_logprobs
-from pipeline.models import load_model
-from pipeline.score import ScoreSettings, score_document
-from pipeline.tokenization import encode_with_offsets
+from pipeline.artifact.reader import iter_documents, load_artifact
+from pipeline.models.loading import load_model
+from pipeline.models.logprobs import TargetScorer, full_context_logprobs
+from pipeline.score.documents import score_document
+from pipeline.settings import ScoreSettings
+from pipeline.text.tokenization import encode_with_offsets
 
 
 def plain_ppl(lm, scorer, text: str) -> tuple[float, float]:

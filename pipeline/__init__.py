@@ -1,6 +1,6 @@
 """LongPPL: perplexity on the tokens that need long context (Fang et al., ICLR 2025).
 
-The Python API (``pipeline.api``, ``pipeline.dropin``, ``pipeline.callback``) is also reachable from
+The Python API (``pipeline.api``, ``pipeline.api.dropin``, ``pipeline.api.callback``) is also reachable from
 here, imported on first use: ``find_key_tokens``, ``save_key_tokens``, ``compute_longppl``,
 ``LongPPLCallback`` and ``score_model`` (``pipeline.api.score``: ``pipeline.score`` is the score stage).
 """
@@ -16,8 +16,8 @@ API = {
     "score_model": ("pipeline.api", "score"),
     "find_key_tokens": ("pipeline.api", "find_key_tokens"),
     "save_key_tokens": ("pipeline.api", "save_key_tokens"),
-    "compute_longppl": ("pipeline.dropin", "compute_longppl"),
-    "LongPPLCallback": ("pipeline.callback", "LongPPLCallback"),
+    "compute_longppl": ("pipeline.api.dropin", "compute_longppl"),
+    "LongPPLCallback": ("pipeline.api.callback", "LongPPLCallback"),
 }
 
 

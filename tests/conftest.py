@@ -84,11 +84,13 @@ def build_model(arch: str, vocab_size: int, max_positions: int = 1024, seed: int
     import torch
     from transformers import AutoModelForCausalLM
 
-    import pipeline.attention  # registers blocked_sdpa
+    import pipeline.models.attention  # registers blocked_sdpa
 
     torch.manual_seed(seed)
     config = tiny_config(arch, vocab_size, max_positions)
-    config._attn_implementation = pipeline.attention.ALIAS if arch == "gemma2" else pipeline.attention.NAME
+    config._attn_implementation = (
+        pipeline.models.attention.ALIAS if arch == "gemma2" else pipeline.models.attention.NAME
+    )
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
     # Larger weights than the default init, so that log-probs depend strongly on the context.
     with torch.no_grad():
@@ -100,7 +102,7 @@ def build_model(arch: str, vocab_size: int, max_positions: int = 1024, seed: int
 @pytest.fixture(autouse=True)
 def small_attention_blocks(monkeypatch):
     """Query blocks of 8 tokens, so that the tiny models' sequences go through the block-sparse path."""
-    from pipeline import attention
+    from pipeline.models import attention
 
     monkeypatch.setattr(attention, "QUERY_BLOCK", 8)
 
@@ -192,8 +194,8 @@ def compose_keytokens(overrides: list[str]):
 
 
 def run_keytokens(cfg) -> dict:
-    """The keytokens stage on a composed config, as `make keytokens` runs it; returns the manifest."""
-    from pipeline.keytokens.run import run
-    from pipeline.keytokens.settings import KeyTokenSettings
+    """The keytokens command on a composed config, as `make keytokens` runs it (the run, its summary
+    and pages); returns the manifest."""
+    from pipeline.keytokens.__main__ import run
 
-    return run(KeyTokenSettings.from_config(cfg))
+    return run(cfg)

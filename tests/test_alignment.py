@@ -1,4 +1,4 @@
-"""Tests for pipeline.alignment: key spans and soft weights carried across tokenizers."""
+"""Tests for pipeline.text.alignment: key spans and soft weights carried across tokenizers."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.alignment import character_weights, covered_key_chars, hard_key_mask, soft_weights
-from pipeline.keytokens import merge_spans
+from pipeline.definition import merge_spans
+from pipeline.text.alignment import character_weights, covered_key_chars, hard_key_mask, soft_weights
 
 official = pytest.importorskip("longppl.longppl")
 

@@ -11,10 +11,10 @@ import pytest
 
 import pipeline
 from pipeline import api
-from pipeline.artifacts import load_artifact
-from pipeline.dropin import compute_longppl
+from pipeline.api.dropin import compute_longppl
+from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
-from pipeline.models import load_model
+from pipeline.models.loading import load_model
 from tests.conftest import ROOT, STAGE1_TEXTS, compose_config
 from tests.test_score import score as score_stage
 
@@ -135,7 +135,7 @@ def test_trainer_callback_reports_longppl_at_each_evaluation(tiny_model_dir, tin
         default_data_collator,
     )
 
-    from pipeline.callback import LongPPLCallback
+    from pipeline.api.callback import LongPPLCallback
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -190,18 +190,18 @@ def default_artifact():
 def test_score_on_smollm2_gives_exactly_the_numbers_of_make_score(tmp_path):
     """The default artifact's first two documents (as an artifact of their own, so that `make score`
     takes a minute): the score stage's run and ``score`` on the default artifact with documents=2."""
-    from pipeline.artifact_writer import write_artifact
-    from pipeline.artifacts import settings_fingerprint
-    from pipeline.score.run import run
+    from pipeline.artifact.schema import KeyTokenArtifact, new_manifest, settings_fingerprint
+    from pipeline.artifact.writer import write_artifact
+    from pipeline.score.__main__ import run
 
     full = load_artifact(default_artifact())
     n_tokens = sum(full.documents["n_tokens"].to_pylist()[:2])
     n_spans = sum(full.documents["n_spans"].to_pylist()[:2])
-    tables = {"documents": full.documents.slice(0, 2), "tokens": full.tokens.slice(0, n_tokens)}
-    tables["spans"] = full.spans.slice(0, n_spans)
     settings = {**full.settings, "documents": full.settings["documents"][:2]}
     extra = {"documents": full.manifest["documents"][:2]}
-    write_artifact(tmp_path / "two", full.kind, tables, settings, settings_fingerprint(settings), extra)
+    manifest = new_manifest(full.kind, settings_fingerprint(settings), settings, extra)
+    tables = (full.documents.slice(0, 2), full.tokens.slice(0, n_tokens), full.spans.slice(0, n_spans))
+    write_artifact(tmp_path / "two", KeyTokenArtifact(tmp_path / "two", manifest, *tables))
     cfg = compose_config(
         "score", [f"artifact={tmp_path / 'two'}", f"results={tmp_path / 's.jsonl'}", "progress=false"]
     )
@@ -218,7 +218,7 @@ def test_compute_longppl_agrees_with_the_official_package_on_a_real_document():
     tokens of a shipped GovReport document; trunc_len=512, sliding_window=512."""
     from longppl.longppl import compute_longppl as official
 
-    from pipeline.tokenization import encode_with_offsets
+    from pipeline.text.tokenization import encode_with_offsets
 
     evaluator = load_model("gemma3-270m", dtype="float32", device="cpu", attn_implementation="sdpa")
     model = load_model("smollm2-135m", dtype="float32", device="cpu", attn_implementation="sdpa")

@@ -12,8 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import artifacts
-from pipeline.artifacts import load_artifact, settings_fingerprint
+from pipeline.artifact import schema
+from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import settings_fingerprint
 from pipeline.errors import PipelineError
 from pipeline.files import write_table_atomic
 from pipeline.provenance import file_sha256, text_sha256
@@ -37,7 +38,7 @@ def craft(
         if edit is None:
             continue
         path = dst / f"{name}.parquet"
-        table = edit(pl.read_parquet(path)).to_arrow().cast(artifacts.TABLES[name])
+        table = edit(pl.read_parquet(path)).to_arrow().cast(schema.TABLES[name])
         write_table_atomic(path, table)
         record["files"][path.name] = {
             "sha256": file_sha256(path),
@@ -248,7 +249,7 @@ def test_every_check_passes_on_the_genuine_artifact(tiny_artifact):
 def test_a_kind_without_tokens_skips_only_the_token_checks(tiny_artifact, tmp_path, monkeypatch):
     """The hook for artifacts without per-token values (issue #13): a kind that declares no tokens
     table loads without tokens.parquet, and its spans are still checked."""
-    monkeypatch.setitem(artifacts.KINDS, "spans_only", ("documents", "spans"))
+    monkeypatch.setitem(schema.KINDS, "spans_only", ("documents", "spans"))
 
     def kind(record: dict) -> None:
         record["kind"] = "spans_only"

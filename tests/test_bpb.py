@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from pipeline import artifacts
-from pipeline.models import load_model
+from pipeline.artifact import reader as artifacts
+from pipeline.models.loading import load_model
 from pipeline.score import bpb
 from tests.conftest import ROOT, build_tokenizer, compose_config, save_tiny_model
 from tests.test_score import direct_logprobs, score
@@ -111,14 +111,13 @@ def test_recorded_numbers_of_the_default_artifact_are_unchanged(tmp_path):
     first = next(artifacts.iter_documents(art))
     expected = next(d for d in recorded["documents"] if d["doc_id"] == first.doc_id)
 
-    from pipeline.logprobs import TargetScorer
-    from pipeline.score import ScoreSettings, score_document
+    from pipeline.models.logprobs import TargetScorer
+    from pipeline.score.documents import score_document
+    from pipeline.settings import ScoreSettings
 
     lm = load_model("smollm2-135m", dtype="float32", device="cpu")
-    settings = ScoreSettings(head_chunk=recorded["settings"]["head_chunk"])
-    got = score_document(
-        lm, TargetScorer(lm.model, head_chunk=settings.head_chunk), first, settings
-    ).summary()
+    scorer = TargetScorer(lm.model, head_chunk=recorded["settings"]["head_chunk"])
+    got = score_document(lm, scorer, first, ScoreSettings()).summary()
     for key in ("ppl", "longppl", "longppl_soft"):  # within the refresh's tolerance (float32 on CPU)
         assert got[key] == pytest.approx(expected[key], rel=float(cfg.tolerance)), key
     for key in ("n_tokens", "n_scored", "n_key_tokens", "key_chars", "covered_key_chars", "truncated"):

@@ -66,7 +66,7 @@ def test_keytokens_settings_are_checked_before_any_model_loads(tiny_model_dir, t
         "setting d=-1: Input should be greater than 0",
         "setting alpha=nan: Input should be a finite number",
         "setting beta=inf: Input should be a finite number",
-        "setting gamma=0: Input should be greater than or equal to 1",
+        "setting gamma=0: Input should be greater than 0",
         "setting num_documents=0: Input should be greater than 0",
     }
     assert not (tmp_path / "out").exists()

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.corpus import CorpusSpec, load_corpus
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
+from pipeline.text.corpus import CorpusSpec, load_corpus
 from tests.conftest import ROOT
 
 TEXTS = ["CRLF\r\nline", "NUL \x00 inside", "emoji 👩‍👩‍👧 CJK 中文 e\u0301"]

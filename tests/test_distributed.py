@@ -13,16 +13,17 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import artifacts, distributed
-from pipeline.distributed import assign, local_gpus
+from pipeline.artifact import schema
 from pipeline.errors import PipelineError
+from pipeline.keytokens import ranks as distributed
+from pipeline.keytokens.ranks import assign, local_gpus
 from tests.conftest import ROOT, compose_keytokens, keytokens_overrides, run_keytokens
 
 WORDS = ["federal", "law", "provides", "powers", "president", "congress", "emergency", "report", "statute"]
 
 
 def tables(root) -> dict[str, bytes]:
-    return {name: (root / f"{name}.parquet").read_bytes() for name in artifacts.TABLES}
+    return {name: (root / f"{name}.parquet").read_bytes() for name in schema.TABLES}
 
 
 @pytest.fixture(scope="module")

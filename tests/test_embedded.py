@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import artifacts
-from pipeline.models import load_model
-from pipeline.tokenization import encode_with_offsets
+from pipeline.artifact import reader as artifacts
+from pipeline.models.loading import load_model
+from pipeline.text.tokenization import encode_with_offsets
 from tests.conftest import ROOT, compose_keytokens, run_keytokens
 
 pytestmark = pytest.mark.integration
@@ -71,8 +71,8 @@ def test_stage1_with_the_embedded_evaluator(gemma, write_corpus, tmp_path, sampl
 def check_alignment_against_official(art):
     """Real case: Gemma's key spans on SmolLM2's tokens select what the official cal_overlap selects."""
     official = pytest.importorskip("longppl.longppl")
-    from pipeline.alignment import hard_key_mask
-    from pipeline.artifacts import iter_documents
+    from pipeline.artifact.reader import iter_documents
+    from pipeline.text.alignment import hard_key_mask
 
     smol = load_model("smollm2-135m", dtype="float32", device="cpu")
     checked = 0

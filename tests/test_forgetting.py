@@ -16,14 +16,14 @@ from scipy import stats
 from pipeline.cli import FORGETTING_CONF, compose
 from pipeline.errors import PipelineError
 from pipeline.forgetting import curve
-from pipeline.forgetting import results as forgetting_results
 from pipeline.forgetting.__main__ import main as forgetting_main
-from pipeline.forgetting.run import run as forgetting_run
+from pipeline.forgetting.__main__ import run as forgetting_run
 from pipeline.forgetting.samples import build_input, draw_samples, grid_lengths, special_tokens
-from pipeline.logprobs import TargetScorer
+from pipeline.models.logprobs import TargetScorer
 from pipeline.reporting import leaderboard
 from pipeline.reporting.forgetting_plot import forgetting_png
-from pipeline.results import read_scores
+from pipeline.results import forgetting as forgetting_results
+from pipeline.results.scores import read_scores
 from tests.conftest import STAGE1_TEXTS, TRAINING_TEXT, build_model, build_tokenizer, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,7 +242,10 @@ def test_presets_and_bad_settings(tiny_model_dir, corpus, tmp_path):
     paper_grid = (paper.grid, paper.n, paper.R, paper.max_length, paper.beyond_context)
     assert paper_grid == ("linear", 32, 4, "context", True)
     assert "K" not in cpu and "K" not in paper  # stage 1's conf/preset/ is not involved
-    for bad, message in [("R=0", "R must be an integer >= 1"), ("grid=cubic", "grid='cubic'")]:
+    for bad, message in [
+        ("R=0", "setting R=0: Input should be greater than 0"),
+        ("grid=cubic", "grid='cubic'"),
+    ]:
         with pytest.raises(PipelineError, match=message):
             run(tiny_model_dir, corpus, tmp_path, bad)
 
@@ -259,7 +262,7 @@ def test_command_line_errors(monkeypatch, capsys, tmp_path):
     """What users meet through `make forgetting-curve`: one line, exit status 2."""
     logs = f"hydra.run.dir={tmp_path / 'logs'}"
     status, err = command(monkeypatch, capsys, logs, "n=0")
-    assert status == 2 and err == "error: n must be an integer >= 1 test lengths (got n=0)\n"
+    assert status == 2 and err == "error: setting n=0: Input should be greater than 0\n"
     status, err = command(monkeypatch, capsys, logs, "model=local", "model.spec=no-such-model")
     assert status == 2 and err.startswith("error: unknown model 'no-such-model'") and err.count("\n") == 1
 

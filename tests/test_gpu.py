@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from pipeline import attention
-from pipeline.logprobs import TargetScorer
+from pipeline.models import attention
+from pipeline.models.logprobs import TargetScorer
 from tests.conftest import build_model, tiny_config
 
 pytestmark = [

@@ -7,20 +7,21 @@ import json
 
 import pytest
 
-from pipeline.artifact_writer import write_artifact
-from pipeline.artifacts import (
+from pipeline.artifact.reader import iter_documents, load_artifact
+from pipeline.artifact.schema import (
     KEY_SPANS,
     KINDS,
     MANIFEST,
     PER_TOKEN,
-    iter_documents,
-    load_artifact,
+    KeyTokenArtifact,
+    new_manifest,
     settings_fingerprint,
 )
+from pipeline.artifact.writer import write_artifact
 from pipeline.errors import PipelineError
 from pipeline.reporting import keytoken_page, leaderboard, publish, refresh
-from pipeline.results import read_scores
-from pipeline.score import official_mean
+from pipeline.results.scores import read_scores
+from pipeline.score.sums import official_mean
 from tests.conftest import compose_config
 from tests.test_score import score
 
@@ -30,11 +31,9 @@ def spans_artifact(tiny_artifact, tmp_path_factory):
     """The tiny artifact's documents and key spans alone, as a key_spans artifact."""
     full = load_artifact(tiny_artifact)
     root = tmp_path_factory.mktemp("key-spans") / "spans-only"
-    tables = {"documents": full.documents, "spans": full.spans}
     fingerprint = settings_fingerprint(full.settings, KEY_SPANS)
-    write_artifact(
-        root, KEY_SPANS, tables, full.settings, fingerprint, {"documents": full.manifest["documents"]}
-    )
+    manifest = new_manifest(KEY_SPANS, fingerprint, full.settings, {"documents": full.manifest["documents"]})
+    write_artifact(root, KeyTokenArtifact(root, manifest, full.documents, None, full.spans))
     return root
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.artifacts import load_artifact
+from pipeline.artifact.reader import load_artifact
 from pipeline.reporting import keytoken_page
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")

@@ -10,10 +10,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import artifacts, files
-from pipeline.artifact_writer import ArtifactWriter
+from pipeline import files
+from pipeline.artifact import reader as artifacts
+from pipeline.artifact import schema
+from pipeline.artifact.writer import ArtifactWriter
+from pipeline.definition import merge_spans
 from pipeline.errors import PipelineError
-from pipeline.keytokens import merge_spans
 from pipeline.provenance import file_sha256, text_sha256
 from tests.conftest import STAGE1_TEXTS, compose_keytokens, keytokens_overrides, run_keytokens
 
@@ -87,7 +89,7 @@ def test_artifact_invariants(run_stage1, tokenizer):
         assert d["n_key_tokens"] == key.sum() > 0
     assert manifest["settings"]["evaluator"]["kind"] == "local"
     assert manifest["settings"]["evaluator"]["weights_sha256"]
-    assert manifest["schema_version"] == artifacts.SCHEMA_VERSION
+    assert manifest["schema_version"] == schema.SCHEMA_VERSION
     assert {"torch", "transformers", "pyarrow"} <= set(manifest["libraries"])
 
 
@@ -99,7 +101,7 @@ def test_rerun_is_a_no_op_and_resume_ends_identical(run_stage1):
     # Simulate a crash after the first document: its part exists, the rest does not.
     crashed = root.parent / "crashed"
     shutil.copytree(root, crashed)
-    tables = {n: pq.read_table(root / f"{n}.parquet") for n in artifacts.TABLES}
+    tables = {n: pq.read_table(root / f"{n}.parquet") for n in schema.TABLES}
     manifest = json.loads((root / "manifest.json").read_text())
     shutil.rmtree(root)
     writer = ArtifactWriter(root, manifest["settings"], manifest["fingerprint"])
@@ -204,7 +206,7 @@ class NoOffsets:
 
 
 def test_offsets_fallback_by_decoding(tokenizer):
-    from pipeline.tokenization import encode_with_offsets
+    from pipeline.text.tokenization import encode_with_offsets
 
     text = "Federal law provides powers.\r\nline 7: REGISTER_CONTENT is 4512, café."
     fast = encode_with_offsets(tokenizer, text)
@@ -254,7 +256,7 @@ def test_key_token_view(run_stage1, tmp_path):
         ("d=-2", "setting d=-2: Input should be greater than 0"),
         ("alpha=nan", "setting alpha=nan: Input should be a finite number"),
         ("beta=-inf", "setting beta=-inf: Input should be a finite number"),
-        ("gamma=0.5", "setting gamma=0.5: Input should be greater than or equal to 1"),
+        ("gamma=0", "setting gamma=0: Input should be greater than 0"),
         ("num_documents=0", "setting num_documents=0: Input should be greater than 0"),
         ("max_tokens=8", "max_tokens=8 is below K=16: no token would have a short context"),
         ("name=../elsewhere", "setting name='../elsewhere': String should match pattern"),

@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.logprobs import (
+from pipeline.models.logprobs import (
     TargetScorer,
     context_limited_logprobs,
     long_and_short_logprobs,
     rounding_tolerance,
     short_windows,
-    top1_hits,
 )
+from pipeline.models.top1 import top1_hits
 from tests.conftest import build_model
 
 VOCAB = 97
@@ -55,8 +55,8 @@ def test_every_logprob_equals_a_direct_computation(arch, n, K, d, bos):
     seq = torch.randint(2, VOCAB, (n,), generator=generator)
     if bos is not None:
         seq[0] = bos
-    scorer = TargetScorer(model, head_chunk=3)  # several chunks per pass
-    result = long_and_short_logprobs(scorer, seq, K, d, bos_id=bos, window_batch_tokens=2 * (K + d + 1))
+    scorer = TargetScorer(model, head_chunk=3, window_batch_tokens=2 * (K + d + 1))  # several chunks a pass
+    result = long_and_short_logprobs(scorer, seq, K, d, bos_id=bos)
     ids = seq.tolist()
     assert np.isnan(result.long[0])
     for p in range(1, n):
@@ -71,9 +71,12 @@ def test_every_logprob_equals_a_direct_computation(arch, n, K, d, bos):
 def test_batched_and_unbatched_windows_agree():
     model = build_model("llama", VOCAB)
     seq = torch.randint(2, VOCAB, (60,), generator=torch.Generator().manual_seed(1))
-    scorer = TargetScorer(model, head_chunk=5)
-    one = long_and_short_logprobs(scorer, seq, 8, 4, bos_id=BOS, window_batch_tokens=1)
-    many = long_and_short_logprobs(scorer, seq, 8, 4, bos_id=BOS, window_batch_tokens=10_000)
+    one = long_and_short_logprobs(
+        TargetScorer(model, head_chunk=5, window_batch_tokens=1), seq, 8, 4, bos_id=BOS
+    )
+    many = long_and_short_logprobs(
+        TargetScorer(model, head_chunk=5, window_batch_tokens=10_000), seq, 8, 4, bos_id=BOS
+    )
     np.testing.assert_allclose(one.short, many.short, rtol=0, atol=1e-12)
 
 
@@ -118,8 +121,8 @@ def test_context_limited_logprobs_see_at_most_window_tokens(n, window):
     model = build_model("llama", VOCAB)
     seq = torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(n))
     seq[0] = BOS
-    scorer = TargetScorer(model, head_chunk=4)
-    values = context_limited_logprobs(scorer, seq, window, bos_id=BOS, window_batch_tokens=3 * window)
+    scorer = TargetScorer(model, head_chunk=4, window_batch_tokens=3 * window)
+    values = context_limited_logprobs(scorer, seq, window, bos_id=BOS)
     ids = seq.tolist()
     d = window // 2
     for p in range(1, n):
@@ -198,7 +201,7 @@ def test_head_scoring_makes_one_host_copy_per_call(monkeypatch):
     a tensor in the attention or the head, and one copy to the host per batch of targets."""
     import sys
 
-    from pipeline import attention
+    from pipeline.models import attention
 
     monkeypatch.setattr(attention, "QUERY_BLOCK", 8)
     syncs = []
@@ -207,7 +210,7 @@ def test_head_scoring_makes_one_host_copy_per_call(monkeypatch):
 
         def spy(self, *args, _name=name, _original=original, **kwargs):
             caller = sys._getframe(1).f_code.co_filename
-            if caller.endswith(("pipeline/logprobs.py", "pipeline/attention.py")):
+            if caller.endswith(("pipeline/models/logprobs.py", "pipeline/models/top1.py", "attention.py")):
                 syncs.append(_name)
             return _original(self, *args, **kwargs)
 

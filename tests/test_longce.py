@@ -12,12 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import artifacts, score
+from pipeline.artifact import reader as artifacts
+from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
-from pipeline.logprobs import TargetScorer
-from pipeline.longce import ArtifactWeights, LongCE, LongCESettings
-from pipeline.models import LoadedModel, ModelSource, load_model
-from pipeline.tokenization import encode_with_offsets
+from pipeline.models.loading import LoadedModel, ModelSource, load_model
+from pipeline.models.logprobs import TargetScorer
+from pipeline.score.documents import score_document
+from pipeline.settings import Compute, ScoreSettings, parse
+from pipeline.text.tokenization import encode_with_offsets
+from pipeline.training.longce import ArtifactWeights, LongCE, LongCESettings
 from tests.conftest import ROOT, build_model, compose_config
 
 VOCAB = 97
@@ -53,6 +56,13 @@ def sequence(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(seed))
 
 
+def longce(source: str = "self", window_bos_id: int | None = None, **values) -> LongCE:
+    """LongCE with these definition (K, d, gamma) and compute (head_chunk) settings."""
+    definition = parse(KeyTokenDefinition, values)
+    compute = parse(Compute, values)
+    return LongCE(LongCESettings(source, definition, compute, window_bos_id))
+
+
 @pytest.mark.parametrize(
     ("n", "K", "d", "gamma"),
     [
@@ -66,7 +76,7 @@ def sequence(n: int, seed: int = 0) -> torch.Tensor:
 )
 def test_self_weights_equal_the_reference(tiny, n, K, d, gamma):
     ids = sequence(n, seed=n)
-    loss = LongCE(LongCESettings(source="self", K=K, d=d, gamma=gamma, head_chunk=7))
+    loss = longce("self", K=K, d=d, gamma=gamma, head_chunk=7)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = loss(tiny, ids[None])
@@ -79,7 +89,7 @@ def test_self_weights_equal_the_reference(tiny, n, K, d, gamma):
 
 
 def _float64_weights(loss: LongCE, model, ids: torch.Tensor) -> np.ndarray:
-    from pipeline.longce import token_nll
+    from pipeline.training.longce import token_nll
 
     with torch.no_grad():
         nll = token_nll(model, ids[None], ids[None, 1:])
@@ -91,7 +101,7 @@ def _float64_weights(loss: LongCE, model, ids: torch.Tensor) -> np.ndarray:
 
 def test_self_weights_with_a_bos_before_every_short_window(tiny):
     ids = sequence(61, seed=3)
-    loss = LongCE(LongCESettings(source="self", K=16, d=8, window_bos_id=0))
+    loss = longce("self", K=16, d=8, window_bos_id=0)
     ref = reference_weights(tiny, ids, 16, 8, 5.0, bos=0)
     np.testing.assert_allclose(_float64_weights(loss, tiny, ids), ref.numpy(), rtol=0, atol=1e-9)
     plain = reference_weights(tiny, ids, 16, 8, 5.0)
@@ -104,7 +114,7 @@ def test_padded_batch_rows_equal_their_own_weights(tiny):
     ids = torch.stack([a, torch.cat([b, torch.ones(9, dtype=torch.long)])])
     labels = ids.clone()
     labels[1, 41:] = -100
-    loss = LongCE(LongCESettings(source="self", K=16, d=8))
+    loss = longce("self", K=16, d=8)
     out = loss(tiny, ids, labels=labels)
     assert out.n_tokens == 49 + 40 and out.mask[1, 40:].sum() == 0
     for row, seq in ((0, a), (1, b)):
@@ -115,11 +125,11 @@ def test_padded_batch_rows_equal_their_own_weights(tiny):
 def test_gradient_is_that_of_ce_weighted_by_constants(tiny):
     model = build_model("llama", VOCAB, max_positions=256, seed=4)
     ids = sequence(58, seed=5)[None]
-    out = LongCE(LongCESettings(source="self", K=16, d=8, gamma=3.0))(model, ids)
+    out = longce("self", K=16, d=8, gamma=3.0)(model, ids)
     out.loss.backward()
     ours = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    w = torch.from_numpy(_float64_weights(LongCE(LongCESettings(K=16, d=8, gamma=3.0)), model, ids[0]))
+    w = torch.from_numpy(_float64_weights(longce(K=16, d=8, gamma=3.0), model, ids[0]))
     assert (w > 1).any() and (w == 3.0).any() and (w < 1).any()
     logits = model(input_ids=ids).logits[0, :-1].double()
     nll = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none")
@@ -134,7 +144,7 @@ def test_gradient_is_that_of_ce_weighted_by_constants(tiny):
 
 def test_ce_source_is_the_models_own_loss(tiny):
     ids = sequence(40, seed=6)[None]
-    out = LongCE(LongCESettings(source="ce"))(tiny, ids)
+    out = longce("ce")(tiny, ids)
     own = tiny(input_ids=ids, labels=ids).loss  # transformers computes it in float32
     torch.testing.assert_close(out.loss.float(), own, rtol=1e-6, atol=0)
     logits = tiny(input_ids=ids).logits[0, :-1]
@@ -149,30 +159,30 @@ def test_ce_source_is_the_models_own_loss(tiny):
 
 @pytest.mark.parametrize("gamma", [0.0, -1.0])
 def test_gamma_must_be_positive(gamma):
-    with pytest.raises(PipelineError, match="gamma must be positive"):
-        LongCESettings(gamma=gamma)
+    with pytest.raises(PipelineError, match=f"setting gamma={gamma}: Input should be greater than 0"):
+        longce(gamma=gamma)
 
 
 def test_unknown_source_and_bad_K():
-    with pytest.raises(PipelineError, match="unknown LongCE weight source"):
-        LongCESettings(source="teacher")
-    with pytest.raises(PipelineError, match="K and d must be positive"):
-        LongCESettings(K=0)
+    with pytest.raises(PipelineError, match="setting source='teacher': Input should be 'self', 'artifact'"):
+        parse(LongCESettings, {"source": "teacher"})
+    with pytest.raises(PipelineError, match="setting K=0: Input should be greater than 0"):
+        longce(K=0)
 
 
 def test_sequences_without_a_shorter_context_give_weight_one_said_once(tiny):
-    loss = LongCE(LongCESettings(source="self", K=64, d=16))
+    loss = longce("self", K=64, d=16)
     with pytest.warns(UserWarning, match="said once") as record:
         out = loss(tiny, sequence(30)[None])
         loss(tiny, sequence(70)[None])  # 70 <= K + d: the same, not said again
     assert len(record) == 1 and "K + d = 80" in str(record[0].message)
     assert (out.weights == 1).all()
-    plain = LongCE(LongCESettings(source="ce"))(tiny, sequence(30)[None]).loss
+    plain = longce("ce")(tiny, sequence(30)[None]).loss
     torch.testing.assert_close(out.loss, plain, rtol=1e-12, atol=0)
 
 
 def test_artifact_source_needs_weights_of_the_batch_shape(tiny):
-    loss = LongCE(LongCESettings(source="artifact"))
+    loss = longce("artifact")
     with pytest.raises(PipelineError, match=r"needs per-target weights of shape \(1, 9\)"):
         loss(tiny, sequence(10)[None])
     w = torch.linspace(0.5, 5.0, 9)[None]
@@ -188,7 +198,7 @@ def test_weights_use_the_models_mode():
     for layer in model.model.layers:
         layer.self_attn.attention_dropout = 0.5
     ids = sequence(50, seed=8)
-    loss = LongCE(LongCESettings(source="self", K=16, d=8))
+    loss = longce("self", K=16, d=8)
     model.eval()
     first, second = _float64_weights(loss, model, ids), _float64_weights(loss, model, ids)
     np.testing.assert_array_equal(first, second)
@@ -208,8 +218,8 @@ def check_artifact_weights_equal_stage2(lm: LoadedModel, art, doc_ids: list[str]
     """For each artifact document used as a training text: the training sequence's weights are
     the soft weights stage 2 gives the same tokens. Stage 2 reports Σ w and Σ w·NLL over its
     weighted tokens; both must come out of the training weights and the NLL of a direct forward."""
-    from pipeline.corpus import Document
-    from pipeline.finetune_data import build_sequences
+    from pipeline.text.corpus import Document
+    from pipeline.training.sequences import build_sequences
 
     weights = ArtifactWeights(art)
     scorer = TargetScorer(lm.model, head_chunk=512)
@@ -218,7 +228,7 @@ def check_artifact_weights_equal_stage2(lm: LoadedModel, art, doc_ids: list[str]
     sequences, _ = build_sequences(docs, lm.tokenizer, max_length=10**6, weights=weights)
     checked = 0
     for doc, seq in zip(kept, sequences, strict=True):
-        stage2 = score.score_document(lm, scorer, doc, score.ScoreSettings(head_chunk=512))
+        stage2 = score_document(lm, scorer, doc, ScoreSettings())
         offsets = encode_with_offsets(lm.tokenizer, doc.text).offsets
         has = ~np.isnan(weights.token_weights(doc.doc_id, doc.text, offsets))
         ids = torch.tensor([seq.input_ids])
@@ -240,8 +250,8 @@ def test_artifact_weights_equal_stage2_soft_weights(other_model_dir, tiny_artifa
 
 
 def test_artifact_weights_of_the_full_text_of_a_truncated_document(other_model_dir, tiny_artifact):
-    from pipeline.corpus import Document
-    from pipeline.finetune_data import build_sequences
+    from pipeline.text.corpus import Document
+    from pipeline.training.sequences import build_sequences
     from tests.conftest import STAGE1_TEXTS
 
     art = artifacts.load_artifact(tiny_artifact)
@@ -326,10 +336,11 @@ def stage1_corpus(tmp_path):
 
 @pytest.mark.parametrize("source", ["self", "ce", "artifact"])
 def test_finetune_entry_runs_end_to_end(source, other_model_dir, tiny_artifact, stage1_corpus, tmp_path):
-    from pipeline import finetune
+    from pipeline.training import trainer as finetune
+    from pipeline.training.__main__ import run as finetune_run
 
     extra = [f"source={source}", f"artifact={tiny_artifact}", "name=run"]
-    record = finetune.run(finetune_cfg(other_model_dir, stage1_corpus, tmp_path, *extra))
+    record = finetune_run(finetune_cfg(other_model_dir, stage1_corpus, tmp_path, *extra))
     run_dir = tmp_path / "run"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]
@@ -352,15 +363,15 @@ def test_finetune_entry_runs_end_to_end(source, other_model_dir, tiny_artifact, 
 
 
 def test_finetune_artifact_must_match_the_corpus(other_model_dir, tiny_artifact, tmp_path, write_corpus):
-    from pipeline import finetune
+    from pipeline.training.__main__ import run as finetune_run
     from tests.conftest import STAGE1_TEXTS
 
     corpus = write_corpus([{"id": "doc-0", "text": STAGE1_TEXTS[0]}, {"id": "doc-1", "text": "other text"}])
     cfg = finetune_cfg(other_model_dir, corpus, tmp_path, "source=artifact", f"artifact={tiny_artifact}")
     with pytest.raises(PipelineError, match="training document 'doc-1' does not match"):
-        finetune.run(cfg)
+        finetune_run(cfg)
     with pytest.raises(PipelineError, match="max_length=4096 exceeds"):
-        finetune.run(finetune_cfg(other_model_dir, corpus, tmp_path, "max_length=4096"))
+        finetune_run(finetune_cfg(other_model_dir, corpus, tmp_path, "max_length=4096"))
 
 
 def test_trainer_ce_equals_the_trainers_own_loss(other_model_dir, tmp_path):
@@ -368,12 +379,12 @@ def test_trainer_ce_equals_the_trainers_own_loss(other_model_dir, tmp_path):
     token count of the optimizer step (gradient accumulation, several devices)."""
     from transformers import Trainer
 
-    from pipeline import finetune
-    from pipeline.finetune_data import RightPadCollator
+    from pipeline.training import trainer as finetune
+    from pipeline.training.sequences import RightPadCollator
 
     lm = load_model(str(other_model_dir), dtype="float64", device="cpu")
     args = finetune.training_arguments(tmp_path, {"report_to": "none"}, "cpu", 0)
-    trainer = finetune.LongCETrainer(model=lm.model, args=args, longce=LongCE(LongCESettings(source="ce")))
+    trainer = finetune.LongCETrainer(model=lm.model, args=args, longce=longce("ce"))
     batch = RightPadCollator(1)([{"input_ids": list(range(2, 30))}, {"input_ids": list(range(5, 20))}])
     for n in (None, torch.tensor(60)):
         ours = trainer.compute_loss(lm.model, batch, num_items_in_batch=n)
@@ -386,13 +397,13 @@ def cli(*args: str, nproc: int = 1):
     import sys
 
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    command = [*(launcher if nproc > 1 else [sys.executable]), "-m", "pipeline.finetune", *args]
+    command = [*(launcher if nproc > 1 else [sys.executable]), "-m", "pipeline.training", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_finetune_cli_data_parallel_equals_one_process(other_model_dir, stage1_corpus, tmp_path):
-    """`python -m pipeline.finetune` (the make target's command), and under torchrun with 2 processes
+    """`python -m pipeline.training` (the make target's command), and under torchrun with 2 processes
     (gloo on CPU, as DDP on GPUs): one step on the same 2 documents gives the same model and loss as
     one process with both in its batch, so the loss is normalised over the whole step."""
     from safetensors.torch import load_file
@@ -427,7 +438,7 @@ def test_finetune_cli_errors_are_one_line(other_model_dir, stage1_corpus, tmp_pa
         "gamma=0", f"output_dir={tmp_path}", f"hydra.run.dir={tmp_path}/logs",
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].startswith("error: gamma must be positive (got 0.0)")
+    assert done.stderr.strip().splitlines()[-1] == "error: setting gamma=0: Input should be greater than 0"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.artifacts import KEY_SPANS, load_artifact
-from pipeline.corpus import CorpusSpec, load_corpus
+from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import KEY_SPANS
 from pipeline.errors import PipelineError
 from pipeline.official.run import run as import_official
 from pipeline.official.span_files import merge_overlaps, parse_spans, read_span_folder
-from pipeline.score import official_mean
+from pipeline.score.sums import official_mean
+from pipeline.text.corpus import CorpusSpec, load_corpus
 from tests.conftest import ROOT, compose_config
 
 TEXTS = [
@@ -105,7 +106,7 @@ def test_imported_artifact_passes_the_check_and_scores_as_the_official_package(
     from longppl.longppl import compute_longppl
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.score.run import run as score
+    from pipeline.score.__main__ import run as score
 
     manifest = run_import(sources, tmp_path)
     art = load_artifact(tmp_path / "govreport_paper--official--Tiny-Evaluator")

@@ -28,7 +28,10 @@ def test_paper_preset_composes_the_official_setup():
     # the selection is the corpus's, in reference-tokenizer tokens: none per evaluator
     assert (cfg.max_tokens, cfg.min_tokens, cfg.num_documents) == (None, 0, None)
     settings = KeyTokenSettings.from_config(cfg)
-    assert settings.corpus.tokenized_with == "NousResearch/Llama-2-7b-hf" and settings.head_dtype == "auto"
+    assert (
+        settings.corpus.tokenized_with == "NousResearch/Llama-2-7b-hf"
+        and settings.compute.head_dtype == "auto"
+    )
 
 
 @pytest.mark.parametrize(

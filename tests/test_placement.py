@@ -6,9 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from pipeline import placement
 from pipeline.errors import PipelineError
-from pipeline.logprobs import TargetScorer, top1_hits
+from pipeline.models import placement
+from pipeline.models.logprobs import TargetScorer
+from pipeline.models.top1 import top1_hits
 from tests.conftest import build_model
 
 VOCAB = 97

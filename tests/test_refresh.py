@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.artifacts import load_artifact
+from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
 from pipeline.reporting import refresh
 from tests.conftest import compose_config

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import artifacts
+from pipeline.artifact import reader as artifacts
 from pipeline.errors import PipelineError
-from pipeline.models import load_model
-from pipeline.score.run import run as run_score
+from pipeline.models.loading import load_model
+from pipeline.score.__main__ import run as run_score
 from tests.conftest import build_tokenizer, compose_config, save_tiny_model
 
 
@@ -86,7 +86,7 @@ def test_own_tokenizer_maps_key_tokens_onto_themselves(tiny_model_dir, tiny_arti
     """With the evaluator's own tokenizer the mapping is the identity, except for tokens that share
     a character with another token (byte fallback, or byte-level BPE splitting a character): a
     character span cannot split them, so they become key together."""
-    from pipeline.alignment import hard_key_mask
+    from pipeline.text.alignment import hard_key_mask
 
     art = artifacts.load_artifact(tiny_artifact)
     s = art.settings
@@ -204,14 +204,14 @@ def test_artifact_from_the_hub_cache(tiny_artifact, other_model_dir, tmp_path, m
         "requested_revision": None,
     }
     with pytest.raises(
-        PipelineError, match=r"could not download key-token dataset 'org/missing'.*KEYTOKENS=DIR"
+        PipelineError, match=r"could not download key-token dataset 'org/missing'.*artifact=DIR"
     ):
         score(other_model_dir, "hf://datasets/org/missing@v1", tmp_path)
 
 
 def test_a_non_finite_logprob_is_an_error(other_model_dir, tiny_artifact, tmp_path, monkeypatch):
     """A NaN from the model (overflow in a low precision) is never a skipped token."""
-    import pipeline.score as engine
+    import pipeline.score.documents as engine
 
     real = engine.context_limited_logprobs
 
@@ -229,10 +229,11 @@ def test_a_non_finite_logprob_is_an_error(other_model_dir, tiny_artifact, tmp_pa
 
 
 def test_results_and_manifests_are_strict_json(tmp_path):
-    from pipeline import files, results
+    from pipeline import files
+    from pipeline.results import lines
 
     with pytest.raises(PipelineError, match=r"corpus\.grid\.1 \(inf\) is not a finite number"):
-        results.append(tmp_path / "s.jsonl", {"corpus": {"grid": [1.0, float("inf")]}})
+        lines.append(tmp_path / "s.jsonl", {"corpus": {"grid": [1.0, float("inf")]}})
     with pytest.raises(PipelineError, match=r"settings\.alpha \(nan\) is not a finite number"):
         files.write_json_atomic(tmp_path / "m.json", {"settings": {"alpha": float("nan")}})
     assert not (tmp_path / "s.jsonl").exists() and not (tmp_path / "m.json").exists()

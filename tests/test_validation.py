@@ -13,8 +13,9 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from pipeline.corpus import CorpusSpec, load_corpus
-from pipeline.logprobs import TargetScorer, context_limited_logprobs, context_limited_top1
+from pipeline.models.logprobs import TargetScorer, context_limited_logprobs
+from pipeline.models.top1 import context_limited_top1
+from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.validation import figures, report, study, synthetic
 from tests.conftest import build_model
 
@@ -159,7 +160,8 @@ def test_top1_counts_hits():
     )
     with torch.no_grad():
         scorer.head.weight.copy_(torch.tensor([[1.0, 0], [0, 1], [2, 0], [0, 2], [-1, -1]]))
-    from pipeline.logprobs import TargetScorer, top1_hits
+    from pipeline.models.logprobs import TargetScorer
+    from pipeline.models.top1 import top1_hits
 
     scorer.logit_tiles = functools.partial(TargetScorer.logit_tiles, scorer)  # the real tiling, on this head
     scorer.head_ready = functools.partial(TargetScorer.head_ready, scorer)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipeline.errors import PipelineError
-from pipeline.score.run import run as run_score
+from pipeline.score.__main__ import run as run_score
 from pipeline.validation import family, synthetic
 from pipeline.validation.run import load
 from pipeline.validation.run import run as run_validation

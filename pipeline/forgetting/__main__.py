@@ -1,10 +1,53 @@
 """`make forgetting-curve MODEL=...`: ``python -m pipeline.forgetting [key=value ...]`` (Hydra overrides
-of ``conf/forgetting/forgetting.yaml``)."""
+of ``conf/forgetting/forgetting.yaml``): the curve, its picture, its results line and summary."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
 from pipeline.cli import FORGETTING_CONF, hydra_main
-from pipeline.forgetting.run import run
+from pipeline.errors import PipelineError
+from pipeline.forgetting.run import CurveOptions, measure
+from pipeline.hub import offline_unless
+from pipeline.models.loading import ModelChoice, is_local_model
+from pipeline.models.logprobs import scorer_for
+from pipeline.reporting.forgetting_plot import plot_name, summary_text, write_plot
+from pipeline.results import forgetting as results
+from pipeline.settings import Compute, parse
+from pipeline.text.corpus import CorpusSpec, load_corpus
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    """Measure one model's forgetting curve; write the PNG, append the results line, return it."""
+    started = time.time()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    options, compute = parse(CurveOptions, plain), parse(Compute, plain)  # before anything loads
+    choice = ModelChoice.parse(plain["model"])
+    corpus = CorpusSpec.parse(plain["corpus"]) if options.source == "corpus" else None
+    offline_unless(not is_local_model(choice.spec), corpus is not None and corpus.needs_network)
+    docs = load_corpus(corpus) if corpus is not None else []
+    lm = choice.load(compute)
+    row = measure(
+        lm, scorer_for(lm, compute), options, (corpus, docs),
+        model_name=choice.display_name, progress=bool(cfg.progress), started=started,
+    )  # fmt: skip
+    plot = Path(str(cfg.plot_dir)).absolute() / plot_name(row["model_name"], row["settings"])
+    row["plot"] = str(plot)
+    write_plot(row, plot)
+    path = Path(str(cfg.results))
+    results.append(path, row)
+    print(summary_text(row, path))
+    failed = [p for p in row["points"] if p["error"] is not None]
+    if failed:
+        raise PipelineError(
+            f"{len(failed)} of {len(row['points'])} lengths failed (first: L={failed[0]['length']}, "
+            f"{failed[0]['error']}); the line in {path} records them as failed"
+        )
+    return row
 
 
 def main() -> None:

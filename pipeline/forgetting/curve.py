@@ -21,7 +21,8 @@ from pipeline.forgetting.samples import (
     input_tokens,
     scored_positions,
 )
-from pipeline.logprobs import TargetScorer, top1_hits
+from pipeline.models.logprobs import TargetScorer
+from pipeline.models.top1 import top1_hits
 
 FINE_THRESHOLD = 0.99  # fine-grained memory: copy accuracy above this
 COARSE_MARGIN = 0.01  # coarse-grained memory: copy accuracy at least this far above LM accuracy

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.tokenization import encode_with_offsets
+from pipeline.text.tokenization import encode_with_offsets
 
 GRIDS = ("linear", "log")
 SOURCES = ("corpus", "random")

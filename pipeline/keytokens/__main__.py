@@ -1,15 +1,57 @@
 """`make keytokens`: ``python -m pipeline.keytokens [key=value ...]`` (Hydra overrides of
-``conf/keytokens.yaml``)."""
+``conf/keytokens.yaml``): the run, its summary, and the key-token pages of every document."""
 
 from __future__ import annotations
 
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.artifact.reader import load_artifact
 from pipeline.cli import hydra_main
-from pipeline.keytokens.run import run
+from pipeline.keytokens.ranks import is_main_process
+from pipeline.keytokens.run import run as run_keytokens
 from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.reporting.keytoken_page import write_views
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    started = time.time()
+    settings = KeyTokenSettings.from_config(cfg)
+    manifest = run_keytokens(settings)
+    if not is_main_process():
+        return manifest
+    print_summary(settings.artifact_dir(), manifest, time.time() - started)
+    index = write_views(settings.artifact_dir())
+    print(f"key tokens  {index} (every document's page; open in a browser)")
+    return manifest
+
+
+def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
+    art = load_artifact(root, verify_hashes=False)
+    lsd = np.asarray(art.tokens["lsd"].to_numpy(zero_copy_only=False), dtype=np.float64)
+    lsd = lsd[~np.isnan(lsd)]
+    n_key = int(np.asarray(art.tokens["is_key"]).sum())
+    q = np.quantile(lsd, [0.5, 0.9, 0.99, 0.999]) if len(lsd) else [float("nan")] * 4
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    lines = [
+        f"documents   {art.documents.num_rows} scored, {len(manifest.get('skipped', []))} skipped"
+        f" ({sum(art.documents['truncated'].to_pylist())} truncated)",
+        f"tokens      {art.tokens.num_rows} ({len(lsd)} with a short context)",
+        f"key tokens  {n_key} ({100 * n_key / max(len(lsd), 1):.2f}% of tokens with a short context)",
+        f"LSD         median {q[0]:.3f}, p90 {q[1]:.3f}, p99 {q[2]:.3f}, p99.9 {q[3]:.3f}",
+        f"wall time   {seconds:.0f} s (peak memory {peak_gb:.2f} GB)",
+        f"output      {root}",
+    ]
+    lines += [f"skipped     {skip['doc_id']}: {skip['reason']}" for skip in manifest.get("skipped", [])]
+    print("\n".join(lines))
 
 
 def main() -> None:
-    hydra_main("keytokens", lambda cfg: run(KeyTokenSettings.from_config(cfg)))
+    hydra_main("keytokens", run)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Which documents a keytokens run scores, and the exact text and evaluator tokens of each."""
+"""Which documents a keytokens run scores, the exact text and evaluator tokens of each, and the
+settings record (the manifest's ``settings``) and fingerprint they give."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.corpus import Document
+from pipeline.artifact.schema import settings_fingerprint
+from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
-from pipeline.keytokens.settings import KeyTokenSettings
-from pipeline.tokenization import encode_truncated
+from pipeline.keytokens.settings import Documents
+from pipeline.models.loading import LoadedModel, dtype_name, resolve_head_dtype
+from pipeline.provenance import library_versions, text_sha256
+from pipeline.settings import Compute
+from pipeline.text.corpus import CorpusSpec, Document
+from pipeline.text.tokenization import encode_truncated
 
 
 @dataclass
@@ -26,8 +32,41 @@ class Prepared:
     truncated: bool
 
 
+@dataclass
+class Selection:
+    """The documents of a run, the settings record they give, and its fingerprint."""
+
+    prepared: list[Prepared]
+    skipped: list[dict[str, str]]
+    record: dict[str, Any]
+    fingerprint: str
+
+
+def select(
+    docs: list[Document],
+    lm: LoadedModel,
+    definition: KeyTokenDefinition,
+    documents: Documents,
+    corpus: CorpusSpec,
+    compute: Compute,
+) -> Selection:
+    """The documents a run scores, within the evaluator's context, and the settings record."""
+    bos = int(documents.add_bos and lm.bos_token_id is not None)
+    context, max_tokens = lm.context_length, documents.max_tokens
+    if max_tokens is not None and context is not None and max_tokens + bos > context:
+        raise PipelineError(
+            f"max_tokens={max_tokens} exceeds the evaluator's context of {context} tokens: "
+            f"set max_tokens<={context - bos}"
+        )
+    prepared, skipped = prepare_documents(docs, lm.tokenizer, documents, definition.K, context, bos)
+    if not prepared:
+        raise PipelineError(f"no document of corpus '{corpus.name}' can be scored: {skipped[:3]}")
+    record = settings_record(definition, documents, corpus, lm, compute, prepared)
+    return Selection(prepared, skipped, record, settings_fingerprint(record))
+
+
 def prepare_documents(
-    docs: list[Document], tokenizer: Any, settings: KeyTokenSettings, context: int | None, n_bos: int
+    docs: list[Document], tokenizer: Any, documents: Documents, K: int, context: int | None, n_bos: int
 ) -> tuple[list[Prepared], list[dict[str, str]]]:
     """Tokenize and truncate; return (documents to score, skipped documents with reasons).
 
@@ -36,13 +75,13 @@ def prepare_documents(
     prepared: list[Prepared] = []
     skipped: list[dict[str, str]] = []
     for doc in docs:
-        if settings.num_documents is not None and len(prepared) >= settings.num_documents:
+        if documents.num_documents is not None and len(prepared) >= documents.num_documents:
             break
         if not doc.text.strip():
             skipped.append({"doc_id": doc.id, "reason": "empty or whitespace-only text"})
             continue
-        text, enc, truncated = encode_truncated(tokenizer, doc.text, settings.max_tokens)
-        reason = _skip_reason(len(enc.ids), len(enc.ids) + n_bos, settings)
+        text, enc, truncated = encode_truncated(tokenizer, doc.text, documents.max_tokens)
+        reason = _skip_reason(len(enc.ids), len(enc.ids) + n_bos, documents.min_tokens, K)
         if reason:
             skipped.append({"doc_id": doc.id, "reason": reason})
             continue
@@ -55,9 +94,53 @@ def prepare_documents(
     return prepared, skipped
 
 
-def _skip_reason(n_tokens: int, n_seq: int, settings: KeyTokenSettings) -> str | None:
-    if n_tokens < settings.min_tokens:
-        return f"{n_tokens} tokens < min_tokens={settings.min_tokens}"
-    if n_seq <= settings.K:
-        return f"{n_tokens} tokens: no token has a short context (K={settings.K})"
+def _skip_reason(n_tokens: int, n_seq: int, min_tokens: int, K: int) -> str | None:
+    if n_tokens < min_tokens:
+        return f"{n_tokens} tokens < min_tokens={min_tokens}"
+    if n_seq <= K:
+        return f"{n_tokens} tokens: no token has a short context (K={K})"
     return None
+
+
+def settings_record(
+    definition: KeyTokenDefinition,
+    documents: Documents,
+    corpus: CorpusSpec,
+    lm: LoadedModel,
+    compute: Compute,
+    prepared: list[Prepared],
+) -> dict[str, Any]:
+    """The manifest's ``settings``: what the numbers depend on, and where the inputs came from. The
+    dtypes and the device type are the resolved ones (``dtype=auto`` runs in bfloat16 on CUDA and
+    float32 on a CPU: a run resumed elsewhere must not mix them); the device index is not (ranks run
+    on different GPUs of one kind), it is in the manifest's ``run``."""
+    head_dtype = resolve_head_dtype(compute.head_dtype, lm.dtype, lm.device)
+    return {
+        **definition.record(),
+        "max_tokens": documents.max_tokens,
+        "min_tokens": documents.min_tokens,
+        "num_documents": documents.num_documents,
+        "add_bos": documents.add_bos,
+        "dtype": dtype_name(lm.dtype),
+        "device": lm.device.type,
+        "head_dtype": dtype_name(head_dtype),
+        "evaluator": lm.source.to_dict(),
+        "corpus": corpus.record(),
+        "documents": [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared],
+        "libraries": {k: v for k, v in library_versions().items() if k in ("torch", "transformers")},
+    }
+
+
+def document_records(prepared: list[Prepared]) -> list[dict[str, Any]]:
+    """The manifest's record of each document: id, hashes of the text scored and of its source,
+    evaluator token count, truncation."""
+    return [
+        {
+            "doc_id": p.doc.id,
+            "sha256": text_sha256(p.text),
+            "source_sha256": p.doc.sha256,
+            "n_tokens": len(p.ids),
+            "truncated": p.truncated,
+        }
+        for p in prepared
+    ]

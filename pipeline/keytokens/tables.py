@@ -1,5 +1,5 @@
 """One document through the evaluator: its long and short log-probs, key tokens and spans, as the
-rows of the artifact's three tables (``pipeline.artifacts``)."""
+rows of the artifact's three tables (``pipeline.artifact.schema``)."""
 
 from __future__ import annotations
 
@@ -10,38 +10,32 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from pipeline import keytokens
-from pipeline.artifacts import SPANS_SCHEMA, TOKENS_SCHEMA, table_from_columns
+from pipeline import definition
+from pipeline.artifact.schema import SPANS_SCHEMA, TOKENS_SCHEMA, table_from_columns
+from pipeline.definition import KeyTokenDefinition
 from pipeline.keytokens.documents import Prepared
-from pipeline.keytokens.settings import KeyTokenSettings
-from pipeline.logprobs import TargetScorer, long_and_short_logprobs
+from pipeline.models.logprobs import TargetScorer, long_and_short_logprobs
 from pipeline.provenance import text_sha256
 
 
 def keytoken_tables(
     scorer: TargetScorer,
     item: Prepared,
-    settings: KeyTokenSettings,
+    rule: KeyTokenDefinition,
     bos_id: int | None,
     progress: Callable[[Iterator], Iterator] | None = None,
 ) -> tuple[dict[str, Any], pa.Table, pa.Table]:
-    """(documents row, tokens table, spans table) of one document (paper Eq. 2-4, 7, 8)."""
+    """(documents row, tokens table, spans table) of one document (paper Eq. 2-4, 7, 8); ``bos_id``
+    goes before the long pass (and every short window, when the definition says so)."""
     prefix = [bos_id] if bos_id is not None else []
     seq = torch.tensor(prefix + item.ids.tolist(), dtype=torch.long)
-    passes = long_and_short_logprobs(
-        scorer,
-        seq,
-        settings.K,
-        settings.d,
-        bos_id=bos_id if settings.short_window_bos else None,
-        window_batch_tokens=settings.window_batch_tokens,
-        progress=progress,
-    )
+    window_bos = bos_id if rule.short_window_bos else None
+    passes = long_and_short_logprobs(scorer, seq, rule.K, rule.d, bos_id=window_bos, progress=progress)
     long, short = passes.long[len(prefix) :], passes.short[len(prefix) :]
-    lsd = keytokens.long_short_difference(long, short)
-    key = keytokens.is_key(lsd, long, settings.alpha, settings.beta)
+    lsd = definition.long_short_difference(long, short)
+    key = definition.is_key(lsd, long, rule.alpha, rule.beta)
     starts, ends = item.offsets[:, 0], item.offsets[:, 1]
-    span_starts, span_ends, span_counts = keytokens.merge_spans(starts[key], ends[key])
+    span_starts, span_ends, span_counts = definition.merge_spans(starts[key], ends[key])
     n, doc_id = len(item.ids), item.doc.id
     tokens = table_from_columns(
         TOKENS_SCHEMA,
@@ -54,7 +48,7 @@ def keytoken_tables(
             "long_logprob": long,
             "short_logprob": short,
             "lsd": lsd,
-            "soft_weight": keytokens.soft_weight(lsd, settings.gamma),
+            "soft_weight": definition.soft_weight(lsd, rule.gamma),
             "is_key": key,
         },
     )

@@ -8,29 +8,32 @@ the spans start and end on the evaluator's token boundaries; then write a ``key_
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
-from omegaconf import OmegaConf
+import pydantic.dataclasses
+from pydantic import Field
 from tqdm.auto import tqdm
 
-from pipeline.alignment import hard_key_mask
-from pipeline.artifact_writer import write_artifact
-from pipeline.artifacts import (
+from pipeline.artifact.schema import (
     DOCUMENTS_SCHEMA,
     KEY_SPANS,
     MANIFEST,
     SPANS_SCHEMA,
+    KeyTokenArtifact,
+    new_manifest,
     settings_fingerprint,
     table_from_columns,
 )
-from pipeline.corpus import CorpusSpec, Document, load_corpus
+from pipeline.artifact.writer import write_artifact
+from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
+from pipeline.hub import offline_unless
 from pipeline.official.boundaries import (
     BoundaryReport,
     add_document,
@@ -41,20 +44,44 @@ from pipeline.official.boundaries import (
 from pipeline.official.sources import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
 from pipeline.provenance import file_sha256, json_sha256, library_versions
+from pipeline.settings import DirectoryName, Text, parse
+from pipeline.text.alignment import hard_key_mask
+from pipeline.text.corpus import CorpusSpec, Document, load_corpus
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class OfficialSpans:
+    """An ``official/`` group: one evaluator's span files and the tokenizer of its boundary check."""
+
+    folder: Text  # data/official-key-text/<folder>
+    evaluator: Text  # the model that computed them (not loaded)
+    tokenizer: Text  # Hub id or directory
+    tokenizer_revision: Text | None = None
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class ImportOptions:
+    """``conf/import_official.yaml`` (the corpus and the definition are their own types)."""
+
+    official: OfficialSpans
+    spans_dir: str
+    source: dict[str, Text]  # where the span files come from: repository, commit, folder, license
+    min_boundary_share: Annotated[float, Field(ge=0, le=1)] = 0.99
+    name: DirectoryName | None = None
+    output_dir: str = "artifacts/keytokens"
+    progress: bool = True
 
 
 def run(cfg: Any) -> dict[str, Any]:
     """The whole import; returns the artifact's manifest."""
     started = time.time()
-    official = cfg.official
-    spans_dir = Path(str(cfg.spans_dir))
+    options = parse(ImportOptions, cfg)
+    definition = parse(KeyTokenDefinition, {**dict(cfg), "short_window_bos": False})
+    official, spans_dir = options.official, Path(options.spans_dir)
     spans = read_span_folder(spans_dir)
     corpus_pin, decoder_pin, spec = pinned_corpus(cfg)
-    tokenizer_pin = pin(
-        str(official.tokenizer), official.get("tokenizer_revision"), "model", "official.tokenizer"
-    )
-    if all("path" in p.record for p in (corpus_pin, decoder_pin, tokenizer_pin)):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast
+    tokenizer_pin = pin(official.tokenizer, official.tokenizer_revision, "model", "official.tokenizer")
+    offline_unless(*("path" not in p.record for p in (corpus_pin, decoder_pin, tokenizer_pin)))
     docs = load_corpus(spec)
     if len(docs) != len(spans):
         raise PipelineError(
@@ -62,10 +89,10 @@ def run(cfg: Any) -> dict[str, Any]:
             "the spans index the first documents of the official selection, one file per document"
         )
     tokenizer = load_tokenizer(tokenizer_pin, "the evaluator tokenizer", "official.tokenizer")
-    report = BoundaryReport(tokenizer=str(official.tokenizer), threshold=float(cfg.min_boundary_share))
+    report = BoundaryReport(tokenizer=official.tokenizer, threshold=options.min_boundary_share)
     rows, span_tables, merged = [], [], 0
     for index, (doc, doc_spans) in enumerate(
-        tqdm(list(zip(docs, spans, strict=True)), desc="documents", unit="doc", disable=not cfg.progress)
+        tqdm(list(zip(docs, spans, strict=True)), desc="documents", unit="doc", disable=not options.progress)
     ):
         check_inside(doc, doc_spans, spans_dir / f"slice_{index}.txt")
         found = check_document(evaluator_offsets(tokenizer, doc.text), doc_spans)
@@ -77,12 +104,12 @@ def run(cfg: Any) -> dict[str, Any]:
         span_tables.append(table)
     require(report, f"the key spans of {spans_dir}")
     sources = {"corpus": corpus_pin.record, "decoder": decoder_pin.record, "tokenizer": tokenizer_pin.record}
-    settings = settings_record(cfg, spec, docs, sources, spans_dir)
+    settings = settings_record(options, definition, spec, docs, sources)
     tables = {
         "documents": pa.Table.from_pylist(rows, DOCUMENTS_SCHEMA),
         "spans": pa.concat_tables(span_tables) if span_tables else SPANS_SCHEMA.empty_table(),
     }
-    root = Path(str(cfg.output_dir)).absolute() / (cfg.name or f"{spec.name}--official--{official.folder}")
+    root = Path(options.output_dir).absolute() / (options.name or f"{spec.name}--official--{official.folder}")
     fingerprint = settings_fingerprint(settings, KEY_SPANS)
     if existing_same(root, fingerprint):
         return json.loads((root / MANIFEST).read_text())
@@ -96,14 +123,17 @@ def run(cfg: Any) -> dict[str, Any]:
         "libraries": library_versions(),
         "run": {"wall_seconds": round(time.time() - started, 1)},
     }
-    manifest = write_artifact(root, KEY_SPANS, tables, settings, fingerprint, extra)
+    manifest = new_manifest(KEY_SPANS, fingerprint, settings, extra)
+    manifest = write_artifact(
+        root, KeyTokenArtifact(root, manifest, tables["documents"], None, tables["spans"])
+    )
     print_summary(root, report, tables["spans"].num_rows, len(rows))
     return manifest
 
 
 def pinned_corpus(cfg: Any) -> tuple[Pinned, Pinned, CorpusSpec]:
     """The corpus spec with its dataset and decoding tokenizer pinned (commit, or local copy)."""
-    fields = OmegaConf.to_container(cfg.corpus, resolve=True)
+    fields = dataclasses.asdict(CorpusSpec.parse(cfg.corpus))
     if not fields.get("dataset") or not fields.get("tokenized_with"):
         raise PipelineError("the importer needs a pre-tokenized corpus (corpus=govreport_paper)")
     data = pin(str(fields["dataset"]), fields.get("revision"), "dataset", "corpus.dataset")
@@ -164,17 +194,20 @@ def document_tables(
 
 
 def settings_record(
-    cfg: Any, spec: CorpusSpec, docs: list[Document], sources: dict[str, Any], spans_dir: Path
+    options: ImportOptions,
+    definition: KeyTokenDefinition,
+    spec: CorpusSpec,
+    docs: list[Document],
+    sources: dict[str, Any],
 ) -> dict[str, Any]:
-    """The manifest's ``settings``: the key-token definition the spans were computed with, the
-    evaluator, where the spans and the texts came from."""
-    official = cfg.official
-    files = [p for p in spans_dir.iterdir() if SLICE.fullmatch(p.name)]
+    """The manifest's ``settings``: the key-token definition the spans were computed with (no gamma:
+    key spans only, no soft weights), the evaluator, where the spans and the texts came from."""
+    official = options.official
+    files = [p for p in Path(options.spans_dir).iterdir() if SLICE.fullmatch(p.name)]
     return {
-        **{k: cfg[k] for k in ("K", "d", "alpha", "beta")},
-        "gamma": None,  # no soft weights: key spans only
+        **definition.record(),
+        "gamma": None,
         "add_bos": True,  # the evaluator's default special tokens, as the official code
-        "short_window_bos": False,
         "evaluator": {
             "spec": str(official.evaluator),
             "name": str(official.folder),
@@ -186,7 +219,7 @@ def settings_record(
             "tokenized_with": sources["decoder"],
         },
         "source": {
-            **OmegaConf.to_container(cfg.source, resolve=True),
+            **options.source,
             "evaluator_folder": str(official.folder),
             "files_sha256": json_sha256({p.name: file_sha256(p) for p in files}),
         },

@@ -1,6 +1,6 @@
 """Where the importer's inputs come from, pinned: a Hub dataset or tokenizer resolved to its commit,
 or a local copy identified by its path and a hash of its files. The loading itself is done by the
-project's usual code (``pipeline.corpus`` for the texts, ``transformers`` for tokenizers), at the
+project's usual code (``pipeline.text.corpus`` for the texts, ``transformers`` for tokenizers), at the
 resolved commit."""
 
 from __future__ import annotations

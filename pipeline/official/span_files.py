@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.definition import merge_spans
 from pipeline.errors import PipelineError
-from pipeline.keytokens import merge_spans
 
 PIECE = re.compile(r"\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\]")
 SLICE = re.compile(r"slice_(\d+)\.txt")

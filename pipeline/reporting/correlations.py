@@ -27,7 +27,7 @@ from pipeline.reporting.common import (
     newest,
     png,
 )
-from pipeline.results import METRICS
+from pipeline.results.scores import METRICS
 
 MISSING = {"", "nan", "na", "n/a", "null", "none"}
 SCHEMA: dict[str, Any] = {

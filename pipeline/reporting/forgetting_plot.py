@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.files import write_bytes_atomic
-from pipeline.forgetting.results import memory_text
 from pipeline.reporting.common import figure, file_slug, png
+from pipeline.results.forgetting import memory_text
 
 FIGSIZE = (12.0, 5.0)
 

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pydantic.dataclasses
 
-from pipeline.artifacts import KeyTokenArtifact, load_artifact
+from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import fmt
+from pipeline.settings import Text, parse
 
 VIEWS = "views"
 INDEX = "index.html"
@@ -97,12 +100,6 @@ def page_name(doc_id: str) -> str:
     return f"{safe}.html"
 
 
-def default_path(artifact_dir: Path, doc_id: str | None) -> Path:
-    """``<artifact>/views/<page_name(document)>``."""
-    doc = doc_id or load_artifact(artifact_dir, verify_hashes=False).documents["doc_id"][0].as_py()
-    return views_dir(artifact_dir) / page_name(doc)
-
-
 def write_page(artifact_dir: str | Path, out: str | Path, doc_id: str | None = None) -> Path:
     out = Path(out)
     write_bytes_atomic(out, document_html(artifact_dir, doc_id).encode("utf-8"))
@@ -162,17 +159,26 @@ def write_views(artifact: str | Path | KeyTokenArtifact, doc_ids: list[str] | No
     return out / INDEX
 
 
+@pydantic.dataclasses.dataclass(frozen=True)
+class ShowOptions:
+    artifact: str
+    doc_id: Text | None = None  # None: the first document
+    all: bool = False  # every document's page
+    out: str | None = None  # that one page to this file instead (no index)
+
+
 def run(cfg: Any) -> Path:
     """``out`` given: that one page there. Otherwise into ``<artifact>/views``: the page of
     ``doc_id`` (null: the first document; ``all=true``: every document) and the index."""
-    artifact = Path(cfg.artifact)
-    if cfg.out:
-        path = write_page(artifact, Path(cfg.out), cfg.doc_id)
+    options = parse(ShowOptions, cfg)
+    artifact = Path(options.artifact)
+    if options.out:
+        path = write_page(artifact, Path(options.out), options.doc_id)
     else:
         art = load_artifact(artifact)
-        ids = art.documents["doc_id"].to_pylist()
-        index = write_views(art, None if cfg.get("all") else [cfg.doc_id or ids[0]])
-        path = index.parent / page_name(cfg.doc_id or ids[0])
+        doc_id = options.doc_id or art.documents["doc_id"][0].as_py()
+        index = write_views(art, None if options.all else [doc_id])
+        path = index.parent / page_name(doc_id)
         print(f"wrote {index}")
     print(f"wrote {path}")
     return path

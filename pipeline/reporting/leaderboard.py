@@ -1,6 +1,6 @@
 """The leaderboard (`make leaderboard`): tables and a plot of the score runs of one artifact.
 
-Reads the results file (``pipeline.results``). One artifact is shown at a time (default: the one of
+Reads the results file (``pipeline.results.scores``). One artifact is shown at a time (default: the one of
 the newest result); within it, a model scored several times with the same settings keeps its newest
 result. Writes, byte-identical for the same inputs:
 
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pydantic.dataclasses
 
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
-from pipeline.forgetting import results as forgetting_results
 from pipeline.provenance import file_sha256
 from pipeline.reporting import correlations
 from pipeline.reporting.common import (
@@ -39,7 +39,9 @@ from pipeline.reporting.common import (
     newest,
     png,
 )
-from pipeline.results import SCORE_HINT, read_scores
+from pipeline.results import forgetting as forgetting_results
+from pipeline.results.scores import SCORE_HINT, read_scores
+from pipeline.settings import Text, parse
 
 # The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
 COLUMNS: dict[str, str | None] = {
@@ -279,17 +281,26 @@ def render(
     return paths
 
 
+@pydantic.dataclasses.dataclass(frozen=True)
+class LeaderboardOptions:
+    results: str  # the score stage's results file
+    out_dir: str
+    artifact: Text | None = None  # artifact name, fingerprint or its prefix; None: the newest result's
+    benchmarks: str | None = None  # CSV: `model`, then one numeric column per benchmark
+    forgetting_results: str | None = None  # None: forgetting.jsonl beside `results`
+
+
 def run(cfg: Any) -> dict[str, Path]:
     """Load, select, render; print the Markdown leaderboard and the written paths."""
-    benchmarks, artifact = cfg.get("benchmarks"), cfg.get("artifact")
-    forgetting = cfg.get("forgetting_results") or Path(cfg.results).with_name("forgetting.jsonl")
+    options = parse(LeaderboardOptions, cfg)
+    results = Path(options.results)
     paths = render(
-        read_scores(cfg.results),
-        Path(cfg.out_dir),
-        None if benchmarks is None else Path(benchmarks),
-        artifact=None if artifact is None else str(artifact),
-        source=Path(cfg.results),
-        forgetting=forgetting,
+        read_scores(results),
+        Path(options.out_dir),
+        None if options.benchmarks is None else Path(options.benchmarks),
+        artifact=options.artifact,
+        source=results,
+        forgetting=options.forgetting_results or results.with_name("forgetting.jsonl"),
     )
     print(paths["leaderboard.md"].read_text(encoding="utf-8"))
     for path in paths.values():

@@ -3,7 +3,7 @@
 The uploaded folder is the artifact itself (its Parquet tables and manifest, unchanged, so the
 hashes still verify) plus a dataset card whose YAML front matter declares one config per table:
 ``datasets.load_dataset(<repo or folder>, "tokens")`` works, and stage 2 scores from it with
-``KEYTOKENS=hf://datasets/<org>/<name>``.
+``ARTIFACT=hf://datasets/<org>/<name>``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pydantic.dataclasses
 import yaml
 
-from pipeline.artifacts import KINDS, MANIFEST, artifact_kind, load_artifact
+from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import KINDS, MANIFEST, artifact_kind
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import md_code
+from pipeline.settings import Text, parse
 
 CITATION = """@inproceedings{fang2025wrong,
   title     = {What is Wrong with Perplexity for Long-context Language Modeling?},
@@ -184,16 +187,27 @@ def upload(folder: Path, repo: str, private: bool) -> str:
     return str(getattr(info, "commit_url", info))
 
 
+@pydantic.dataclasses.dataclass(frozen=True)
+class PublishOptions:
+    artifact: str
+    repo: Text | None = None  # <org>/<name> of the dataset repository
+    dry_run: bool = False  # only write the folder that would be uploaded
+    out_dir: str | None = None  # None: artifacts/publish/<org>--<name>
+    license: Text = "cc-by-4.0"
+    private: bool = False
+
+
 def run(cfg: Any) -> Path:
-    if not cfg.repo:
+    options = parse(PublishOptions, cfg)
+    if not options.repo:
         raise PipelineError("set REPO=<org>/<name> (the Hub dataset to create or update)")
-    check_repo(str(cfg.repo))
-    out = Path(str(cfg.out_dir or f"artifacts/publish/{str(cfg.repo).replace('/', '--')}"))
-    folder = prepare_folder(str(cfg.artifact), out, str(cfg.repo), str(cfg.license))
-    if cfg.dry_run:
-        print(f"dry run: the folder that would be uploaded to {cfg.repo} is {folder}")
+    check_repo(options.repo)
+    out = Path(options.out_dir or f"artifacts/publish/{options.repo.replace('/', '--')}")
+    folder = prepare_folder(options.artifact, out, options.repo, options.license)
+    if options.dry_run:
+        print(f"dry run: the folder that would be uploaded to {options.repo} is {folder}")
         return folder
-    print(f"uploaded: {upload(folder, str(cfg.repo), bool(cfg.private))}")
+    print(f"uploaded: {upload(folder, options.repo, options.private)}")
     return folder
 
 

@@ -15,21 +15,70 @@ project's; ``documents``: per-document values weighted by token counts, as the o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import pydantic.dataclasses
 from omegaconf import OmegaConf
+from pydantic import Field
 
-from pipeline import results
-from pipeline.artifacts import HUB_PREFIX, load_artifact, locate_artifact
+from pipeline.artifact.reader import normalized_location, open_artifact
 from pipeline.cli import CONF_DIR, hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import strict_json
-from pipeline.score import official_mean
+from pipeline.models.loading import ModelChoice
+from pipeline.results import scores as results
+from pipeline.score.sums import official_mean
+from pipeline.settings import Text, parse
+
+AGGREGATES = ("pooled", "documents")
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class PinnedModel:
+    """A model of a refresh: its ``model`` group fields (``name`` required) and, instead of a recorded
+    result, the values it must give (``expected``: metric -> value)."""
+
+    choice: ModelChoice
+    expected: dict[str, Finite] | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.choice.name)
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class Refresh:
+    """A refresh (``conf/refresh.yaml`` and its ``refresh/`` group file)."""
+
+    artifact: str
+    recorded: str
+    tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    models: list[dict[str, Any]]
+    fingerprint: Text | None = None
+    aggregate: Literal[AGGREGATES] = "pooled"
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    record: bool = False
+    launcher: str | None = None
+    launcher_args: list[Text] = dataclasses.field(default_factory=list)
+    work_dir: str = "artifacts/refresh"
+
+    def pinned(self) -> list[PinnedModel]:
+        """The models, each checked as a ``model`` group (an unknown key or a missing name is an error)."""
+        out = []
+        for i, item in enumerate(self.models):
+            fields = {k: v for k, v in item.items() if k != "expected"}
+            choice = ModelChoice.parse(fields, prefix=f"models.{i}.")
+            if not choice.name:
+                raise PipelineError(f"setting models.{i}: give the model a name (the leaderboard's)")
+            out.append(parse(PinnedModel, {"choice": choice, "expected": item.get("expected")}))
+        return out
 
 
 def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
@@ -41,61 +90,55 @@ def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
     return {obj["model_name"]: obj for _, obj, _ in results.read_lines(path)}
 
 
-def write_model_options(cfg: Any, conf_dir: Path) -> list[str]:
+def write_model_options(models: list[PinnedModel], conf_dir: Path) -> list[str]:
     """One ``model`` group option per pinned model (``conf/model/local.yaml`` with its fields), in a
     config directory of this run; returns their names."""
     base = OmegaConf.load(CONF_DIR / "model" / "local.yaml")
     (conf_dir / "model").mkdir(parents=True, exist_ok=True)
     names = []
-    for i, model in enumerate(cfg.models):
+    for i, model in enumerate(models):
         names.append(f"refresh-{i}")
-        fields = {k: v for k, v in model.items() if k != "expected"}
+        fields = dataclasses.asdict(model.choice)
         OmegaConf.save(OmegaConf.merge(base, fields), conf_dir / "model" / f"{names[-1]}.yaml")
     return names
 
 
-def score_command(cfg: Any, options: list[str], conf_dir: Path, scores: Path) -> list[str]:
+def score_command(refresh: Refresh, options: list[str], conf_dir: Path, scores: Path) -> list[str]:
     """The score stage as a multirun over the pinned models, with the refresh's settings."""
-    spec = str(cfg.artifact)
-    artifact = spec if spec.startswith(HUB_PREFIX) else str(Path(spec).absolute())
-    settings = [f"{key}={json.dumps(value)}" for key, value in cfg.settings.items()]
+    artifact = normalized_location(refresh.artifact)
+    settings = [f"{key}={json.dumps(value)}" for key, value in refresh.settings.items()]
     command = [sys.executable, "-m", "pipeline.score", "--multirun", f"--config-dir={conf_dir}"]
     command += [f"model={','.join(options)}", f"artifact={json.dumps(artifact)}"]
     command += [f"results={json.dumps(str(scores.absolute()))}", "progress=false", *settings]
-    if cfg.get("launcher"):
-        command.append(f"hydra/launcher={cfg.launcher}")
-    return command + [str(arg) for arg in cfg.get("launcher_args") or []]
+    if refresh.launcher:
+        command.append(f"hydra/launcher={refresh.launcher}")
+    return command + list(refresh.launcher_args)
 
 
-def score_all(cfg: Any) -> list[dict[str, Any]]:
+def score_all(refresh: Refresh, models: list[PinnedModel]) -> list[dict[str, Any]]:
     """Score every pinned model (a multirun of the score stage); their result lines, in pinned order."""
-    work = Path(str(cfg.get("work_dir") or "artifacts/refresh"))
+    work = Path(refresh.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work, prefix="run-") as tmp:
         conf_dir, scores = Path(tmp) / "conf", Path(tmp) / "scores.jsonl"
-        options = write_model_options(cfg, conf_dir)
-        done = subprocess.run(score_command(cfg, options, conf_dir, scores), check=False)
+        options = write_model_options(models, conf_dir)
+        done = subprocess.run(score_command(refresh, options, conf_dir, scores), check=False)
         if done.returncode != 0:
             raise PipelineError(
                 f"the score stage failed (exit status {done.returncode}; its errors are above)"
             )
         fresh = {obj["model_name"]: obj for _, obj, _ in results.read_lines(scores)}
-    names = [str(model.name) for model in cfg.models]
-    missing = [name for name in names if name not in fresh]
+    missing = [m.name for m in models if m.name not in fresh]
     if missing:
-        raise PipelineError(
-            f"the score stage gave no result for {', '.join(missing)}: each pinned model needs a name"
-        )
-    return [fresh[name] for name in names]
+        raise PipelineError(f"the score stage gave no result for {', '.join(missing)}")
+    return [fresh[m.name] for m in models]
 
 
 def corpus_values(row: dict[str, Any], aggregate: str) -> dict[str, Any]:
     """A result's corpus values under the refresh's ``aggregate``."""
-    if aggregate == "pooled":
-        return row["corpus"]
     if aggregate == "documents":
         return {**row["corpus"], **official_mean(row["documents"])}
-    raise PipelineError(f"aggregate={aggregate!r}: use pooled or documents")
+    return row["corpus"]
 
 
 def compare(
@@ -117,40 +160,42 @@ def compare(
     return problems
 
 
-def check_fingerprint(cfg: Any) -> None:
+def check_fingerprint(refresh: Refresh) -> None:
     """The pinned artifact must be the one the record was computed on (checked before scoring)."""
-    spec = str(cfg.artifact)
-    path, _ = locate_artifact(spec if spec.startswith(HUB_PREFIX) else str(Path(spec).absolute()))
-    found = load_artifact(path, verify_hashes=False).manifest["fingerprint"]
-    if not cfg.fingerprint:
-        print(f"note: the refresh pins no fingerprint; artifact {spec} has {found}")
-    elif found != cfg.fingerprint:
+    found = open_artifact(refresh.artifact, verify_hashes=False).manifest["fingerprint"]
+    if not refresh.fingerprint:
+        print(f"note: the refresh pins no fingerprint; artifact {refresh.artifact} has {found}")
+    elif found != refresh.fingerprint:
         raise PipelineError(
-            f"artifact {spec} has fingerprint {found[:12]}, the refresh pins {str(cfg.fingerprint)[:12]}: "
-            "it is not the artifact the leaderboard was computed on"
+            f"artifact {refresh.artifact} has fingerprint {found[:12]}, the refresh pins "
+            f"{refresh.fingerprint[:12]}: it is not the artifact the leaderboard was computed on"
         )
 
 
-def check_model(cfg: Any, model: Any, row: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
+def check_model(
+    refresh: Refresh, model: PinnedModel, row: dict[str, Any], recorded: dict[str, Any]
+) -> list[str]:
     """One model's fresh result against its ``expected`` values, else its recorded result."""
-    aggregate, tolerance = str(cfg.get("aggregate", "pooled")), float(cfg.tolerance)
-    fresh = corpus_values(row, aggregate)
-    expected = model.get("expected")
-    if expected is not None:
-        values = OmegaConf.to_container(expected)
-        return compare(model.name, fresh, values, tolerance, metrics=list(values), source="expected")
+    fresh = corpus_values(row, refresh.aggregate)
+    if model.expected is not None:
+        expected = model.expected
+        return compare(model.name, fresh, expected, refresh.tolerance, list(expected), "expected")
     if model.name not in recorded:
-        return [f"{model.name}: no recorded result in {cfg.recorded}"]
-    return compare(model.name, fresh, corpus_values(recorded[model.name], aggregate), tolerance)
+        return [f"{model.name}: no recorded result in {refresh.recorded}"]
+    return compare(
+        model.name, fresh, corpus_values(recorded[model.name], refresh.aggregate), refresh.tolerance
+    )
 
 
 def run(cfg: Any) -> list[dict[str, Any]]:
-    check_fingerprint(cfg)
-    recorded_path = Path(cfg.recorded)
-    needs_record = not cfg.record and any(model.get("expected") is None for model in cfg.models)
+    refresh = parse(Refresh, cfg)
+    models = refresh.pinned()
+    check_fingerprint(refresh)
+    recorded_path = Path(refresh.recorded)
+    needs_record = not refresh.record and any(model.expected is None for model in models)
     recorded = recorded_rows(recorded_path) if needs_record else {}
-    fresh_rows = score_all(cfg)
-    if cfg.record:
+    fresh_rows = score_all(refresh, models)
+    if refresh.record:
         recorded_path.parent.mkdir(parents=True, exist_ok=True)
         recorded_path.write_text(
             "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
@@ -158,11 +203,11 @@ def run(cfg: Any) -> list[dict[str, Any]]:
         print(f"recorded {len(fresh_rows)} results in {recorded_path}")
         return fresh_rows
     problems = []
-    for model, row in zip(cfg.models, fresh_rows, strict=True):
-        problems += check_model(cfg, model, row, recorded)
+    for model, row in zip(models, fresh_rows, strict=True):
+        problems += check_model(refresh, model, row, recorded)
     if problems:
         raise PipelineError("leaderboard refresh differs from the expected results: " + "; ".join(problems))
-    print(f"refresh reproduces all {len(fresh_rows)} expected results within {float(cfg.tolerance):g}")
+    print(f"refresh reproduces all {len(fresh_rows)} expected results within {refresh.tolerance:g}")
     return fresh_rows
 
 

@@ -1,10 +1,72 @@
 """`make score MODEL=...`: ``python -m pipeline.score [key=value ...]`` (Hydra overrides of
-``conf/score.yaml``)."""
+``conf/score.yaml``): one causal LM against a key-token artifact, the result appended to the
+results file. Needs no corpus and no evaluator: the texts, spans and LSD come from the artifact.
+"""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from pipeline.artifact.reader import open_artifact
 from pipeline.cli import hydra_main
-from pipeline.score.run import run
+from pipeline.hub import is_hub_dataset, offline_unless
+from pipeline.models.loading import ModelChoice, is_local_model
+from pipeline.reporting.common import fmt
+from pipeline.results import lines
+from pipeline.results.scores import score_row
+from pipeline.score.engine import score
+from pipeline.settings import Compute, ScoreSettings, parse
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    """Score one model; append the result line to the results file and return it."""
+    started = time.time()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    choice = ModelChoice.parse(plain["model"])
+    settings, compute = parse(ScoreSettings, plain), parse(Compute, plain)
+    offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))
+    artifact = open_artifact(str(cfg.artifact))
+    lm = choice.load(compute)
+    result = score(artifact, lm, settings, compute, progress=bool(cfg.progress))
+    name = choice.display_name + (f"@ctx{settings.context_limit}" if settings.context_limit else "")
+    row = score_row(name, lm, result, time.time() - started)
+    path = Path(str(cfg.results))
+    lines.append(path, row)
+    print_result(row, path)
+    return row
+
+
+def print_result(row: dict[str, Any], path: Path) -> None:
+    c = row["corpus"]
+    coverage = "n/a" if c["key_char_coverage"] is None else f"{100 * c['key_char_coverage']:.1f}%"
+    text = [
+        f"model         {row['model_name']}  (artifact {row['artifact']['name']})",
+        f"PPL           {fmt(c['ppl'])}   over {c['n_tokens']} tokens in {c['n_documents']} documents"
+        + (f" ({c['n_truncated']} truncated)" if c["n_truncated"] else ""),
+        f"LongPPL       {fmt(c['longppl'])}   over {c['n_key_tokens']} key tokens "
+        f"({coverage} of key characters)",
+        f"LongPPL-soft  {fmt(c['longppl_soft'])}{unavailable_note(c, 'longppl_soft')}",
+        f"bits/byte     {fmt(c['bpb'])} over {c['n_bytes']} bytes, {fmt(c['key_bpb'])} over "
+        f"{c['n_key_bytes']} bytes of key tokens",
+        "grid          "
+        + (
+            ", ".join(f"{k}: {fmt(v['longppl'])} ({v['n_key_tokens']})" for k, v in c["grid"].items())
+            or "n/a"
+        )
+        + unavailable_note(c, "grid"),
+        f"wall time     {row['wall_seconds']:.0f} s",
+        f"appended to   {path}",
+    ]
+    print("\n".join(text))
+
+
+def unavailable_note(corpus: dict[str, Any], metric: str) -> str:
+    reason = (corpus.get("unavailable") or {}).get(metric)
+    return f"  ({reason})" if reason else ""
 
 
 def main() -> None:

@@ -1,12 +1,12 @@
-"""The model family of `make validate` (issue #15): several models, context limits and evaluators.
+"""The model family of `make validate`: several models, context limits and evaluators.
 
 Members (``conf/validate.yaml``: ``members`` and ``checkpoints``) are models, each a ``conf/model/``
 group or a local checkpoint, with a context limit: the score stage's ``context_limit``. Evaluators
 (``evaluators``) are key-token artifacts on the same GovReport documents: an existing one, or one
 built here by the keytokens stage with a ``conf/evaluator/`` group. Per member: the teacher-forced
-answer-token accuracy on the synthetic documents (``study.retrieval``), and on each GovReport
-document one pass of the model (``score.model_logprobs``) scored against every evaluator's spans
-(``score.score_tokens``), so a second evaluator costs no model time.
+answer-token accuracy on the synthetic documents (``study.retrieval``), and the score call on the
+GovReport documents against every evaluator at once (``score.engine.score_against``: one pass of the
+model per text), so a second evaluator costs no model time.
 """
 
 from __future__ import annotations
@@ -20,22 +20,24 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from pipeline import keytokens
-from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents, load_built_artifact
+from pipeline import definition
+from pipeline.artifact.reader import ArtifactDocument, iter_documents, open_artifact
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.cli import compose
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.keytokens.run import run as find_key_tokens
 from pipeline.keytokens.settings import KeyTokenSettings
-from pipeline.logprobs import TargetScorer
-from pipeline.models import ModelChoice
-from pipeline.score import ScoreSettings, corpus_summary, model_logprobs, score_tokens
+from pipeline.models.loading import ModelChoice
+from pipeline.models.logprobs import TargetScorer
+from pipeline.score.engine import score_against
+from pipeline.settings import Compute, ScoreSettings, parse
 from pipeline.validation import study
 from pipeline.validation.synthetic import SyntheticDocument
 
 # The built artifact takes the numbers' settings of the reference artifact (`govreport`) ...
-REFERENCE_SETTINGS = ("K", "d", "alpha", "beta", "gamma", "add_bos", "short_window_bos", "dtype")
-# ... and how to compute from this run's config.
+REFERENCE_SETTINGS = (*definition.DEFINITION_FIELDS, "add_bos", "dtype")
+# ... and how to compute from this run's config (window batches: the keytokens stage's own).
 COMPUTE_SETTINGS = ("device", "head_chunk", "vocab_tile", "cache_dir", "progress")
 # Per member and evaluator: the values that depend on the evaluator's key tokens.
 EVALUATOR_VALUES = ("longppl", "longppl_soft", "key_bpb", "n_key_tokens", "n_key_bytes", "key_char_coverage")
@@ -87,7 +89,7 @@ def member(item: Any, checkpoint: bool) -> Member:
     overrides = (
         [f"model={model}"] if model is not None else ["model=local", f"model.spec={json.dumps(str(spec))}"]
     )
-    choice = ModelChoice.from_config(compose("score", overrides).model)
+    choice = ModelChoice.parse(compose("score", overrides).model)
     limit = item.get("context_limit")
     limit = None if limit is None else int(limit)
     return Member(item.get("label") or default_label(choice, limit), choice, limit, checkpoint)
@@ -112,7 +114,7 @@ def is_self_evaluation(m: Member, evaluator: Evaluator) -> bool:
 def evaluators(cfg: Any, work: Path) -> list[Evaluator]:
     """The key-token artifacts of ``cfg.evaluators``, each on the first ``govreport_documents``
     documents of ``cfg.govreport`` (their texts checked equal)."""
-    reference = load_built_artifact(Path(str(cfg.govreport)))
+    reference = open_artifact(Path(str(cfg.govreport)))
     documents = list(iter_documents(reference))[: int(cfg.govreport_documents)]
     out = []
     for item in cfg.evaluators:
@@ -122,7 +124,7 @@ def evaluators(cfg: Any, work: Path) -> list[Evaluator]:
                 f"evaluator {dict(item)}: give `artifact` (a directory) or `evaluator` (a group)"
             )
         path = build_artifact(cfg, item, reference, documents, work) if built else Path(str(item.artifact))
-        artifact = load_built_artifact(path)
+        artifact = open_artifact(path)
         spec = artifact.settings["evaluator"]["spec"]
         docs = matching_documents(artifact, documents)
         out.append(Evaluator(item.get("label") or spec, spec, artifact, docs, built))
@@ -211,19 +213,11 @@ def member_row(
 ) -> dict[str, Any]:
     """Retrieval on the synthetic documents; PPL and bits per byte on GovReport; and per evaluator
     LongPPL, LongPPL-soft, key bits per byte, and whether it is self-evaluation."""
-    settings = ScoreSettings(
-        context_limit=m.context_limit,
-        head_chunk=int(cfg.head_chunk),
-        vocab_tile=cfg.vocab_tile,
-        window_batch_tokens=int(cfg.window_batch_tokens),
-    )
+    settings = ScoreSettings(context_limit=m.context_limit)
+    ids = [d.doc_id for d in evals[0].documents]
     started = time.time()
-    scores: list[list[Any]] = [[] for _ in evals]
-    for i, doc in enumerate(evals[0].documents):
-        tokens = model_logprobs(lm, scorer, doc, settings)
-        for k, ev in enumerate(evals):
-            scores[k].append(score_tokens(ev.documents[i], tokens, settings))
-    corpora = [corpus_summary(s) for s in scores]
+    scored = score_against([ev.artifact for ev in evals], lm, settings, parse(Compute, cfg), documents=ids)
+    corpora = [r.corpus for r in scored]
     seconds = time.time() - started
     row = {
         "label": m.label,
@@ -252,6 +246,6 @@ def evaluator_record(ev: Evaluator) -> dict[str, Any]:
         **{k: s[k] for k in ("K", "d", "alpha", "beta", "gamma")},
         "evaluator_tokens": sum(len(d.lsd) for d in ev.documents),
         "key_tokens": sum(
-            int(keytokens.is_key(d.lsd, d.long, s["alpha"], s["beta"]).sum()) for d in ev.documents
+            int(definition.is_key(d.lsd, d.long, s["alpha"], s["beta"]).sum()) for d in ev.documents
         ),
     }

@@ -1,9 +1,9 @@
-"""`make longce-demo` (issue #11): does LongCE beat CE here? A small CPU experiment, not a test.
+"""`make longce-demo`: does LongCE beat CE here? A small CPU experiment, not a test.
 
 SmolLM2-135M is fine-tuned twice from the same checkpoint, with plain CE and with LongCE (weights
 from the model itself, the paper's method), for the same number of steps on the same seeded
 LongEval-style documents (``pipeline.validation.synthetic``) in the same order, through `make
-finetune`'s machinery (``pipeline.finetune.finetune``). Before and after, for both: the teacher-forced
+finetune`'s machinery (``pipeline.training.trainer.finetune``). Before and after, for both: the teacher-forced
 answer-token accuracy on held-out documents of the same kind (``study.retrieval``, as `make validate`)
 and PPL, LongPPL and LongPPL-soft on the GovReport artifact (the score stage's engine).
 
@@ -14,22 +14,30 @@ Writes ``docs/longce.md`` (``longce_report``), ``docs/longce/curves.png`` (both 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pipeline.artifacts import ArtifactDocument, iter_documents, load_built_artifact
+import pydantic.dataclasses
+from pydantic import Field
+
+from pipeline.artifact.reader import iter_documents, open_artifact
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.cli import compose, hydra_main
-from pipeline.corpus import Document
+from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.files import write_bytes_atomic, write_json_atomic
-from pipeline.finetune import finetune, training_arguments
-from pipeline.finetune_data import build_sequences
-from pipeline.logprobs import TargetScorer
-from pipeline.longce import LongCESettings
-from pipeline.models import LoadedModel, ModelChoice
-from pipeline.score import ScoreSettings, corpus_summary, score_document
+from pipeline.hub import offline_unless
+from pipeline.models.loading import LoadedModel, ModelChoice, is_local_model
+from pipeline.models.logprobs import TargetScorer, scorer_for
+from pipeline.score.engine import score
+from pipeline.settings import Compute, NonNegative, ScoreSettings, parse
+from pipeline.text.corpus import Document
+from pipeline.training.longce import LongCESettings
+from pipeline.training.sequences import build_sequences
+from pipeline.training.trainer import finetune, training_arguments
 from pipeline.validation import longce_report, study, synthetic
 
 SETTINGS = ("seed", "train_documents", "eval_documents", "lines", "questions", "min_gap_lines", "model")
@@ -52,8 +60,9 @@ def documents(cfg: Any) -> tuple[list[synthetic.SyntheticDocument], list[synthet
 
 def load(cfg: Any) -> tuple[LoadedModel, TargetScorer]:
     """A fresh copy of the model as its group describes it, and its chunked scorer."""
-    lm = ModelChoice.from_config(cfg.model).load(dtype=cfg.dtype, device=cfg.device, cache_dir=cfg.cache_dir)
-    return lm, TargetScorer(lm.model, head_chunk=int(cfg.head_chunk), vocab_tile=cfg.vocab_tile)
+    compute = parse(Compute, cfg)
+    lm = ModelChoice.parse(cfg.model).load(compute)
+    return lm, scorer_for(lm, compute)
 
 
 def evaluate(
@@ -61,17 +70,14 @@ def evaluate(
     lm: LoadedModel,
     scorer: TargetScorer,
     held_out: list[synthetic.SyntheticDocument],
-    govreport: list[ArtifactDocument],
+    govreport: KeyTokenArtifact,
 ) -> dict[str, Any]:
-    """Answer-token accuracy on the held-out documents (full context) and GovReport metrics."""
+    """Answer-token accuracy on the held-out documents (full context) and the GovReport metrics of
+    the first ``govreport_documents`` documents (the score call)."""
     lm.model.eval()
     row = study.retrieval(lm, scorer, held_out, None)
-    settings = ScoreSettings(
-        head_chunk=int(cfg.head_chunk),
-        vocab_tile=cfg.vocab_tile,
-        window_batch_tokens=int(cfg.window_batch_tokens),
-    )
-    corpus = corpus_summary([score_document(lm, scorer, doc, settings) for doc in govreport])
+    documents = int(cfg.govreport_documents)
+    corpus = score(govreport, lm, ScoreSettings(), parse(Compute, cfg), documents=documents).corpus
     row.update({k: corpus[k] for k in ("ppl", "longppl", "longppl_soft", "n_tokens", "n_key_tokens")})
     return row
 
@@ -82,10 +88,8 @@ def train(
     """One fine-tuning run through `make finetune`'s machinery; returns its record and curve."""
     docs = [Document(d.id, d.text) for d in train_docs]
     sequences, _ = build_sequences(docs, lm.tokenizer, max_length=lm.context_length or 10**9)
-    settings = LongCESettings(
-        source=source, K=int(cfg.K), d=int(cfg.d), gamma=float(cfg.gamma),
-        head_chunk=int(cfg.head_chunk), vocab_tile=cfg.vocab_tile,
-    )  # fmt: skip
+    values = {"K": cfg.K, "d": cfg.d, "gamma": cfg.gamma, "short_window_bos": False}  # the reference's
+    settings = LongCESettings(source, parse(KeyTokenDefinition, values), parse(Compute, cfg))
     training = {
         "max_steps": int(cfg.steps), "learning_rate": float(cfg.learning_rate),
         "warmup_steps": int(cfg.warmup_steps), "lr_scheduler_type": "linear", "weight_decay": 0.0,
@@ -93,7 +97,7 @@ def train(
         "save_strategy": "no", "report_to": "none", "disable_tqdm": not cfg.progress,
     }  # fmt: skip
     args = training_arguments(work / source, training, "cpu", int(cfg.seed))
-    record = {"loss": settings.__dict__, "training": training, "model": lm.source.to_dict()}
+    record = {"loss": dataclasses.asdict(settings), "training": training, "model": lm.source.to_dict()}
     cpu = cpu_seconds()
     record = finetune(lm, sequences, settings, args, record)
     cpu = cpu_seconds() - cpu
@@ -142,27 +146,50 @@ class Phase:
         self.timing[self.name] = {"wall": time.time() - self.wall, "cpu": cpu_seconds() - self.cpu}
 
 
+@pydantic.dataclasses.dataclass(frozen=True)
+class DemoOptions:
+    """``conf/longce_demo.yaml``'s own settings (the definition, the compute settings and the model
+    group are checked as their own types)."""
+
+    seed: NonNegative
+    train_documents: Positive
+    eval_documents: Positive
+    lines: Positive
+    questions: Positive
+    min_gap_lines: NonNegative
+    steps: Positive
+    learning_rate: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    warmup_steps: NonNegative
+    govreport: str
+    govreport_documents: Positive
+    work_dir: str
+    docs_dir: str
+    report: str
+
+
 def run(cfg: Any) -> dict[str, Any]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parse(DemoOptions, cfg)  # every setting checked before anything runs
+    parse(KeyTokenDefinition, cfg)
     started = time.time()
+    offline_unless(not is_local_model(ModelChoice.parse(cfg.model).spec))
     work, out = Path(cfg.work_dir), Path(cfg.docs_dir)
-    govreport = Path(str(cfg.govreport))
-    govreport_docs = list(iter_documents(load_built_artifact(govreport)))[: int(cfg.govreport_documents)]
+    govreport = open_artifact(str(cfg.govreport))
+    govreport_docs = list(iter_documents(govreport))[: int(cfg.govreport_documents)]
     train_docs, held_out = documents(cfg)
     timing: dict[str, dict[str, float]] = {}
 
     with Phase(timing, "evaluation before training"):
         lm, scorer = load(cfg)
-        results: dict[str, Any] = {"before": evaluate(cfg, lm, scorer, held_out, govreport_docs)}
+        results: dict[str, Any] = {"before": evaluate(cfg, lm, scorer, held_out, govreport)}
     for source, label in longce_report.RUNS.items():
         with Phase(timing, f"training, {label}"):
             lm, scorer = load(cfg)
             print(f"fine-tuning with {label} for {cfg.steps} steps", flush=True)
             results[source] = train(cfg, source, lm, train_docs, work)
         with Phase(timing, f"evaluation after {label}"):
-            results[source]["after"] = evaluate(cfg, lm, scorer, held_out, govreport_docs)
+            results[source]["after"] = evaluate(cfg, lm, scorer, held_out, govreport)
         del lm, scorer
-    results["settings"] = {k: _plain(cfg[k]) for k in SETTINGS} | {"govreport": govreport.name}
+    results["settings"] = {k: _plain(cfg[k]) for k in SETTINGS} | {"govreport": govreport.root.name}
     results["changed_from_defaults"] = changed_settings(cfg)
     results["documents"] = {
         "train": [d.id for d in train_docs], "held_out": [d.id for d in held_out],

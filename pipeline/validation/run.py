@@ -13,38 +13,73 @@ timings, so that two runs compare equal).
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pydantic.dataclasses
+from omegaconf import OmegaConf
 
-from pipeline.artifacts import KeyTokenArtifact, load_artifact
+from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.cli import compose
+from pipeline.definition import DEFINITION_FIELDS, KeyTokenDefinition, Positive
 from pipeline.files import write_bytes_atomic, write_json_atomic
+from pipeline.hub import offline_unless
 from pipeline.keytokens.settings import KeyTokenSettings
-from pipeline.logprobs import TargetScorer
-from pipeline.models import LoadedModel, ModelChoice
+from pipeline.models.loading import LoadedModel, ModelChoice, is_local_model
+from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.provenance import file_sha256
-from pipeline.reporting.keytoken_page import default_path
+from pipeline.reporting.keytoken_page import write_page
+from pipeline.settings import Compute, NonNegative, ScoreSettings, field_names, parse
 from pipeline.validation import family, figures, report, study, synthetic
 
 # The settings results.json records (the evaluator and model by their spec).
 SETTINGS = ("seed", "documents", "lines", "questions", "min_gap_lines", "evaluator", "K", "d")
 SETTINGS += ("alpha", "beta", "gamma", "govreport_documents")
-STAGE1_KEYS = ("K", "d", "alpha", "beta", "gamma", "dtype", "device", "head_chunk", "vocab_tile")
-STAGE1_KEYS += ("window_batch_tokens", "cache_dir", "progress")
+STAGE1_KEYS = (*DEFINITION_FIELDS, *field_names(Compute), "progress")
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class ValidateOptions:
+    """``conf/validate.yaml``'s own settings (the definition, the grid, the compute settings and the
+    evaluator group are checked as their own types)."""
+
+    seed: NonNegative
+    documents: Positive
+    lines: Positive
+    questions: Positive
+    min_gap_lines: NonNegative
+    members: list[dict[str, Any]]
+    govreport: str
+    govreport_documents: Positive
+    evaluators: list[dict[str, Any]]
+    work_dir: str
+    docs_dir: str
+    report: str
+    checkpoints: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    fresh: bool = True
+
+
+def check_settings(cfg: Any) -> None:
+    """Every setting of the study, checked before anything runs: one error line for the first bad one."""
+    parse(ValidateOptions, cfg)
+    parse(KeyTokenDefinition, cfg)
+    parse(Compute, cfg)
+    grid_of(cfg)
+    ModelChoice.parse(cfg.evaluator, "evaluator.")
 
 
 def run(cfg: Any) -> dict[str, Any]:
     """The whole study; returns the results written to ``<docs_dir>/results.json``."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_settings(cfg)
     started, timing = time.time(), {}
     work, out = Path(cfg.work_dir), Path(cfg.docs_dir)
     members = family.members(cfg)  # the family and its evaluators first: a wrong one fails at once
+    offline_unless(*(not is_local_model(m.choice.spec) for m in members))
     t = time.time()
     evals = family.evaluators(cfg, work)
     timing["evaluator artifacts"] = time.time() - t
@@ -70,7 +105,7 @@ def run(cfg: Any) -> dict[str, Any]:
     results = {
         "settings": recorded_settings(cfg, members),
         "synthetic": {**part1, "corpus_sha256": file_sha256(corpus)},
-        "identification": study.identification(tokens, [(float(a), float(b)) for a, b in cfg.grid]),
+        "identification": study.identification(tokens, grid_of(cfg)),
         "evaluator_retrieval": evaluator,
         "govreport": {
             "artifact": Path(str(cfg.govreport)).name,
@@ -103,7 +138,7 @@ def identification_part(
     tokens = study.qa_tokens(artifact, docs)
     png = figures.identification_png(tokens, float(cfg.alpha), float(cfg.beta))
     write_bytes_atomic(out / "identification.png", png)
-    shutil.copyfile(default_path(artifact.root, docs[0].id), out / f"keytokens-{docs[0].id}.html")
+    write_page(artifact.root, out / f"keytokens-{docs[0].id}.html", docs[0].id)
     return tokens, {
         "documents": [{"id": d.id, "answers": d.answers, "queried_lines": d.queried_lines} for d in docs],
         "artifact": artifact.root.name,
@@ -119,9 +154,10 @@ def identification_part(
 
 
 def load(choice: ModelChoice, cfg: Any) -> tuple[LoadedModel, TargetScorer]:
-    """A model with this run's dtype and device, and its scorer."""
-    lm = choice.load(dtype=cfg.dtype, device=cfg.device, cache_dir=cfg.cache_dir)
-    return lm, TargetScorer(lm.model, head_chunk=int(cfg.head_chunk), vocab_tile=cfg.vocab_tile)
+    """A model with this run's compute settings, and its scorer."""
+    compute = parse(Compute, cfg)
+    lm = choice.load(compute)
+    return lm, scorer_for(lm, compute)
 
 
 def evaluator_retrieval(
@@ -132,7 +168,7 @@ def evaluator_retrieval(
 ) -> dict[str, Any]:
     """Can the evaluator itself retrieve the answers, with the full context and with stage 1's? The
     full-context numbers are a family member's when the evaluator is one (the same computation)."""
-    choice = ModelChoice.from_config(cfg.evaluator)
+    choice = ModelChoice.parse(cfg.evaluator, "evaluator.")
     same = [
         r
         for m, r in zip(members, rows, strict=True)
@@ -174,13 +210,18 @@ def write_results(
     same = json.loads(previous.read_text()) == results if previous.exists() else None
     write_json_atomic(previous, results)
     timing["total"] = time.time() - started
-    grid = [(float(a), float(b)) for a, b in cfg.grid]
+    grid = grid_of(cfg)
     page = report.render(results, timing, out, f"keytokens-{first_doc}.html", grid, same, Path(cfg.report))
     write_bytes_atomic(Path(cfg.report), page.encode("utf-8"))
     comparison = {None: "no previous results", True: "identical to", False: "DIFFERENT from"}[same]
     print(f"wrote {cfg.report} and {out}/ in {timing['total']:.0f} s")
     print(f"results.json: {comparison}{' the previous run' if same is not None else ''}")
     return results
+
+
+def grid_of(cfg: Any) -> list[tuple[float, float]]:
+    """The (alpha, beta) grid of the identification table (``paper``: the paper's Table 2)."""
+    return list(parse(ScoreSettings, {"grid": OmegaConf.to_container(cfg, resolve=True)["grid"]}).grid)
 
 
 def _quartiles(values: np.ndarray) -> dict[str, float]:

@@ -20,13 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline import keytokens
-from pipeline.artifacts import KeyTokenArtifact, iter_documents
+from pipeline import definition
+from pipeline.artifact.reader import iter_documents
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.logprobs import TargetScorer, context_limited_top1
-from pipeline.models import LoadedModel
+from pipeline.models.loading import LoadedModel
+from pipeline.models.logprobs import TargetScorer
+from pipeline.models.top1 import context_limited_top1
 from pipeline.reporting.common import correlate
-from pipeline.tokenization import encode_with_offsets
+from pipeline.text.tokenization import encode_with_offsets
 from pipeline.validation.synthetic import SyntheticDocument
 
 # ----------------------------------------------------------------------------------------------
@@ -105,7 +107,8 @@ def overlap_mask(offsets: np.ndarray, spans: list[list[int]]) -> np.ndarray:
 def classifiers(lsd: np.ndarray, lcl: np.ndarray, alpha: float, beta: float) -> dict[str, np.ndarray]:
     """The three rules of paper Fig. 4b: LSD alone, LCL alone, and both (the key-token rule)."""
     with np.errstate(invalid="ignore"):
-        return {"LSD": lsd > alpha, "LCL": lcl > beta, "LSD and LCL": keytokens.is_key(lsd, lcl, alpha, beta)}
+        both = definition.is_key(lsd, lcl, alpha, beta)
+        return {"LSD": lsd > alpha, "LCL": lcl > beta, "LSD and LCL": both}
 
 
 # ----------------------------------------------------------------------------------------------

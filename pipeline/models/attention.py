@@ -18,7 +18,7 @@ see: the others would contribute exp(-inf) = 0 to the softmax, so the result is 
 
 Selected with ``attn_implementation: blocked_sdpa`` (the pipeline's default). transformers checks
 any implementation whose name contains "sdpa" against the model's sdpa support, which Gemma 2
-refuses: the same functions are registered as ``blocked_attention`` too, and ``pipeline.models``
+refuses: the same functions are registered as ``blocked_attention`` too, and ``pipeline.models.loading``
 loads such models with that name.
 """
 

@@ -26,11 +26,10 @@ import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.placement import execution_device, loaded_weights
-from pipeline.precision import rounding_tolerance
-
-DEFAULT_HEAD_CHUNK = 2048
-DEFAULT_VOCAB_TILE = 16384
+from pipeline.models.loading import LoadedModel, resolve_head_dtype
+from pipeline.models.placement import execution_device, loaded_weights
+from pipeline.models.precision import rounding_tolerance
+from pipeline.settings import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, DEFAULT_WINDOW_BATCH_TOKENS, Compute
 
 
 def _head_postprocess(config) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -61,8 +60,10 @@ class TargetScorer:
     """Computes log P(seq[p + 1] | seq[: p + 1]) for chosen positions p of one or more sequences.
 
     Inputs go to the device of the input embeddings, hidden states to the output head's (a device
-    map may spread them; ``pipeline.placement``). ``head_dtype``: the head's dtype (None: its own,
+    map may spread them; ``pipeline.models.placement``). ``head_dtype``: the head's dtype (None: its own,
     as the model's forward; float32 keeps a 16-bit model's logits unrounded before the log-softmax).
+    ``window_batch_tokens``: short windows of equal length are batched up to about this many tokens.
+    Every command builds its scorer from its compute settings (``scorer_for``).
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class TargetScorer:
         head_chunk: int = DEFAULT_HEAD_CHUNK,
         vocab_tile: int | None = DEFAULT_VOCAB_TILE,
         head_dtype: torch.dtype | None = None,
+        window_batch_tokens: int = DEFAULT_WINDOW_BATCH_TOKENS,
     ):
         self.model = model
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
@@ -87,6 +89,7 @@ class TargetScorer:
         self.vocab_size = self.head.weight.shape[0]
         self.head_dtype = head_dtype or self.head.weight.dtype
         self.input_device = execution_device(model.get_input_embeddings())
+        self.window_batch_tokens = window_batch_tokens
 
     @torch.inference_mode()
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -175,7 +178,9 @@ class TargetScorer:
             logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
         ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
         tolerance = rounding_tolerance(logits).cpu()
-        like = TargetScorer(self.model, self.head_chunk, self.vocab_tile, head_dtype=logits.dtype)
+        like = TargetScorer(
+            self.model, self.head_chunk, self.vocab_tile, logits.dtype, self.window_batch_tokens
+        )
         for scorer in (like, self) if self.head_dtype != logits.dtype else (self,):
             diff = (scorer.score(seq, positions) - ref).abs()
             if (diff > tolerance).any():
@@ -184,6 +189,21 @@ class TargetScorer:
                     f"from the model's own logits by {diff.max().item():.2e}, more than rounding explains; "
                     "its output head does something this pipeline does not know"
                 )
+
+
+def scorer_for(model: LoadedModel | torch.nn.Module, compute: Compute) -> TargetScorer:
+    """The scorer of a model (loaded, or a module with its weights) under ``compute``: its head
+    blocks, head dtype (resolved for the model's dtype and device) and window batches. Every model
+    a command or the Python API runs is scored through one."""
+    if isinstance(model, LoadedModel):
+        module, dtype, device = model.model, model.dtype, model.device
+    else:
+        parameter = next(model.parameters())
+        module, dtype, device = model, parameter.dtype, parameter.device
+    head_dtype = resolve_head_dtype(compute.head_dtype, dtype, device)
+    return TargetScorer(
+        module, compute.head_chunk, compute.vocab_tile, head_dtype, compute.window_batch_tokens
+    )
 
 
 @dataclass(frozen=True)
@@ -225,7 +245,6 @@ def sliding_window_logprobs(
     first_window: np.ndarray,
     *,
     bos_id: int | None = None,
-    window_batch_tokens: int = 16384,
     progress: Callable[[Iterator], Iterator] | None = None,
 ) -> np.ndarray:
     """Short-context log-probs (paper Eq. 8) of every token of ``seq``; NaN before position K.
@@ -233,16 +252,16 @@ def sliding_window_logprobs(
     ``first_window`` holds full-context log-probs of at least the first K + d tokens: the window
     starting at 0 is the full context, so its tokens take those values. ``bos_id``: when given,
     every other window is prefixed with it, so the short context reads like the start of a
-    document. Windows of equal length are batched up to about ``window_batch_tokens`` tokens.
+    document. Windows of equal length are batched up to about ``scorer.window_batch_tokens`` tokens.
     """
     n = len(seq)
     short = np.full(n, np.nan)
     first_short = min(K + d, n)
     short[K:first_short] = first_window[K:first_short]
     prefix = [] if bos_id is None else [bos_id]
-    groups = _batches(short_windows(n, K, d), window_batch_tokens, K + d + len(prefix))
+    groups = _batches(short_windows(n, K, d), scorer.window_batch_tokens, K + d + len(prefix))
     for group in progress(groups) if progress else groups:
-        batch = torch.stack([_window_ids(seq, w, prefix) for w in group])
+        batch = torch.stack([window_ids(seq, w, prefix) for w in group])
         hidden = scorer.hidden_states(batch)
         rows, targets = [], []
         for b, w in enumerate(group):
@@ -264,14 +283,11 @@ def long_and_short_logprobs(
     d: int,
     *,
     bos_id: int | None = None,
-    window_batch_tokens: int = 16384,
     progress: Callable[[Iterator], Iterator] | None = None,
 ) -> PassResult:
     """Stage 1's two passes over ``seq``: full-context and sliding-window short-context log-probs."""
     long = full_context_logprobs(scorer, seq)
-    short = sliding_window_logprobs(
-        scorer, seq, K, d, long, bos_id=bos_id, window_batch_tokens=window_batch_tokens, progress=progress
-    )
+    short = sliding_window_logprobs(scorer, seq, K, d, long, bos_id=bos_id, progress=progress)
     return PassResult(long=long, short=short)
 
 
@@ -281,7 +297,6 @@ def context_limited_logprobs(
     window: int | None,
     *,
     bos_id: int | None = None,
-    window_batch_tokens: int = 16384,
 ) -> np.ndarray:
     """log P(seq[i] | seq[:i]) for every i (NaN at 0), with at most ``window`` tokens of context.
 
@@ -297,14 +312,12 @@ def context_limited_logprobs(
         raise PipelineError(f"context_limit must be at least 2 tokens (got {window})")
     d = window // 2
     first = full_context_logprobs(scorer, seq[:window])
-    out = sliding_window_logprobs(
-        scorer, seq, window - d, d, first, bos_id=bos_id, window_batch_tokens=window_batch_tokens
-    )
+    out = sliding_window_logprobs(scorer, seq, window - d, d, first, bos_id=bos_id)
     out[:window] = first
     return out
 
 
-def _window_ids(seq: torch.Tensor, w: Window, prefix: list[int]) -> torch.Tensor:
+def window_ids(seq: torch.Tensor, w: Window, prefix: list[int]) -> torch.Tensor:
     body = seq[w.start : w.end]
     return torch.cat([torch.tensor(prefix, dtype=seq.dtype), body]) if prefix else body
 
@@ -321,79 +334,3 @@ def _batches(windows: list[Window], budget_tokens: int, window_len: int) -> list
         else:
             groups.append([w])
     return groups
-
-
-# ----------------------------------------------------------------------------------------------
-# Top-1 predictions at a few positions (teacher-forced accuracy), in the same windows as above
-
-
-def _window_of(n: int, window: int | None) -> Callable[[int], Window]:
-    """The window that scores token i in ``context_limited_logprobs``: the whole sequence, the first
-    window ``[0, window)``, or the sliding window whose scored range holds i."""
-    if window is None or n <= window:
-        return lambda i: Window(0, 1, n)
-    d = window // 2
-    K = window - d
-
-    def find(i: int) -> Window:
-        if i < window:
-            return Window(0, 1, window)
-        s = ((i - K) // d) * d  # the window starting at s scores [s + K, s + K + d)
-        return Window(s, s + K, min(s + K + d, n))
-
-    return find
-
-
-@torch.inference_mode()
-def top1_hits(scorer: TargetScorer, hidden: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
-    """Whether each target is the model's top-1 prediction (argmax over the vocabulary, first on
-    ties) from hidden states (n x hidden), over vocabulary tiles: no full-vocabulary logits for more
-    than ``head_chunk`` positions of one tile."""
-    hits = []
-    with scorer.head_ready() as device:
-        hidden, targets = hidden.to(device), targets.to(device)
-        for a in range(0, len(targets), scorer.head_chunk):
-            h = hidden[a : a + scorer.head_chunk]
-            best = torch.full((len(h),), -torch.inf, dtype=torch.float64, device=device)
-            best_id = torch.zeros(len(h), dtype=torch.long, device=device)
-            for v, logits in scorer.logit_tiles(h):
-                value, index = logits.to(torch.float64).max(dim=1)
-                better = value > best
-                best = torch.where(better, value, best)
-                best_id = torch.where(better, index + v, best_id)
-            hits.append(best_id == targets[a : a + scorer.head_chunk])
-    return torch.cat(hits).cpu().numpy() if hits else np.zeros(0, dtype=bool)
-
-
-def context_limited_top1(
-    scorer: TargetScorer,
-    seq: torch.Tensor,
-    positions: np.ndarray,
-    window: int | None,
-    *,
-    bos_id: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """For tokens ``seq[i]``, i in ``positions`` (i >= 1): the log-prob and whether it is the top-1
-    prediction, each with the context ``context_limited_logprobs`` gives it (same windows, BOS before
-    every window after the first). Only the windows that hold a position run: one forward pass
-    each, so a few positions at the end of a long sequence cost one window, not the sequence."""
-    positions = np.asarray(positions, dtype=np.int64)
-    logprobs = np.full(len(positions), np.nan)
-    hits = np.zeros(len(positions), dtype=bool)
-    if len(positions) and (positions.min() < 1 or positions.max() >= len(seq)):
-        raise PipelineError(
-            f"positions must lie in [1, {len(seq)}) (got {positions.min()}..{positions.max()})"
-        )
-    find = _window_of(len(seq), window)
-    groups: dict[Window, list[int]] = {}
-    for k, i in enumerate(positions.tolist()):
-        groups.setdefault(find(i), []).append(k)
-    for w, ks in groups.items():
-        prefix = [bos_id] if bos_id is not None and w.start > 0 else []
-        ids = _window_ids(seq, w, prefix)
-        hidden = scorer.hidden_states(ids[None])[0]
-        local = torch.as_tensor(positions[ks] - w.start - 1 + len(prefix))
-        rows, targets = hidden[local], ids[local + 1]
-        logprobs[ks] = scorer.score_hidden(rows, targets).numpy()
-        hits[ks] = top1_hits(scorer, rows, targets)
-    return logprobs, hits

@@ -7,7 +7,7 @@ come from one of three sources, through one code path, so that the losses compar
 
 - ``self`` (the paper): LSD from the model being trained, recomputed at every step. The long
   log-probs are those of the pass with gradient (the model's own forward, detached); the short ones
-  come from no-grad sliding windows (``pipeline.logprobs.sliding_window_logprobs``: windows
+  come from no-grad sliding windows (``pipeline.models.logprobs.sliding_window_logprobs``: windows
   ``seq[s : s+K+d]`` for s = d, 2d, ... score their last d tokens, the last window partial; the
   output head runs in bounded chunks, never on a window's full-vocabulary logits at once).
 - ``artifact``: the soft weights of a stage-1 artifact, carried onto the training tokenizer's tokens
@@ -27,45 +27,47 @@ the weights are then random (most LLMs have none). Call ``model.eval()`` for det
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import pydantic.dataclasses
 import torch
 
-from pipeline import alignment, keytokens
-from pipeline.artifacts import ArtifactDocument, KeyTokenArtifact, iter_documents
+from pipeline import definition
+from pipeline.artifact.reader import ArtifactDocument, iter_documents
+from pipeline.artifact.schema import KeyTokenArtifact
+from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
-from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer, sliding_window_logprobs
+from pipeline.models.logprobs import TargetScorer, scorer_for, sliding_window_logprobs
 from pipeline.provenance import text_sha256
+from pipeline.settings import Compute
+from pipeline.text import alignment
 
 SOURCES = ("self", "artifact", "ce")
 IGNORE_INDEX = -100
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class LongCESettings:
-    source: str = "self"  # self | artifact | ce
-    K: int = 4096  # short context length
-    d: int = 1024  # sliding-window step: one short pass of K + d tokens scores d tokens
-    gamma: float = 5.0  # weight cap: min(exp(LSD), gamma)
-    window_bos_id: int | None = None  # prefix every short window with this token (None: the reference)
-    head_chunk: int = DEFAULT_HEAD_CHUNK
-    vocab_tile: int | None = DEFAULT_VOCAB_TILE
-    window_batch_tokens: int = 16384
+    """The loss: its weight source, the key-token definition the weights follow (K, d and gamma;
+    alpha and beta do not enter the loss) and how the short passes run."""
 
-    def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise PipelineError(
-                f"unknown LongCE weight source '{self.source}': use one of {', '.join(SOURCES)}"
-            )
-        if not self.gamma > 0:
-            raise PipelineError(
-                f"gamma must be positive (got {self.gamma}): weights are min(exp(LSD), gamma)"
-            )
-        if self.K < 1 or self.d < 1:
-            raise PipelineError(f"K and d must be positive (got K={self.K}, d={self.d})")
+    source: Literal[SOURCES] = "self"
+    definition: KeyTokenDefinition = KeyTokenDefinition()
+    compute: Compute = Compute()
+    window_bos_id: int | None = None  # prefix every short window with this token (None: the reference)
+
+    @classmethod
+    def for_model(
+        cls, source: str, definition: KeyTokenDefinition, compute: Compute, tokenizer: Any
+    ) -> LongCESettings:
+        """The settings for a model with ``tokenizer``: its BOS before every short window when the
+        definition's ``short_window_bos`` says so."""
+        bos = tokenizer.bos_token_id if definition.short_window_bos else None
+        return cls(source, definition, compute, None if bos is None else int(bos))
 
 
 @dataclass
@@ -116,7 +118,7 @@ def unwrap(model: Any) -> Any:
 class LongCE:
     """The LongCE loss, usable from any training loop::
 
-    loss_fn = LongCE(LongCESettings(source="self", K=4096, d=1024, gamma=5.0))
+    loss_fn = LongCE(LongCESettings(source="self", definition=KeyTokenDefinition(K=4096, d=1024)))
     out = loss_fn(model, input_ids)          # labels=..., weights=... (artifact source)
     out.loss.backward()                      # out.weights: the stop-gradient weights
     """
@@ -164,7 +166,7 @@ class LongCE:
                 shape = None if given is None else tuple(given.shape)
                 raise PipelineError(
                     f"LongCE(artifact) needs per-target weights of shape {tuple(nll.shape)} with the batch "
-                    f"(got {shape}): build the training data with pipeline.longce.ArtifactWeights"
+                    f"(got {shape}): build the training data with pipeline.training.longce.ArtifactWeights"
                 )
             return torch.where(mask, given.to(nll.device, nll.dtype), torch.ones_like(nll))
         return self.self_weights(
@@ -177,7 +179,7 @@ class LongCE:
     ) -> torch.Tensor:
         """min(exp(short NLL - long NLL), gamma) per target, from the long pass's NLL (detached) and
         the sliding-window short passes of ``model``; 1 where there is no shorter context."""
-        s = self.settings
+        s = self.settings.definition
         scorer = self._scorer_for(model)
         none = min(1.0, s.gamma)  # no shorter context: LSD counts as 0 (the reference clamps it too)
         out = torch.full(nll.shape, none, dtype=torch.float64)
@@ -190,19 +192,19 @@ class LongCE:
             long = np.full(length, np.nan)
             long[1:] = -nll[b, : length - 1].double().cpu().numpy()
             seq = input_ids[b, :length].detach().cpu()
-            short = sliding_window_logprobs(
-                scorer, seq, s.K, s.d, long, bos_id=s.window_bos_id, window_batch_tokens=s.window_batch_tokens
-            )
-            w = keytokens.soft_weight(keytokens.long_short_difference(long, short), s.gamma)
+            short = sliding_window_logprobs(scorer, seq, s.K, s.d, long, bos_id=self.settings.window_bos_id)
+            w = definition.soft_weight(definition.long_short_difference(long, short), s.gamma)
             out[b, : length - 1] = torch.from_numpy(np.where(np.isnan(w[1:]), none, w[1:]))
         return torch.where(mask.cpu(), out, torch.ones_like(out))
 
     def _scorer_for(self, model: Any) -> TargetScorer:
         if self._scorer is None or self._scorer.model is not model:
             head = model.get_output_embeddings()
+            compute = self.settings.compute
             # DeepSpeed ZeRO-3 partitions weights: only a call of the head module gathers them.
-            tile = None if hasattr(getattr(head, "weight", None), "ds_id") else self.settings.vocab_tile
-            scorer = TargetScorer(model, head_chunk=self.settings.head_chunk, vocab_tile=tile)
+            if hasattr(getattr(head, "weight", None), "ds_id"):
+                compute = dataclasses.replace(compute, vocab_tile=None)
+            scorer = scorer_for(model, compute)
             was_training = model.training
             model.eval()  # the guard compares two computations: no dropout between them
             try:
@@ -216,7 +218,7 @@ class LongCE:
         if self._told_no_short_context:
             return
         self._told_no_short_context = True
-        s = self.settings
+        s = self.settings.definition
         warnings.warn(
             f"LongCE(self): a sequence of {length} tokens is not longer than K + d = {s.K + s.d} "
             f"(K={s.K}, d={s.d}), so no token has a context shorter than its full one: all its weights "
@@ -254,11 +256,6 @@ class ArtifactWeights:
         with no evaluator weight (no short context, or beyond the artifact's truncated text)."""
         doc = self.matching_document(doc_id, text)
         return alignment.soft_weights(offsets, doc.eval_offsets, doc.soft_weight, len(text))
-
-    def target_weights(self, doc_id: str, text: str, offsets: np.ndarray) -> np.ndarray:
-        """``token_weights`` for training: a token without a weight gets min(1, gamma) (LSD 0)."""
-        w = self.token_weights(doc_id, text, offsets)
-        return np.where(np.isnan(w), min(1.0, self.gamma), w)
 
     def matching_document(self, doc_id: str, text: str) -> ArtifactDocument:
         """The artifact's document ``doc_id``, checked to hold ``text`` (or a truncated prefix of it)."""

@@ -8,21 +8,25 @@ checkpoint keyed by the file's sha256, so later loads take seconds instead of a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+import pydantic.dataclasses
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline import attention
 from pipeline.errors import PipelineError
-from pipeline.placement import describe, execution_device, from_pretrained_placement
+from pipeline.models import attention
+from pipeline.models.placement import describe, execution_device, from_pretrained_placement
 from pipeline.provenance import file_sha256
+from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
@@ -102,6 +106,28 @@ class LoadedModel:
         return describe(self.model, self.device)
 
 
+def in_memory(model: Any, tokenizer: Any, name: str | None = None) -> LoadedModel:
+    """A model and tokenizer that are already loaded (a notebook, a training job), as a ``LoadedModel``."""
+    if tokenizer is None:
+        raise PipelineError("pass the model's tokenizer too: the key spans are mapped onto its tokens")
+    parameter = next(model.parameters())
+    spec = name or getattr(model, "name_or_path", None) or type(model).__name__
+    source = ModelSource(spec=str(spec), kind="memory", path="")
+    source.attn_implementation = getattr(model.config, "_attn_implementation", None)
+    return LoadedModel(model, tokenizer, source, dtype=parameter.dtype, device=parameter.device)
+
+
+@contextlib.contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """The model in eval mode (no dropout) for the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def is_local_model(spec: str) -> bool:
     """True when loading ``spec`` needs no network: an embedded model or an existing path."""
     return spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
@@ -124,9 +150,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in dtypes:
         raise PipelineError(f"unknown dtype '{name}': use one of auto, {', '.join(dtypes)}")
     return dtypes[name]
-
-
-HEAD_DTYPES = ("auto", "model", "float32")
 
 
 def resolve_head_dtype(name: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
@@ -307,46 +330,43 @@ def attention_dispatches(model: Any) -> bool:
     return attention.CALLS[0] > before
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class ModelChoice:
     """A model as a Hydra ``evaluator/`` or ``model/`` group describes it (``conf/model/*.yaml``)."""
 
-    spec: str
-    revision: str | None = None
-    device_map: str | None = None
+    spec: Text
+    revision: Text | None = None
+    device_map: str | dict[str, Any] | None = None
     trust_remote_code: bool = False
     attn_implementation: str | None = attention.NAME
-    name: str | None = None  # the leaderboard's name for it; None: derived from the spec
+    name: Text | None = None  # the leaderboard's name for it; None: derived from the spec
 
     @classmethod
-    def from_config(cls, node: Any) -> ModelChoice:
-        return cls(
-            spec=str(node.spec),
-            revision=node.get("revision"),
-            device_map=node.get("device_map"),
-            trust_remote_code=bool(node.get("trust_remote_code")),
-            attn_implementation=node.get("attn_implementation"),
-            name=node.get("name"),
-        )
+    def parse(cls, node: Any, prefix: str = "model.") -> ModelChoice:
+        """A ``model``/``evaluator`` group (a mapping or an OmegaConf node), checked: an unknown key
+        or a value of the wrong type is one PipelineError."""
+        return parse(cls, node, prefix=prefix, strict=True)
 
-    def load(
-        self,
-        *,
-        dtype: str = "auto",
-        device: str = "auto",
-        cache_dir: str | Path | None = None,
-        gpus: list[int] | None = None,
-    ) -> LoadedModel:
+    @property
+    def display_name(self) -> str:
+        """The leaderboard's name: ``name``, else the spec (a file's stem, a directory's name)."""
+        if self.name:
+            return str(self.name)
+        path = Path(self.spec)
+        return path.stem if self.spec.endswith(".gguf") else path.name if path.is_dir() else self.spec
+
+    def load(self, compute: Compute, gpus: list[int] | None = None) -> LoadedModel:
+        """The model with the compute settings' dtype, device and GGUF cache."""
         return load_model(
             self.spec,
-            dtype=dtype,
-            device=device,
+            dtype=compute.dtype,
+            device=compute.device,
             device_map=self.device_map,
             gpus=gpus,
             revision=self.revision,
             trust_remote_code=self.trust_remote_code,
             attn_implementation=self.attn_implementation,
-            cache_dir=cache_dir,
+            cache_dir=compute.cache_dir,
         )
 
 

@@ -2,7 +2,7 @@
 
 A sequence is the model's BOS (when it has one and ``add_bos``) and the document's tokens, cut at
 ``max_length`` (recorded as truncated). For the ``artifact`` weight source each sequence carries the
-weight of every target token (``pipeline.longce.ArtifactWeights``), computed once here, so that
+weight of every target token (``pipeline.training.longce.ArtifactWeights``), computed once here, so that
 training pays nothing for them. Batches are padded on the right; padded targets are not scored.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.corpus import Document
 from pipeline.errors import PipelineError
-from pipeline.longce import IGNORE_INDEX, ArtifactWeights
-from pipeline.tokenization import encode_with_offsets
+from pipeline.text.corpus import Document
+from pipeline.text.tokenization import encode_with_offsets
+from pipeline.training.longce import IGNORE_INDEX, ArtifactWeights
 
 
 @dataclass

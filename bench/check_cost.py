@@ -1,7 +1,7 @@
 """The cost of checking an artifact's contents on every load, against a score run on the same artifact.
 
 Times, on one artifact (default: the default artifact), reading it as before the checks (manifest,
-file hashes, Parquet tables) and the content checks (``pipeline.artifact_checks``), alternately,
+file hashes, Parquet tables) and the content checks (``pipeline.artifact.checks``), alternately,
 ``--repeats`` times (medians); and reads the wall time of the newest score run on that artifact
 (same fingerprint) from a results file, which ``make score`` wrote on this machine.
 
@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from bench.common import default_artifact
-from pipeline.artifact_checks import check_artifact
-from pipeline.artifacts import KeyTokenArtifact, declared_tables, read_manifest, read_table
-from pipeline.results import read_lines
+from pipeline.artifact.checks import check_artifact
+from pipeline.artifact.reader import read_manifest, read_table
+from pipeline.artifact.schema import KeyTokenArtifact, declared_tables
+from pipeline.results.scores import read_lines
 
 
 def read_unchecked(root: Path) -> KeyTokenArtifact:

@@ -1,10 +1,10 @@
-"""`make finetune` (issue #11): fine-tune a causal LM with LongCE or plain CE, on Hugging Face ``Trainer``.
+"""Fine-tuning a causal LM with LongCE or plain CE on Hugging Face ``Trainer`` (`make finetune`).
 
-The loss is ``pipeline.longce.LongCE`` behind ``Trainer.compute_loss``; everything else (devices,
+The loss is ``pipeline.training.longce.LongCE`` behind ``Trainer.compute_loss``; everything else (devices,
 data parallelism, DeepSpeed ZeRO, mixed precision, gradient accumulation and checkpointing,
 optimizer, schedule, saving and resuming) is the Trainer's, configured with its own argument names
-under ``training.`` (``conf/finetune.yaml``). Run as ``python -m pipeline.finetune [key=value ...]``,
-or with ``torchrun`` / ``accelerate launch`` for several GPUs.
+under ``training.`` (``conf/finetune.yaml``). The command is ``python -m pipeline.training [key=value
+...]``, or ``torchrun`` / ``accelerate launch`` with ``-m pipeline.training`` for several GPUs.
 
 Writes ``<output_dir>/<name>/``: the Trainer's ``checkpoint-<step>/`` folders, ``metrics.jsonl``
 (one line per logged step: the objective, the plain CE of the same tokens, the weights' mean and
@@ -16,7 +16,6 @@ artifact hashes, library versions) and ``final/`` (the model, its tokenizer and
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -24,19 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from pipeline import __version__
-from pipeline.artifacts import HUB_PREFIX, load_artifact, locate_artifact
-from pipeline.cli import hydra_main
-from pipeline.corpus import CorpusSpec, load_corpus
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
-from pipeline.finetune_data import RightPadCollator, SequenceDataset, TrainingSequence, build_sequences
-from pipeline.longce import ArtifactWeights, LongCE, LongCEOutput, LongCESettings
-from pipeline.models import ModelChoice, is_local_model
-from pipeline.provenance import library_versions
+from pipeline.training.longce import LongCE, LongCEOutput, LongCESettings
+from pipeline.training.sequences import RightPadCollator, SequenceDataset, TrainingSequence
 
 PROVENANCE = "longppl-finetune.json"
 
@@ -78,7 +70,7 @@ class LongCETrainer(Trainer):
         return (loss, out) if return_outputs else loss
 
     def record(self, out: LongCEOutput) -> None:
-        for key, value in out.stats(self.longce.settings.gamma).items():
+        for key, value in out.stats(self.longce.settings.definition.gamma).items():
             if key == "weight_max":
                 self.sums[key] = max(self.sums.get(key, 0.0), value)
             else:
@@ -187,122 +179,3 @@ def _write_record(trainer: Trainer, path: Path, record: dict[str, Any]) -> None:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-# ----------------------------------------------------------------------------------------------
-# The command
-
-
-def longce_settings(cfg: Any, tokenizer: Any) -> LongCESettings:
-    bos = tokenizer.bos_token_id if cfg.short_window_bos else None
-    return LongCESettings(
-        source=str(cfg.source),
-        K=int(cfg.K),
-        d=int(cfg.d),
-        gamma=float(cfg.gamma),
-        window_bos_id=None if bos is None else int(bos),
-        head_chunk=int(cfg.head_chunk),
-        vocab_tile=cfg.vocab_tile,
-        window_batch_tokens=int(cfg.window_batch_tokens),
-    )
-
-
-def run_name(cfg: Any) -> str:
-    if cfg.name:
-        return str(cfg.name)
-    spec = str(cfg.model.spec)
-    model = cfg.model.get("name") or (Path(spec).stem if spec.endswith(".gguf") else Path(spec).name)
-    loss = "ce" if cfg.source == "ce" else f"longce-{cfg.source}"
-    if cfg.source == "self":
-        loss += f"-K{cfg.K}-d{cfg.d}-g{cfg.gamma:g}"
-    return f"{cfg.corpus.name}--{model}--{loss}"
-
-
-def load_training_data(cfg: Any, lm: Any):
-    """Corpus documents, the artifact's weights when asked, and the training sequences."""
-    spec = CorpusSpec.from_config(cfg.corpus)
-    docs = load_corpus(spec)
-    if cfg.num_documents is not None:
-        docs = docs[: int(cfg.num_documents)]
-    weights, artifact_record = None, None
-    if cfg.source == "artifact":
-        weights, artifact_record = load_artifact_weights(cfg)
-    max_length = int(cfg.max_length) if cfg.max_length is not None else lm.context_length
-    if max_length is None:
-        raise PipelineError(f"{cfg.model.spec} does not state its context length: set max_length=<tokens>")
-    if lm.context_length is not None and max_length > lm.context_length:
-        raise PipelineError(
-            f"max_length={max_length} exceeds {cfg.model.spec}'s context of {lm.context_length} tokens: set "
-            f"max_length<={lm.context_length}, or extend the model's context first (rope_scaling in its "
-            "config.json, as the paper's PI and EABF do) and pass that checkpoint"
-        )
-    sequences, skipped = build_sequences(
-        docs, lm.tokenizer, max_length=max_length, add_bos=bool(cfg.add_bos),
-        min_tokens=int(cfg.min_tokens), weights=weights,
-    )  # fmt: skip
-    corpus = {
-        "spec": spec.__dict__,
-        "documents": [{"doc_id": d.id, "sha256": d.sha256} for d in docs],
-        "skipped": skipped,
-        "sequences": len(sequences),
-        "truncated": sum(s.truncated for s in sequences),
-        "max_length": max_length,
-        "tokens": sum(len(s.input_ids) for s in sequences),
-    }
-    return sequences, corpus, artifact_record
-
-
-def load_artifact_weights(cfg: Any) -> tuple[ArtifactWeights, dict[str, Any]]:
-    if not cfg.artifact:
-        raise PipelineError("source=artifact needs artifact=<artifact dir or hf://datasets/...>")
-    spec = str(cfg.artifact)
-    path, where = locate_artifact(spec if spec.startswith(HUB_PREFIX) else str(Path(spec).absolute()))
-    artifact = load_artifact(path)
-    record = {"name": artifact.root.name, "fingerprint": artifact.manifest["fingerprint"], "source": where}
-    record.update({k: artifact.settings.get(k) for k in ("K", "d", "gamma")})
-    record["evaluator"] = artifact.settings["evaluator"]["spec"]
-    return ArtifactWeights(artifact), record
-
-
-def run(cfg: Any) -> dict[str, Any]:
-    choice = ModelChoice.from_config(cfg.model)
-    if is_local_model(choice.spec):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: fail fast
-    # Loaded on the CPU; the Trainer puts it on its device (each process its own GPU).
-    lm = choice.load(dtype=cfg.dtype, device="cpu", cache_dir=cfg.get("cache_dir"))
-    settings = longce_settings(cfg, lm.tokenizer)
-    sequences, corpus, artifact = load_training_data(cfg, lm)
-    run_dir = Path(str(cfg.output_dir)).absolute() / run_name(cfg)
-    training = OmegaConf.to_container(cfg.training, resolve=True)
-    if isinstance(training.get("deepspeed"), str):
-        training["deepspeed"] = str(Path(training["deepspeed"]).absolute())
-    args = training_arguments(run_dir, training, str(cfg.device), int(cfg.seed))
-    record = {
-        "name": run_dir.name,
-        "loss": settings.__dict__,
-        "model": lm.source.to_dict(),
-        "dtype": str(lm.dtype).removeprefix("torch."),
-        "corpus": corpus,
-        "artifact": artifact,
-        "training": training,
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "pipeline_version": __version__,
-        "libraries": library_versions(),
-    }
-    loss = "CE" if settings.source == "ce" else f"LongCE({settings.source})"
-    print(
-        f"fine-tuning {cfg.model.spec} with {loss} "
-        f"on {corpus['sequences']} sequences of up to {corpus['max_length']} tokens "
-        f"({corpus['truncated']} truncated, {len(corpus['skipped'])} skipped) -> {run_dir}"
-    )
-    record = finetune(lm, sequences, settings, args, record, resume=cfg.resume)
-    print(f"finished {record['steps']} steps in {record['wall_seconds']:.0f} s: {run_dir / 'final'}")
-    return record
-
-
-def main() -> None:
-    hydra_main("finetune", run)
-
-
-if __name__ == "__main__":
-    main()

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pydantic.dataclasses
 
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
+from pipeline.settings import parse
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Document:
         return text_sha256(self.text)
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class CorpusSpec:
     """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (a Hub id, or a local
     dataset directory saved with ``datasets``) is set.
@@ -54,12 +56,18 @@ class CorpusSpec:
     limit: int | None = None
 
     @classmethod
-    def from_config(cls, node: Any) -> CorpusSpec:
-        """A ``conf/corpus/`` group, typed (unknown keys are an error)."""
-        from omegaconf import OmegaConf
-        from pydantic import TypeAdapter
+    def parse(cls, node: Any) -> CorpusSpec:
+        """A ``conf/corpus/`` group (a mapping or an OmegaConf node), checked: an unknown key or a
+        value of the wrong type is one PipelineError."""
+        return parse(cls, node, prefix="corpus.", strict=True)
 
-        return TypeAdapter(cls).validate_python(OmegaConf.to_container(node, resolve=True))
+    def record(self) -> dict[str, Any]:
+        """Where the texts came from, as a keytokens manifest records it (and, for texts decoded from
+        a pre-tokenized dataset, how they were selected and decoded)."""
+        keys = ("name", "path", "dataset", "split", "revision", "text_field")
+        if self.tokenized_with:
+            keys += ("tokenized_with", "tokenizer_revision", "min_tokenized_len", "max_ids", "limit")
+        return {k: getattr(self, k) for k in keys}
 
     @property
     def needs_network(self) -> bool:

@@ -1,6 +1,6 @@
 """A drop-in for the official package's ``compute_longppl``, computed by this project's engine.
 
-    from pipeline.dropin import compute_longppl        # instead of: from longppl import compute_longppl
+    from pipeline.api.dropin import compute_longppl        # instead of: from longppl import compute_longppl
 
     out = compute_longppl(text, model, evaluator_model, tokenizer, evaluator_tokenizer)
     out["longppl"], out["n_key_token"], out["ppl"], out["n_token"]
@@ -23,18 +23,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.api import eval_mode, in_memory
-from pipeline.artifacts import ArtifactDocument
-from pipeline.corpus import CorpusSpec, Document
+from pipeline.artifact.reader import ArtifactDocument
+from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.keytokens.documents import Prepared
-from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.logprobs import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, TargetScorer
-from pipeline.models import ModelChoice, load_model
+from pipeline.models.loading import eval_mode, in_memory, load_model
+from pipeline.models.logprobs import TargetScorer
 from pipeline.official.span_files import format_spans, merge_overlaps, read_span_file
-from pipeline.score import ScoreSettings, score_document
-from pipeline.tokenization import encode_with_offsets
+from pipeline.score.documents import score_document
+from pipeline.settings import ScoreSettings, parse
+from pipeline.text.corpus import Document
+from pipeline.text.tokenization import encode_with_offsets
 
 OFFICIAL_SCORING = ScoreSettings(add_bos=False, grid=())  # no special tokens; key spans only
 
@@ -107,31 +107,9 @@ def key_spans(text: str, model: Any, tokenizer: Any, K: int, d: int, alpha: floa
     bos = leading_bos(tokenizer, text, enc.ids)
     if len(enc.ids) + (bos is not None) <= K:  # no token has a short context: no key token
         return np.zeros((0, 2), dtype=np.int64)
-    settings = KeyTokenSettings(
-        evaluator=ModelChoice(spec="evaluator"),
-        corpus=CorpusSpec(name="text"),
-        K=K,
-        d=d,
-        alpha=float(alpha),
-        beta=float(beta),
-        gamma=5.0,  # soft weights are not used by compute_longppl
-        max_tokens=None,
-        min_tokens=0,
-        num_documents=None,
-        add_bos=bos is not None,
-        short_window_bos=False,
-        dtype="auto",
-        device="auto",
-        head_dtype="model",  # the official code's logits are in the model's dtype
-        head_chunk=DEFAULT_HEAD_CHUNK,
-        vocab_tile=DEFAULT_VOCAB_TILE,
-        window_batch_tokens=16384,
-        cache_dir=None,
-        progress=False,
-        name=None,
-        output_dir=".",
-    )
+    values = {"K": K, "d": d, "alpha": alpha, "beta": beta, "short_window_bos": False}
+    rule = parse(KeyTokenDefinition, values)  # gamma: soft weights are not used by compute_longppl
     item = Prepared(0, Document("text", text), text, enc.ids, enc.offsets, enc.offsets_from, False)
     with eval_mode(model):
-        _, _, spans = keytoken_tables(TargetScorer(model), item, settings, bos)
+        _, _, spans = keytoken_tables(TargetScorer(model), item, rule, bos)
     return np.stack([spans["char_start"].to_numpy(), spans["char_end"].to_numpy()], axis=1).astype(np.int64)

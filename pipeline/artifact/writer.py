@@ -3,7 +3,7 @@
 Each finished document is a part, ``parts/<index>/`` (its three tables, written to a temporary
 directory and renamed into place: a part is complete or absent); ``run.json`` holds the settings
 fingerprint that a resumed run must match. ``finalize`` concatenates the parts in document order
-into the tables of ``pipeline.artifacts`` and writes the manifest last. ``write_artifact`` writes an
+into the tables of ``pipeline.artifact.schema`` and writes the manifest last. ``write_artifact`` writes an
 artifact whose tables are already whole (an imported one, or one computed in memory).
 """
 
@@ -15,24 +15,24 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.artifacts import (
+from pipeline.artifact.schema import (
     DOCUMENTS_SCHEMA,
     KINDS,
     MANIFEST,
     PARTS,
     PER_TOKEN,
     RUN_STATE,
-    SCHEMA_VERSION,
     SPANS_SCHEMA,
     TABLES,
     TOKENS_SCHEMA,
+    KeyTokenArtifact,
+    new_manifest,
 )
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic, write_table_atomic
@@ -118,41 +118,25 @@ class ArtifactWriter:
         for name, schema in TABLES.items():
             pieces = [pq.read_table(self.parts / f"{i:06d}" / f"{name}.parquet") for i in indices]
             tables[name] = pa.concat_tables(pieces).cast(schema) if pieces else schema.empty_table()
-        manifest = write_artifact(
-            self.root, PER_TOKEN, tables, self.settings, self.fingerprint, manifest_extra
-        )
+        manifest = new_manifest(PER_TOKEN, self.fingerprint, self.settings, manifest_extra)
+        manifest = write_artifact(self.root, KeyTokenArtifact(self.root, manifest, **tables))
         shutil.rmtree(self.parts, ignore_errors=True)
         (self.root / RUN_STATE).unlink(missing_ok=True)
         return manifest
 
 
-def write_artifact(
-    root: Path,
-    kind: str,
-    tables: dict[str, pa.Table],
-    settings: dict[str, Any],
-    fingerprint: str,
-    manifest_extra: dict[str, Any],
-) -> dict[str, Any]:
-    """Write the tables of an artifact of ``kind`` (exactly those ``KINDS`` names), then its
-    manifest, last; returns the manifest."""
-    if set(tables) != set(KINDS[kind]):
-        raise ValueError(f"an artifact of kind {kind} has the tables {KINDS[kind]}, got {sorted(tables)}")
+def write_artifact(root: Path, artifact: KeyTokenArtifact) -> dict[str, Any]:
+    """Write an artifact's tables (those its kind declares), then its manifest with every file's
+    sha256, size and rows, last; returns the manifest written."""
     root.mkdir(parents=True, exist_ok=True)
     files = {}
-    for name in KINDS[kind]:
-        table = tables[name].cast(TABLES[name])
+    for name in KINDS[artifact.kind]:
+        table = getattr(artifact, name)
+        if table is None:
+            raise ValueError(f"an artifact of kind {artifact.kind} has a {name} table")
         path = root / f"{name}.parquet"
-        write_table_atomic(path, table)
+        write_table_atomic(path, table.cast(TABLES[name]))
         files[path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": table.num_rows}
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "fingerprint": fingerprint,
-        "settings": settings,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "files": files,
-        **manifest_extra,
-    }
+    manifest = {**artifact.manifest, "files": files}
     write_json_atomic(root / MANIFEST, manifest)
     return manifest

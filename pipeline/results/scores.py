@@ -1,6 +1,6 @@
 """The results file ``scores.jsonl``: one JSON line per score run. This module owns its schema.
 
-Written by the score stage (``score_row``, ``append``), read by the leaderboard (``read_scores``: one
+Written by the score stage (``score_row``, ``lines.append``), read by the leaderboard (``read_scores``: one
 validated, flattened row per line) and by reproducible refreshes (``read_lines``). A line holds the
 model and its hash or revision, the artifact's name and fingerprint, the settings, library versions,
 date and wall time, and the corpus and per-document values of ``METRICS`` and ``BPB_METRICS``.
@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
+from pydantic import BaseModel, ConfigDict, PlainValidator
 
 from pipeline import __version__
-from pipeline.errors import PipelineError
-from pipeline.files import strict_json
 from pipeline.provenance import json_sha256, library_versions
+from pipeline.results import lines
 
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
 # Tokenizer-independent forms (``pipeline.score.bpb``): all text, and the key tokens' characters.
@@ -165,29 +163,21 @@ FRAME_SCHEMA: dict[str, Any] = {
 # Writing
 
 
-def score_row(
-    model_name: str,
-    lm: Any,
-    artifact: Any,
-    settings: dict[str, Any],
-    corpus: dict[str, Any],
-    documents: list[dict[str, Any]],
-    seconds: float,
-) -> dict[str, Any]:
-    """One line: the numbers and everything needed to reproduce them. ``settings`` is the score
-    settings record (with dtype and device); ``corpus`` and ``documents`` the corpus and
-    per-document values (``pipeline.score``)."""
+def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str, Any]:
+    """One line: the numbers of a ``pipeline.score.engine.ScoreResult`` of the loaded model ``lm`` and
+    everything needed to reproduce them; ``seconds`` is the wall time of the whole run."""
+    artifact, settings = result.key_tokens, result.settings
     model = {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if settings["add_bos"] else None}
-    identity = {"model": model, "artifact": artifact.manifest["fingerprint"], "settings": settings}
+    identity = {"model": model, "artifact": result.fingerprint, "settings": settings}
     return {
         "schema_version": RESULTS_VERSION,
         "result_id": json_sha256(identity)[:16],
         "model_name": model_name,
         "model": model,
         "artifact": {
-            "name": artifact.root.name,
-            "fingerprint": artifact.manifest["fingerprint"],
-            "source": str(artifact.root),
+            "name": result.artifact,
+            "fingerprint": result.fingerprint,
+            "source": artifact.origin or {"path": str(artifact.root)},
             "kind": artifact.kind,
             "evaluator": artifact.settings["evaluator"]["spec"],
             **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
@@ -197,22 +187,9 @@ def score_row(
         "wall_seconds": round(seconds, 2),
         "pipeline_version": __version__,
         "libraries": library_versions(),
-        "corpus": corpus,
-        "documents": documents,
+        "corpus": result.corpus,
+        "documents": result.documents,
     }
-
-
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Append one strict-JSON line (NaN or inf is an error): a single O_APPEND write, flushed to disk
-    (concurrent runs stay valid)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = (strict_json(row, sort_keys=True, ensure_ascii=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,38 +198,7 @@ def append(path: Path, row: dict[str, Any]) -> None:
 
 def read_lines(path: str | Path) -> list[tuple[int, dict[str, Any], ScoreLine]]:
     """Every non-empty line as (1-based line number, the JSON object, its validated form)."""
-    path = Path(path)
-    if not path.is_file():
-        raise PipelineError(f"no scores in {path} (the file does not exist): {SCORE_HINT}")
-    lines = []
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if text.strip():
-            try:
-                lines.append((number, *parse_line(text)))
-            except ValueError as exc:
-                raise PipelineError(
-                    f"{path} line {number} is not a valid result ({exc}): fix or delete that line"
-                ) from None
-    if not lines:
-        raise PipelineError(f"no scores in {path} (the file is empty): {SCORE_HINT}")
-    return lines
-
-
-def parse_line(text: str) -> tuple[dict[str, Any], ScoreLine]:
-    """The JSON object of one line and its validated form; ValueError names what is wrong."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc.msg} at column {exc.colno}") from None
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    try:
-        return obj, ScoreLine.model_validate(obj)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        problem = "is missing" if first["type"] == "missing" else first["msg"].removeprefix("Value error, ")
-        raise ValueError(f"`{where}` {problem}") from None
+    return lines.read(path, ScoreLine, what="scores", kind="result", hint=SCORE_HINT)
 
 
 def read_scores(path: str | Path) -> pl.DataFrame:

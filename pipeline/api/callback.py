@@ -1,7 +1,7 @@
 """LongPPL during training: a Hugging Face ``TrainerCallback`` that scores the model on a key-token
 artifact at each evaluation.
 
-    from pipeline.callback import LongPPLCallback
+    from pipeline.api.callback import LongPPLCallback
 
     callback = LongPPLCallback("artifacts/keytokens/<name>", documents=4)
     trainer = Trainer(model, args, ..., callbacks=[callback])
@@ -20,9 +20,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from pipeline.api import KeyTokens, open_keytokens, score
+from pipeline.api import KeyTokens, score
+from pipeline.artifact.reader import open_artifact
 from pipeline.errors import PipelineError
-from pipeline.results import METRICS
+from pipeline.results.scores import METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class LongPPLCallback(TrainerCallback):
         prefix: str = "eval_",
         **score_options: Any,
     ):
-        self.artifact = open_keytokens(keytokens)  # loaded and verified once
+        self.artifact = open_artifact(keytokens)  # loaded and verified once
         self.tokenizer = tokenizer
         self.documents = documents
         self.prefix = prefix

@@ -7,7 +7,7 @@ are checked against each other, against the key-token rule and against the finge
   text's sha256 (and, when not truncated, its source's); the manifest's per-document records and
   the fingerprinted settings' document list equal to the table; the fingerprint equal to
   ``settings_fingerprint(settings, kind)``; every table's row count as the manifest records it.
-- tokens (kinds that declare them, ``artifacts.KINDS``): rows grouped by document in document
+- tokens (kinds that declare them, ``schema.KINDS``): rows grouped by document in document
   order, as many as ``n_tokens``; ``token_index`` 0, 1, ...; ``0 <= char_start <= char_end <=
   n_chars``; log-probs finite and <= 0 where present; ``lsd = long - short``, ``soft_weight =
   min(exp(lsd), gamma)`` and ``is_key`` the stored thresholds applied to ``lsd`` and
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline import keytokens
-from pipeline.artifacts import KeyTokenArtifact, declared_tables, settings_fingerprint
+from pipeline import definition
+from pipeline.artifact.schema import KeyTokenArtifact, declared_tables, settings_fingerprint
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
 
@@ -214,11 +214,11 @@ def check_token_values(
     where.fail("tokens", "lsd", has_lsd != (has_long & has_short), "present exactly where both log-probs are")
     where.fail("tokens", "lsd", has_lsd & ~_close(lsd, long - short), "not long_logprob - short_logprob")
     where.fail("tokens", "soft_weight", has_weight != has_lsd, "present exactly where lsd is")
-    expected = keytokens.soft_weight(np.where(has_lsd, lsd, 0.0), gamma)
+    expected = definition.soft_weight(np.where(has_lsd, lsd, 0.0), gamma)
     where.fail(
         "tokens", "soft_weight", has_weight & ~_close(weight, expected), f"not min(exp(lsd), gamma={gamma})"
     )
-    key = keytokens.is_key(np.where(has_lsd, lsd, np.nan), long, alpha, beta)
+    key = definition.is_key(np.where(has_lsd, lsd, np.nan), long, alpha, beta)
     where.fail(
         "tokens", "is_key", tokens["is_key"] != key, f"not lsd > alpha={alpha} and long_logprob > beta={beta}"
     )
@@ -241,12 +241,12 @@ def check_spans(spans: dict[str, np.ndarray], docs: dict[str, np.ndarray], where
 def check_spans_are_merged_key_tokens(
     tokens: dict[str, np.ndarray], spans: dict[str, np.ndarray], docs: dict[str, np.ndarray], where: Where
 ) -> None:
-    """The spans are the key tokens' offsets merged (``keytokens.merge_spans``), per document: the
+    """The spans are the key tokens' offsets merged (``definition.merge_spans``), per document: the
     documents are laid end to end with a gap, so that one merge over all of them never joins two."""
     base = np.concatenate([[0], np.cumsum(docs["n_chars"] + 1)[:-1]])
     key = tokens["is_key"].astype(bool)
     shift = base[where.row_docs["tokens"]][key]
-    starts, ends, counts = keytokens.merge_spans(
+    starts, ends, counts = definition.merge_spans(
         tokens["char_start"][key] + shift, tokens["char_end"][key] + shift
     )
     stored_shift = base[where.row_docs["spans"]]

@@ -3,7 +3,7 @@
 With ``device_map`` a model's modules may sit on different GPUs, and an offloaded module (``cpu``
 or ``disk`` in the map) keeps its weights on the ``meta`` device between calls: its accelerate hook
 loads them onto its *execution device* for each forward and moves the inputs there. Code that uses
-a module's weights directly (the tiled output head in ``pipeline.logprobs``) must do the same:
+a module's weights directly (the tiled output head in ``pipeline.models.logprobs``) must do the same:
 ``execution_device`` and ``loaded_weights`` here.
 """
 

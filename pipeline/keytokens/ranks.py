@@ -44,6 +44,11 @@ class Ranks:
         return values
 
 
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun job (its ``RANK``), or the only process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def init_ranks(use_cuda: bool) -> Ranks:
     """Join the process group that torchrun describes (gloo on CPU, NCCL on GPUs), if any. On CUDA
     each rank is bound to the first GPU of its slice before the group starts, so that NCCL's

@@ -1,6 +1,6 @@
 """The forgetting-curve results file ``artifacts/results/forgetting.jsonl``: one strict-JSON line per
 run. This module owns its schema (``ForgettingLine``): ``result_row`` builds a line, ``append``
-writes it (``pipeline.results``), ``read_rows`` reads and validates a file.
+validates and writes it, ``read_rows`` reads and validates a file (``pipeline.results.lines``).
 
 A line holds the curve (one entry per test length), the memory lengths, and the provenance of the
 score stage's lines (model source with its hash or revision, settings, seed, library versions, date,
@@ -9,17 +9,16 @@ wall time).
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag
 
-from pipeline import __version__, results
-from pipeline.errors import PipelineError
+from pipeline import __version__
 from pipeline.provenance import json_sha256, library_versions
+from pipeline.results import lines
 
 SCHEMA = "forgetting-curve/1"
 RUN_HINT = "run `make forgetting-curve MODEL=...` first"
@@ -140,48 +139,19 @@ def result_row(
     }
 
 
-def validate_row(row: Any) -> dict[str, Any]:
-    """The row if it follows the schema; ValueError naming the first problem otherwise."""
-    if not isinstance(row, dict):
-        raise ValueError("not a JSON object")
-    try:
-        ForgettingLine.model_validate(row)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = _location(first["loc"])
-        problem = "is missing" if first["type"] == "missing" else first["msg"].removeprefix("Value error, ")
-        raise ValueError(f"`{where}` {problem}") from None
-    return row
-
-
-def _location(loc: tuple) -> str:
-    """``points[0].copy_mean`` from pydantic's ('points', 0, 'measured', 'copy_mean')."""
-    parts = [f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc if p not in ("measured", "failed")]
-    return "".join(parts).lstrip(".") or "line"
-
-
 def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate, then append one strict-JSON line (``pipeline.results.append``)."""
-    results.append(path, validate_row(row))
+    """Validate, then append one strict-JSON line."""
+    lines.validate(row, ForgettingLine)
+    lines.append(path, row)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Every row of a results file, in file order, each validated; an error names the line."""
-    path = Path(path)
-    if not path.is_file():
-        raise PipelineError(f"no forgetting curves in {path} (the file does not exist): {RUN_HINT}")
-    rows = []
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not text.strip():
-            continue
-        try:
-            rows.append(validate_row(json.loads(text)))
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError
-            raise PipelineError(
-                f"{path} line {number} is not a valid forgetting-curve result ({exc}): "
-                "fix or delete that line"
-            ) from None
-    return rows
+    found = lines.read(
+        path, ForgettingLine, what="forgetting curves", kind="forgetting-curve result", hint=RUN_HINT,
+        allow_empty=True,
+    )  # fmt: skip
+    return [obj for _, obj, _ in found]
 
 
 def newest_per_model(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

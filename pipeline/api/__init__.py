@@ -1,0 +1,208 @@
+"""The Python API, for a model that is already in memory (a notebook, a training job).
+
+    from pipeline.api import find_key_tokens, score
+
+    result = score(model, tokenizer, "artifacts/keytokens/<name>")   # or hf://datasets/<org>/<name>
+    result.longppl, result.ppl, result.longppl_soft, result.documents
+
+``score`` is the score call of `make score` (``pipeline.score.engine.score``) on a model in memory:
+the same numbers, settings and defaults; the model is any causal LM with a Hugging Face interface,
+on any device, put in eval mode while it is scored. ``find_key_tokens`` runs the keytokens stage on
+texts with an evaluator in memory and returns its tables in memory (``save_key_tokens`` writes them
+as an artifact). Settings are keyword arguments named as the commands' settings (``K=2048``,
+``context_limit=4096``, ``head_chunk=512``), or whole ``KeyTokenDefinition``, ``Compute`` and
+``ScoreSettings`` objects; bad values are a PipelineError, as on the command line. Also here:
+``compute_longppl`` (the drop-in for the official package, ``pipeline.api.dropin``),
+``LongPPLCallback`` (``pipeline.api.callback``) and ``load_model``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from pipeline.artifact.reader import load_artifact, open_artifact
+from pipeline.artifact.schema import DOCUMENTS_SCHEMA, MANIFEST, PER_TOKEN, KeyTokenArtifact, new_manifest
+from pipeline.artifact.writer import write_artifact
+from pipeline.definition import KeyTokenDefinition
+from pipeline.errors import PipelineError
+from pipeline.keytokens.documents import Selection, document_records, select
+from pipeline.keytokens.settings import STAGE_COMPUTE, Documents
+from pipeline.keytokens.tables import keytoken_tables
+from pipeline.models.loading import eval_mode, in_memory, load_model
+from pipeline.models.logprobs import scorer_for
+from pipeline.provenance import library_versions
+from pipeline.results import lines
+from pipeline.results.scores import score_row
+from pipeline.score import engine
+from pipeline.score.engine import ScoreResult
+from pipeline.settings import Compute, ScoreSettings, field_names, parse
+from pipeline.text.corpus import CorpusSpec, Document
+
+__all__ = [
+    "Compute",
+    "KeyTokenDefinition",
+    "LongPPLCallback",
+    "ScoreResult",
+    "ScoreSettings",
+    "compute_longppl",
+    "find_key_tokens",
+    "load_model",
+    "save_key_tokens",
+    "score",
+]
+KeyTokens = str | Path | KeyTokenArtifact
+IN_MEMORY = "in-memory"
+LAZY = {"compute_longppl": "pipeline.api.dropin", "LongPPLCallback": "pipeline.api.callback"}
+# A model in memory is already loaded: these compute settings are its own, not options.
+LOADED = ("dtype", "device", "cache_dir")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in LAZY:
+        raise AttributeError(f"module 'pipeline.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(LAZY[name]), name)
+
+
+def score(
+    model: Any,
+    tokenizer: Any,
+    keytokens: KeyTokens,
+    *,
+    documents: int | Sequence[str] | None = None,
+    model_name: str | None = None,
+    results_file: str | Path | None = None,
+    progress: bool = False,
+    settings: ScoreSettings | None = None,
+    compute: Compute | None = None,
+    **options: Any,
+) -> ScoreResult:
+    """PPL, LongPPL and LongPPL-soft of an in-memory model against a key-token artifact, per document
+    and over the corpus: `make score`'s numbers. ``options``: fields of ``ScoreSettings``
+    (``add_bos``, ``context_limit``, ``allow_truncation``, ``grid``) and of ``Compute`` (``head_dtype``,
+    ``head_chunk``, ``vocab_tile``, ``window_batch_tokens``). ``documents``: score only the first N,
+    or these ids; ``results_file``: also append the result line there, as `make score` does
+    (``model_name`` names the model on the leaderboard)."""
+    started = time.time()
+    settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
+    artifact = open_artifact(keytokens)
+    lm = in_memory(model, tokenizer, model_name)
+    result = engine.score(
+        artifact, lm, settings, compute, documents=checked_documents(documents), progress=progress
+    )
+    if results_file is not None:
+        lines.append(Path(results_file), score_row(lm.source.spec, lm, result, time.time() - started))
+    return result
+
+
+def find_key_tokens(
+    texts: str | Sequence[str] | Mapping[str, str],
+    evaluator_model: Any,
+    evaluator_tokenizer: Any,
+    *,
+    evaluator_name: str | None = None,
+    progress: bool = False,
+    definition: KeyTokenDefinition | None = None,
+    compute: Compute | None = None,
+    **options: Any,
+) -> KeyTokenArtifact:
+    """The keytokens stage on texts with an evaluator in memory: the artifact's tables (``documents``,
+    ``tokens``, ``spans``, pyarrow) and manifest, in memory, as `make keytokens` computes them.
+    ``options``: fields of ``KeyTokenDefinition`` (``K``, ``d``, ``alpha``, ``beta``, ``gamma``,
+    ``short_window_bos``; the paper's defaults), of ``Compute`` (as for ``score``; the head in
+    float32 on CUDA, as the stage) and the documents' (``max_tokens``, ``min_tokens``, ``add_bos``).
+    Documents of K tokens or fewer have no key token and are listed in ``manifest["skipped"]``."""
+    definition, compute, documents = with_options(
+        options, definition or KeyTokenDefinition(), compute or STAGE_COMPUTE, Documents()
+    )
+    lm = in_memory(evaluator_model, evaluator_tokenizer, evaluator_name)
+    selection = select(as_documents(texts), lm, definition, documents, CorpusSpec(name=IN_MEMORY), compute)
+    scorer = scorer_for(lm, compute)
+    bos_id = lm.bos_token_id if documents.add_bos else None
+    with eval_mode(evaluator_model):
+        scorer.check_against_full_forward()
+        parts = [
+            keytoken_tables(scorer, item, definition, bos_id)
+            for item in tqdm(selection.prepared, desc="documents", unit="doc", disable=not progress)
+        ]
+    return in_memory_artifact(selection, parts)
+
+
+def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
+    """Write an artifact held in memory (``find_key_tokens``) as an artifact directory that `make score`
+    reads; returns the directory."""
+    root = Path(directory)
+    if (root / MANIFEST).exists():
+        raise PipelineError(f"{root} already holds an artifact: choose another directory")
+    write_artifact(root, artifact)
+    load_artifact(root)  # verifies as any artifact
+    return root
+
+
+def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:
+    """Each of ``defaults`` (settings objects) with the ``options`` named by its fields, checked as
+    the command line checks them; an option no object has is an error that lists them."""
+    known = [field_names(type(d)) for d in defaults]
+    unknown = sorted((set(options) - {n for names in known for n in names}) | (set(options) & set(LOADED)))
+    if unknown:
+        allowed = sorted({n for names in known for n in names} - set(LOADED))
+        raise PipelineError(f"unknown setting {unknown[0]!r}: the settings here are {', '.join(allowed)}")
+    out = []
+    for default, names in zip(defaults, known, strict=True):
+        values = {**dataclasses.asdict(default), **{k: v for k, v in options.items() if k in names}}
+        out.append(parse(type(default), values) if set(options) & set(names) else default)
+    return out
+
+
+def checked_documents(documents: Any) -> int | Sequence[str] | None:
+    """None, a positive number, or a list of document ids."""
+    if documents is None:
+        return None
+    if isinstance(documents, int) and not isinstance(documents, bool):
+        if documents < 1:
+            raise PipelineError(f"documents={documents}: give a positive number, a list of ids, or None")
+        return documents
+    if isinstance(documents, str) or not all(isinstance(d, str) for d in documents):
+        raise PipelineError(f"documents={documents!r}: give a list of document ids (not one string)")
+    return list(documents)
+
+
+def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Document]:
+    """One text, a list (ids doc-00000, ...) or a mapping id -> text."""
+    if isinstance(texts, str):
+        texts = [texts]
+    items = (
+        texts.items() if isinstance(texts, Mapping) else ((f"doc-{i:05d}", t) for i, t in enumerate(texts))
+    )
+    documents = [Document(id=str(doc_id), text=text) for doc_id, text in items]
+    bad = next((d for d in documents if not isinstance(d.text, str)), None)
+    if bad is not None:
+        raise PipelineError(f"text of document '{bad.id}' is {type(bad.text).__name__}, not str")
+    return documents
+
+
+def in_memory_artifact(
+    selection: Selection, parts: list[tuple[dict, pa.Table, pa.Table]]
+) -> KeyTokenArtifact:
+    """The artifact of the selected documents from their tables (``keytoken_tables``), in memory:
+    the manifest that `make keytokens` writes, without files."""
+    extra = {
+        "documents": document_records(selection.prepared),
+        "skipped": selection.skipped,
+        "libraries": library_versions(),
+    }
+    return KeyTokenArtifact(
+        root=Path(IN_MEMORY),
+        manifest=new_manifest(PER_TOKEN, selection.fingerprint, selection.record, extra),
+        documents=pa.Table.from_pylist([p[0] for p in parts], DOCUMENTS_SCHEMA),
+        tokens=pa.concat_tables([p[1] for p in parts]),
+        spans=pa.concat_tables([p[2] for p in parts]),
+        origin={"memory": IN_MEMORY},
+    )

@@ -1,0 +1,211 @@
+"""Reading a key-token artifact from any location, with every check, and its documents one at a time.
+
+``open_artifact`` is the one way in: an artifact in memory, a local directory or a Hub dataset.
+``load_artifact`` checks the schema version, the file hashes and then the contents
+(``pipeline.artifact.checks``: hashes prove nothing when whoever edited a table also rewrote the
+manifest); ``iter_documents`` gives each document's text, evaluator tokens and key spans as numpy
+arrays (``ArtifactDocument``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import definition
+from pipeline.artifact.checks import check_artifact
+from pipeline.artifact.schema import (
+    MANIFEST,
+    NEEDS_TOKEN_VALUES,
+    REQUIRED_SETTINGS,
+    RUN_STATE,
+    SCHEMA_VERSION,
+    TABLES,
+    KeyTokenArtifact,
+    declared_tables,
+)
+from pipeline.errors import PipelineError
+from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset
+from pipeline.provenance import file_sha256
+
+ARTIFACT_HINT = "run `make keytokens` first (about 7 minutes for the default), or pass artifact=<dir>"
+
+
+def normalized_location(location: str | Path) -> str:
+    """A Hub dataset as given; a local directory as an absolute path (Hydra changes directory)."""
+    return str(location) if is_hub_dataset(location) else str(Path(location).absolute())
+
+
+def open_artifact(location: str | Path | KeyTokenArtifact, verify_hashes: bool = True) -> KeyTokenArtifact:
+    """The artifact at any location, checked (``load_artifact``): one already in memory, a local
+    directory, or ``hf://datasets/<org>/<name>[@revision]`` (downloaded once, cached). ``origin``
+    records where it came from, with the resolved commit for a Hub dataset."""
+    if isinstance(location, KeyTokenArtifact):
+        return location
+    path, origin = locate_artifact(normalized_location(location))
+    artifact = load_artifact(path, verify_hashes)
+    artifact.origin = origin
+    return artifact
+
+
+def locate_artifact(spec: str) -> tuple[Path, dict[str, Any]]:
+    """A local artifact directory, or a Hub dataset downloaded (``snapshot_download``, cached); the
+    directory and where it came from."""
+    if not is_hub_dataset(spec):
+        path = Path(spec)
+        if not path.exists():
+            raise PipelineError(f"no key-token artifact at {path}: {ARTIFACT_HINT}")
+        return path, {"path": str(path)}
+    repo, _, revision = spec.removeprefix(HUB_DATASET_PREFIX).partition("@")
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = Path(snapshot_download(repo_id=repo, repo_type="dataset", revision=revision or None))
+    except Exception as exc:  # offline, missing, gated: all one answer for the user
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PipelineError(
+            f"could not download key-token dataset '{repo}' from the Hugging Face Hub ({detail}): on a "
+            f"connected machine run `hf download {repo} --repo-type dataset --local-dir DIR` "
+            "and pass artifact=DIR"
+        ) from exc
+    return path, {"hub": repo, "revision": path.name, "requested_revision": revision or None}
+
+
+def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtifact:
+    """Open an artifact: its manifest, schema version and kind, the file hashes (unless
+    ``verify_hashes`` is False, right after writing them), then every content check
+    (``pipeline.artifact.checks``). Any problem is a one-line PipelineError."""
+    root = Path(root)
+    manifest = read_manifest(root)
+    tables: dict[str, pa.Table | None] = {"tokens": None}
+    for name in declared_tables(manifest, root):
+        tables[name] = read_table(root, name, manifest, verify_hashes)
+    artifact = KeyTokenArtifact(root=root, manifest=manifest, **tables)
+    check_artifact(artifact)
+    return artifact
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest, checked for what every reader relies on: strict JSON, schema version, kind,
+    fingerprint, the key-token settings and the files."""
+    path = root / MANIFEST
+    if not path.is_file():
+        hint = (
+            " (stage 1 has not finished: run `make keytokens` again to resume)"
+            if (root / RUN_STATE).exists()
+            else ""
+        )
+        raise PipelineError(f"no key-token artifact at {root}: {MANIFEST} is missing{hint}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise PipelineError(
+            f"{path} is not valid JSON ({str(exc).splitlines()[0][:120]}): it is cut off or damaged; "
+            "regenerate the artifact with `make keytokens`, or download it again"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise PipelineError(f"{path} is not a JSON object: regenerate the artifact with `make keytokens`")
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise PipelineError(
+            f"{root} has artifact schema version {version!r}; this pipeline reads version {SCHEMA_VERSION}: "
+            "regenerate it with `make keytokens` or use a matching pipeline version"
+        )
+    declared_tables(manifest, root)
+    settings = manifest.get("settings")
+    missing = [k for k in REQUIRED_SETTINGS if not isinstance(settings, dict) or k not in settings]
+    missing += [k for k in ("fingerprint", "files") if not manifest.get(k)]
+    if missing:
+        raise PipelineError(
+            f"{path} lacks {', '.join(missing)}: not a complete key-token manifest; regenerate the "
+            "artifact with `make keytokens`"
+        )
+    return manifest
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_table(root: Path, name: str, manifest: dict[str, Any], verify_hash: bool) -> pa.Table:
+    """One table, present, listed in the manifest, with its hash (when asked) and schema."""
+    path = root / f"{name}.parquet"
+    recorded = manifest["files"].get(path.name) if isinstance(manifest["files"], dict) else None
+    if not path.is_file() or not isinstance(recorded, dict):
+        raise PipelineError(f"artifact {root} is missing {path.name}: regenerate it with `make keytokens`")
+    if verify_hash and file_sha256(path) != recorded.get("sha256"):
+        raise PipelineError(
+            f"{path} does not match the sha256 in its manifest (altered or corrupted): regenerate it"
+        )
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise PipelineError(f"{path} is not a readable Parquet file ({exc}): regenerate it") from None
+    if not table.schema.equals(TABLES[name], check_metadata=False):
+        raise PipelineError(f"{path} does not have the schema of version {SCHEMA_VERSION}")
+    return table
+
+
+# ----------------------------------------------------------------------------------------------
+# One document at a time
+
+
+class ArtifactDocument:
+    """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays.
+
+    ``tokens`` is None for key spans alone (a key_spans artifact): the evaluator's offsets, LSD,
+    LCL and soft weights are then None too (``has_token_values`` is False)."""
+
+    def __init__(self, doc_id: str, text: str, tokens: Any | None, spans: Any):
+        self.doc_id = doc_id
+        self.text = text
+        self.eval_offsets = self.lsd = self.long = self.soft_weight = None
+        if tokens is not None:
+            starts, ends = tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()
+            self.eval_offsets = np.stack([starts, ends], axis=1)
+            self.lsd = _floats(tokens["lsd"])
+            self.long = _floats(tokens["long_logprob"])
+            self.soft_weight = _floats(tokens["soft_weight"])
+        self.span_starts = spans["char_start"].to_numpy().astype(np.int64)
+        self.span_ends = spans["char_end"].to_numpy().astype(np.int64)
+
+    @property
+    def has_token_values(self) -> bool:
+        return self.lsd is not None
+
+    def spans_at(self, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Key spans re-thresholded from the stored LSD and LCL: no evaluator needed."""
+        if not self.has_token_values:
+            raise PipelineError(f"re-thresholding key tokens (alpha, beta) {NEEDS_TOKEN_VALUES}")
+        key = definition.is_key(self.lsd, self.long, alpha, beta)
+        starts, ends, _ = definition.merge_spans(self.eval_offsets[key, 0], self.eval_offsets[key, 1])
+        return starts, ends
+
+
+def _floats(column: Any) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def iter_documents(artifact: KeyTokenArtifact) -> Iterator[ArtifactDocument]:
+    """The artifact's documents in order; tokens and spans are sliced by the stored counts."""
+    docs = artifact.documents
+    token_ends = np.cumsum(docs["n_tokens"].to_numpy())
+    span_ends = np.cumsum(docs["n_spans"].to_numpy())
+    for i, (doc_id, text) in enumerate(
+        zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist(), strict=True)
+    ):
+        t0 = int(token_ends[i - 1]) if i else 0
+        s0 = int(span_ends[i - 1]) if i else 0
+        tokens = None if artifact.tokens is None else artifact.tokens.slice(t0, int(token_ends[i]) - t0)
+        spans = artifact.spans.slice(s0, int(span_ends[i]) - s0)
+        if tokens is not None and tokens.num_rows and tokens["doc_id"][0].as_py() != doc_id:
+            raise PipelineError(
+                f"artifact {artifact.root}: token rows are not in document order at '{doc_id}'"
+            )
+        yield ArtifactDocument(doc_id, text, tokens, spans)

@@ -1,0 +1,119 @@
+"""Sufficient statistics of the score stage's metrics and how documents pool into a corpus.
+
+Per document, per token subset (all tokens for PPL, key tokens for LongPPL, weights for LongPPL-soft,
+each (alpha, beta) of the grid): the count and the NLL sum, and the UTF-8 bytes for bits per byte
+(``pipeline.score.bpb``). The corpus values are token-weighted, as in the paper: the exponential of
+the mean negative log-likelihood over all scored tokens of all documents (``corpus_summary``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Sums:
+    """Sufficient statistics for exp(mean NLL) over a token subset: count and NLL sum; and for bits
+    per byte, the UTF-8 bytes of the subset's characters (``pipeline.score.bpb``; 0: not counted)."""
+
+    n: float = 0.0
+    nll: float = 0.0
+    bytes: int = 0
+
+    def add(self, nll: np.ndarray, weight: np.ndarray | None = None) -> None:
+        if weight is None:
+            self.n += float(len(nll))
+            self.nll += float(nll.sum())
+        else:
+            self.n += float(weight.sum())
+            self.nll += float((weight * nll).sum())
+
+    def merge(self, other: Sums) -> None:
+        """Adds another subset's sums (a corpus from its documents)."""
+        self.n += other.n
+        self.nll += other.nll
+        self.bytes += other.bytes
+
+    def perplexity(self) -> float | None:
+        return math.exp(self.nll / self.n) if self.n > 0 else None
+
+    def bits_per_byte(self) -> float | None:
+        return self.nll / (math.log(2) * self.bytes) if self.bytes > 0 else None
+
+
+@dataclass
+class DocumentScore:
+    doc_id: str
+    n_tokens: int  # evaluated-model tokens of the text
+    truncated: bool
+    all: Sums = field(default_factory=Sums)
+    key: Sums = field(default_factory=Sums)
+    soft: Sums = field(default_factory=Sums)
+    grid: dict[str, Sums] = field(default_factory=dict)
+    key_chars: int = 0
+    covered_key_chars: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "doc_id": self.doc_id,
+            "ppl": self.all.perplexity(),
+            "longppl": self.key.perplexity(),
+            "longppl_soft": self.soft.perplexity(),
+            "bpb": self.all.bits_per_byte(),
+            "key_bpb": self.key.bits_per_byte(),
+            "n_tokens": self.n_tokens,
+            "n_scored": int(self.all.n),
+            "n_key_tokens": int(self.key.n),
+            "truncated": self.truncated,
+            "key_chars": self.key_chars,
+            "covered_key_chars": self.covered_key_chars,
+            "n_bytes": self.all.bytes,
+            "n_key_bytes": self.key.bytes,
+        }
+
+
+def grid_label(alpha: float, beta: float) -> str:
+    return f"alpha={alpha:g},beta={beta:g}"
+
+
+def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
+    """Token-weighted corpus values over all documents."""
+    total = {name: Sums() for name in ("all", "key", "soft")}
+    grid: dict[str, Sums] = {}
+    for s in scores:
+        for name in total:
+            total[name].merge(getattr(s, name))
+        for label, part in s.grid.items():
+            grid.setdefault(label, Sums()).merge(part)
+    key_chars = sum(s.key_chars for s in scores)
+    return {
+        "ppl": total["all"].perplexity(),
+        "longppl": total["key"].perplexity(),
+        "longppl_soft": total["soft"].perplexity(),
+        "bpb": total["all"].bits_per_byte(),
+        "key_bpb": total["key"].bits_per_byte(),
+        "n_tokens": int(total["all"].n),
+        "n_key_tokens": int(total["key"].n),
+        "key_char_coverage": sum(s.covered_key_chars for s in scores) / key_chars if key_chars else None,
+        "n_documents": len(scores),
+        "n_truncated": sum(s.truncated for s in scores),
+        "n_bytes": total["all"].bytes,
+        "n_key_bytes": total["key"].bytes,
+        "grid": {k: {"longppl": v.perplexity(), "n_key_tokens": int(v.n)} for k, v in grid.items()},
+    }
+
+
+def official_mean(documents: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The corpus values as the official ``perplexity.py`` reports them: per-document PPL weighted by
+    the document's token count, per-document LongPPL by its key-token count (not the exponential of
+    the pooled mean NLL that ``corpus_summary`` gives; by Jensen's inequality never smaller)."""
+    out: dict[str, float | None] = {}
+    for metric, weight in (("ppl", "n_tokens"), ("longppl", "n_key_tokens")):
+        pairs = [(d[metric], d[weight]) for d in documents if d[metric] is not None and d[weight]]
+        total = sum(w for _, w in pairs)
+        out[metric] = sum(v * w for v, w in pairs) / total if total else None
+    return out

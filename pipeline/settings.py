@@ -1,0 +1,122 @@
+"""The settings types every command and the Python API share, each defined once with its defaults
+and constraints, and the one way a bad value becomes an error (``parse``).
+
+- ``KeyTokenDefinition`` (``pipeline.definition``): what makes a token key.
+- ``Compute``: how a model runs (dtype, device, the output head's dtype and blocks, window
+  batches, the GGUF cache): never what it computes, up to float rounding.
+- ``ScoreSettings``: what the score stage's numbers depend on besides the model and the artifact.
+
+Commands take these from their Hydra config (flat keys: ``K=2048 dtype=bfloat16``), the Python API
+from keyword arguments; both go through ``parse``, so a bad value is the same one-line
+``PipelineError`` (``setting K=0: Input should be greater than 0``) wherever it comes from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Annotated, Any, Literal, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
+
+from pipeline.definition import PAPER_GRID, Positive
+from pipeline.errors import PipelineError
+
+T = TypeVar("T")
+
+
+def _as_text(value: Any) -> Any:
+    """A number where text is meant (Hydra reads ``revision=1234567`` as one) as its text."""
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+Text = Annotated[str, BeforeValidator(_as_text)]
+NonNegative = Annotated[int, Field(ge=0)]
+DirectoryName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+@=-]*$", max_length=200)]
+
+DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+HEAD_DTYPES = ("auto", "model", "float32")
+DEFAULT_HEAD_CHUNK = 2048
+DEFAULT_VOCAB_TILE = 16384
+DEFAULT_WINDOW_BATCH_TOKENS = 16384
+
+
+@dataclass(frozen=True)
+class Compute:
+    """How models run, shared by every command that runs one (``conf/compute.yaml``)."""
+
+    dtype: Literal[DTYPES] = "auto"  # auto: bfloat16 on CUDA, float32 elsewhere
+    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
+    head_dtype: Literal[HEAD_DTYPES] = "model"  # the output head: model (its own), float32, auto (CUDA: fp32)
+    head_chunk: Positive = DEFAULT_HEAD_CHUNK  # the head in blocks of head_chunk positions ...
+    vocab_tile: Positive | None = DEFAULT_VOCAB_TILE  # ... x vocab_tile entries (None: whole vocabulary)
+    window_batch_tokens: Positive = DEFAULT_WINDOW_BATCH_TOKENS  # short windows batched up to this size
+    cache_dir: str | None = None  # converted GGUF checkpoints; None: $LONGPPL_CACHE or ~/.cache/longppl
+
+    def record(self) -> dict[str, Any]:
+        """The head's blocks and the window batches, as results files record them."""
+        return {k: getattr(self, k) for k in ("head_chunk", "vocab_tile", "window_batch_tokens")}
+
+
+def _grid(value: Any) -> Any:
+    """``paper`` (or None) is the paper's Table 2 grid; pairs are read as given."""
+    if value is None or value == "paper":
+        return PAPER_GRID
+    return value
+
+
+def _finite_pairs(value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    if not all(math.isfinite(x) for pair in value for x in pair):
+        raise ValueError("every alpha and beta must be a finite number")
+    return value
+
+
+Grid = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_grid), AfterValidator(_finite_pairs)]
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """What the score stage's numbers depend on besides the model and the artifact."""
+
+    add_bos: bool = True  # prepend the model's BOS so that every text token is predicted
+    context_limit: Annotated[int, Field(ge=2)] | None = None  # at most this many tokens of context
+    allow_truncation: bool = False  # score the prefix that fits the model's context (flagged)
+    grid: Grid = PAPER_GRID  # (alpha, beta) pairs re-thresholded from the stored LSD and LCL
+
+    def record(self) -> dict[str, Any]:
+        """By field name, the grid as lists (as JSON holds it)."""
+        return {
+            "add_bos": self.add_bos,
+            "context_limit": self.context_limit,
+            "allow_truncation": self.allow_truncation,
+            "grid": [list(pair) for pair in self.grid],
+        }
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def parse(cls: type[T], values: Mapping[str, Any], *, prefix: str = "", strict: bool = False) -> T:
+    """``cls`` from the entries of ``values`` (a mapping or a Hydra config) that are its fields,
+    validated; the first problem is one PipelineError, ``setting <prefix><key>=<value>: <what is
+    wrong>``. ``strict``: every entry must be a field (a config group such as ``corpus``, where an
+    unknown key is a typo)."""
+    if isinstance(values, DictConfig):
+        values = OmegaConf.to_container(values, resolve=True)
+    names = field_names(cls)
+    if strict:
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise PipelineError(f"setting {prefix}{unknown[0]}: no such setting (known: {', '.join(names)})")
+    try:
+        return TypeAdapter(cls).validate_python({k: v for k, v in values.items() if k in names})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
+        value = values.get(str(first["loc"][0])) if first["type"] == "missing" else first.get("input")
+        message = first["msg"].removeprefix("Value error, ")
+        raise PipelineError(f"setting {prefix}{where}={value!r}: {message}") from None

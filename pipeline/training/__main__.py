@@ -1,0 +1,143 @@
+"""`make finetune`: ``python -m pipeline.training [key=value ...]`` (Hydra overrides of
+``conf/finetune.yaml``): the corpus as training sequences (with an artifact's weights for
+``source=artifact``), then ``pipeline.training.trainer.finetune``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic.dataclasses
+from omegaconf import OmegaConf
+from pydantic import Field
+
+from pipeline import __version__
+from pipeline.artifact.reader import open_artifact
+from pipeline.cli import hydra_main
+from pipeline.definition import KeyTokenDefinition, Positive
+from pipeline.errors import PipelineError
+from pipeline.hub import is_hub_dataset, offline_unless
+from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name, is_local_model
+from pipeline.provenance import library_versions
+from pipeline.settings import Compute, parse
+from pipeline.text.corpus import CorpusSpec, load_corpus
+from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
+from pipeline.training.sequences import TrainingSequence, build_sequences
+from pipeline.training.trainer import finetune, training_arguments
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class Finetune:
+    """The command's own settings (the loss's definition and compute are their own types)."""
+
+    source: Literal[SOURCES] = "self"
+    artifact: str | None = None  # the artifact for source=artifact
+    max_length: Positive | None = None  # None: the model's context length
+    min_tokens: Annotated[int, Field(ge=0)] = 2
+    num_documents: Positive | None = None
+    add_bos: bool = True
+    seed: Annotated[int, Field(ge=0)] = 42
+    resume: bool | str | None = None
+    name: str | None = None
+    output_dir: str = "artifacts/finetune"
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    choice, options = ModelChoice.parse(plain["model"]), parse(Finetune, plain)
+    definition, compute = parse(KeyTokenDefinition, plain), parse(Compute, plain)
+    corpus = CorpusSpec.parse(plain["corpus"])
+    remote = (not is_local_model(choice.spec), corpus.needs_network, is_hub_dataset(options.artifact or ""))
+    offline_unless(*remote)
+    # Loaded on the CPU; the Trainer puts it on its device (each process its own GPU).
+    lm = choice.load(dataclasses.replace(compute, device="cpu"))
+    settings = LongCESettings.for_model(options.source, definition, compute, lm.tokenizer)
+    sequences, data, artifact = training_data(options, corpus, lm)
+    run_dir = Path(options.output_dir).absolute() / run_name(options, definition, corpus, choice)
+    training = plain["training"]
+    if isinstance(training.get("deepspeed"), str):
+        training["deepspeed"] = str(Path(training["deepspeed"]).absolute())
+    args = training_arguments(run_dir, training, compute.device, options.seed)
+    record = {
+        "name": run_dir.name,
+        "loss": dataclasses.asdict(settings),
+        "model": lm.source.to_dict(),
+        "dtype": dtype_name(lm.dtype),
+        "corpus": data,
+        "artifact": artifact,
+        "training": training,
+        "config": plain,
+        "pipeline_version": __version__,
+        "libraries": library_versions(),
+    }
+    loss = "CE" if settings.source == "ce" else f"LongCE({settings.source})"
+    print(
+        f"fine-tuning {choice.spec} with {loss} on {data['sequences']} sequences of up to "
+        f"{data['max_length']} tokens ({data['truncated']} truncated, {len(data['skipped'])} skipped) "
+        f"-> {run_dir}"
+    )
+    record = finetune(lm, sequences, settings, args, record, resume=options.resume)
+    print(f"finished {record['steps']} steps in {record['wall_seconds']:.0f} s: {run_dir / 'final'}")
+    return record
+
+
+def run_name(
+    options: Finetune, definition: KeyTokenDefinition, corpus: CorpusSpec, choice: ModelChoice
+) -> str:
+    """``name``, or ``<corpus>--<model>--<loss>``."""
+    if options.name:
+        return options.name
+    loss = "ce" if options.source == "ce" else f"longce-{options.source}"
+    if options.source == "self":
+        loss += f"-K{definition.K}-d{definition.d}-g{definition.gamma:g}"
+    return f"{corpus.name}--{Path(choice.display_name).name}--{loss}"
+
+
+def training_data(
+    options: Finetune, corpus: CorpusSpec, lm: LoadedModel
+) -> tuple[list[TrainingSequence], dict[str, Any], dict[str, Any] | None]:
+    """The training sequences, what the run record says of them, and of the artifact's weights."""
+    docs = load_corpus(corpus)[: options.num_documents]
+    weights, artifact = artifact_weights(options) if options.source == "artifact" else (None, None)
+    max_length = options.max_length or lm.context_length
+    if max_length is None:
+        raise PipelineError(f"{lm.source.spec} does not state its context length: set max_length=<tokens>")
+    if lm.context_length is not None and max_length > lm.context_length:
+        raise PipelineError(
+            f"max_length={max_length} exceeds {lm.source.spec}'s context of {lm.context_length} tokens: set "
+            f"max_length<={lm.context_length}, or extend the model's context first (rope_scaling in its "
+            "config.json, as the paper's PI and EABF do) and pass that checkpoint"
+        )
+    sequences, skipped = build_sequences(
+        docs, lm.tokenizer, max_length=max_length, add_bos=options.add_bos,
+        min_tokens=options.min_tokens, weights=weights,
+    )  # fmt: skip
+    data = {
+        "spec": dataclasses.asdict(corpus),
+        "documents": [{"doc_id": d.id, "sha256": d.sha256} for d in docs],
+        "skipped": skipped,
+        "sequences": len(sequences),
+        "truncated": sum(s.truncated for s in sequences),
+        "max_length": max_length,
+        "tokens": sum(len(s.input_ids) for s in sequences),
+    }
+    return sequences, data, artifact
+
+
+def artifact_weights(options: Finetune) -> tuple[ArtifactWeights, dict[str, Any]]:
+    if not options.artifact:
+        raise PipelineError("source=artifact needs artifact=<artifact dir or hf://datasets/...>")
+    artifact = open_artifact(options.artifact)
+    record = {"name": artifact.root.name, "fingerprint": artifact.manifest["fingerprint"]}
+    record |= {"source": artifact.origin, **{k: artifact.settings.get(k) for k in ("K", "d", "gamma")}}
+    record["evaluator"] = artifact.settings["evaluator"]["spec"]
+    return ArtifactWeights(artifact), record
+
+
+def main() -> None:
+    hydra_main("finetune", run)
+
+
+if __name__ == "__main__":
+    main()

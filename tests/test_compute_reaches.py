@@ -1,0 +1,203 @@
+"""Every compute setting reaches every command that runs a model, and the Python API: the loader
+gets the dtype, device and GGUF cache, every scorer the head blocks, window batches and head dtype.
+The settings are unusual values (head_chunk=7, vocab_tile=123, window_batch_tokens=321,
+head_dtype=float32) so that a command that builds a scorer or loads a model its own way fails here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.models import loading, logprobs
+from pipeline.models.logprobs import TargetScorer
+from tests.conftest import compose_config, keytokens_overrides, run_keytokens
+
+COMPUTE = {"head_chunk": 7, "vocab_tile": 123, "window_batch_tokens": 321, "head_dtype": "float32"}
+
+
+@pytest.fixture
+def spy(monkeypatch, tmp_path):
+    """Records every model load (its keyword arguments), scorer and head dtype asked for."""
+    seen = {"loads": [], "scorers": [], "head_dtypes": []}
+    real_init, real_load, real_resolve = (
+        TargetScorer.__init__,
+        loading.load_model,
+        logprobs.resolve_head_dtype,
+    )
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        seen["scorers"].append(self)
+
+    def load(spec, **kwargs):
+        seen["loads"].append(kwargs)
+        return real_load(spec, **kwargs)
+
+    def resolve(name, *args):
+        seen["head_dtypes"].append(name)
+        return real_resolve(name, *args)
+
+    monkeypatch.setattr(TargetScorer, "__init__", init)
+    monkeypatch.setattr(loading, "load_model", load)
+    monkeypatch.setattr(logprobs, "resolve_head_dtype", resolve)
+    seen["cache_dir"] = str(tmp_path / "cache")
+    return seen
+
+
+def overrides(spy: dict) -> list[str]:
+    return [f"{k}={v}" for k, v in COMPUTE.items()] + [f"cache_dir={spy['cache_dir']}", "dtype=float64"]
+
+
+def check(spy: dict, loads: int = 1, device: str = "cpu") -> None:
+    """Each load had the dtype, device and cache; each scorer (but the like-with-like one of the guard,
+    whose head dtype is the logits') the blocks and batches; the head dtype setting was resolved."""
+    assert len(spy["loads"]) >= loads
+    for kwargs in spy["loads"]:
+        assert (kwargs["dtype"], kwargs["device"], kwargs["cache_dir"]) == (
+            "float64",
+            device,
+            spy["cache_dir"],
+        )
+    assert spy["scorers"]
+    for scorer in spy["scorers"]:
+        assert (scorer.head_chunk, scorer.vocab_tile, scorer.window_batch_tokens) == (7, 123, 321)
+    assert spy["head_dtypes"] and set(spy["head_dtypes"]) == {"float32"}
+
+
+def test_keytokens(spy, tiny_model_dir, write_corpus, tmp_path):
+    from tests.conftest import STAGE1_TEXTS
+
+    corpus = write_corpus([{"id": "a", "text": STAGE1_TEXTS[0]}])
+    cfg_overrides = [
+        o for o in keytokens_overrides(tiny_model_dir, corpus, tmp_path) if "head_chunk" not in o
+    ]
+    run_keytokens(compose_config("keytokens", cfg_overrides + overrides(spy)))
+    check(spy)
+
+
+def test_score(spy, tiny_artifact, other_model_dir, tmp_path):
+    from pipeline.score.__main__ import run
+
+    base = ["model=local", f"model.spec={other_model_dir}", f"artifact={tiny_artifact}", "device=cpu"]
+    row = run(
+        compose_config("score", [*base, f"results={tmp_path / 's.jsonl'}", "progress=false", *overrides(spy)])
+    )
+    check(spy)
+    assert {k: row["settings"][k] for k in ("head_chunk", "vocab_tile", "window_batch_tokens")} == {
+        "head_chunk": 7,
+        "vocab_tile": 123,
+        "window_batch_tokens": 321,
+    }
+
+
+def test_forgetting_curve(spy, tiny_model_dir, write_corpus, tmp_path):
+    from pipeline.cli import FORGETTING_CONF, compose
+    from pipeline.forgetting.__main__ import run
+
+    corpus = write_corpus([{"id": "a", "text": "The committee reported the bill. " * 40}])
+    base = ["model=local", f"model.spec={tiny_model_dir}", "corpus=local", f"corpus.path={corpus}"]
+    base += [f"results={tmp_path / 'f.jsonl'}", f"plot_dir={tmp_path}", "device=cpu", "progress=false"]
+    run(
+        compose(
+            "forgetting",
+            [*base, "grid=linear", "n=1", "R=1", "max_length=8", *overrides(spy)],
+            FORGETTING_CONF,
+        )
+    )
+    check(spy)
+
+
+def test_finetune(spy, other_model_dir, write_corpus, tmp_path):
+    from pipeline.training.__main__ import run
+    from tests.conftest import STAGE1_TEXTS
+
+    corpus = write_corpus([{"id": "a", "text": STAGE1_TEXTS[0]}])
+    base = ["model=local", f"model.spec={other_model_dir}", "corpus=local", f"corpus.path={corpus}"]
+    base += [f"output_dir={tmp_path}", "K=16", "d=8", "max_length=60", "device=cpu", "training.max_steps=1"]
+    base += ["training.save_strategy=no", "training.disable_tqdm=true", "training.warmup_steps=0"]
+    run(compose_config("finetune", [*base, *overrides(spy)]))
+    check(spy)
+
+
+def test_validate(spy, tiny_artifact, tiny_model_dir, other_model_dir, tokenizer, tmp_path):
+    from pipeline.validation.run import run
+    from tests.conftest import save_tiny_model
+    from tests.test_validation_family import validate_config
+
+    part1 = save_tiny_model(tmp_path / "part1", tokenizer, max_positions=2048)
+    cfg = validate_config(
+        tmp_path,
+        f"govreport={tiny_artifact}",
+        f"evaluators=[{{artifact: '{tiny_artifact}'}}]",
+        "govreport_documents=1",
+        f"members=[{{spec: '{other_model_dir}', context_limit: 32, label: other-32}}]",
+        "evaluator=local",
+        f"evaluator.spec='{part1}'",
+        *["documents=1", "lines=8", "questions=2", "min_gap_lines=3", "K=16", "d=16"],
+        *overrides(spy),
+    )
+    run(cfg)
+    check(spy, loads=3)
+
+
+def test_longce_demo(spy, tiny_artifact, other_model_dir, tmp_path):
+    from pipeline.validation import longce_demo
+
+    cfg = compose_config(
+        "longce_demo",
+        [
+            "model=local",
+            f"model.spec={other_model_dir}",
+            f"govreport={tiny_artifact}",
+            *[
+                "train_documents=1",
+                "eval_documents=1",
+                "lines=6",
+                "questions=2",
+                "min_gap_lines=2",
+                "K=16",
+                "d=16",
+                "steps=1",
+            ],
+            "govreport_documents=1",
+            f"work_dir={tmp_path / 'work'}",
+            f"docs_dir={tmp_path / 'docs'}",
+            f"report={tmp_path / 'longce.md'}",
+            "device=cpu",
+            "progress=false",
+            *overrides(spy),
+        ],
+    )
+    longce_demo.run(cfg)
+    check(spy, loads=3)
+
+
+def test_refresh_passes_its_settings_to_the_score_stage(tmp_path):
+    from pipeline.reporting.refresh import Refresh, score_command
+    from pipeline.settings import parse
+
+    refresh = parse(
+        Refresh, compose_config("refresh", ["+settings.head_dtype=float32", "+settings.head_chunk=7"])
+    )
+    command = score_command(refresh, ["refresh-0"], tmp_path, tmp_path / "s.jsonl")
+    assert 'head_dtype="float32"' in command and "head_chunk=7" in command
+
+
+def test_python_api(spy, tiny_artifact, tiny_model_dir, other_model_dir):
+    from pipeline.api import find_key_tokens, score
+    from pipeline.api.callback import LongPPLCallback
+
+    lm = loading.load_model(str(other_model_dir), dtype="float64", device="cpu")
+    spy["loads"].clear()
+    score(lm.model, lm.tokenizer, tiny_artifact, documents=1, **COMPUTE)
+    evaluator = loading.load_model(str(tiny_model_dir), dtype="float64", device="cpu")
+    spy["loads"].clear()
+    find_key_tokens(["word " * 40], evaluator.model, evaluator.tokenizer, K=16, d=8, **COMPUTE)
+    callback = LongPPLCallback(tiny_artifact, documents=1, **COMPUTE)
+    state = type("State", (), {"is_world_process_zero": True, "global_step": 1, "log_history": []})()
+    callback.on_evaluate(None, state, None, model=lm.model, processing_class=lm.tokenizer, metrics={})
+    assert json.dumps(callback.history[0]["eval_ppl"])  # it scored
+    for scorer in spy["scorers"]:
+        assert (scorer.head_chunk, scorer.vocab_tile, scorer.window_batch_tokens) == (7, 123, 321)
+    assert set(spy["head_dtypes"]) == {"float32"}

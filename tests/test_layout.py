@@ -1,0 +1,134 @@
+"""The architecture, checked (README "Architecture"): every module of ``pipeline/`` belongs to a layer
+and imports only from its own layer or below; no import cycle; modules under 400 lines, functions
+under 60; no issue numbers in the code. Function-level imports count: they hide a cycle, not remove it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PIPELINE = ROOT / "pipeline"
+# Lowest first. A module belongs to the first layer whose prefix it has; `__main__` modules (the
+# commands' shells) are the top layer, whatever their package.
+LAYERS = [
+    (
+        "foundation",
+        ("pipeline.errors", "pipeline.files", "pipeline.provenance", "pipeline.hub", "pipeline.cli"),
+    ),
+    ("settings", ("pipeline.definition", "pipeline.settings")),
+    ("inputs", ("pipeline.text", "pipeline.models")),
+    ("contract", ("pipeline.artifact", "pipeline.results")),
+    ("stages", ("pipeline.keytokens", "pipeline.score", "pipeline.forgetting", "pipeline.training")),
+    ("stages", ("pipeline.official", "pipeline.ladder")),
+    ("api", ("pipeline.api", "pipeline.lmeval")),
+    ("reports", ("pipeline.reporting", "pipeline.validation")),
+]
+RANKS = {name: rank for rank, name in enumerate(dict.fromkeys(name for name, _ in LAYERS))}
+SHELL = len(RANKS)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PIPELINE.rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def rank(module: str) -> int:
+    if module == "pipeline":
+        return RANKS["api"]  # the package's lazy re-exports of the Python API
+    if module.endswith(".__main__"):
+        return SHELL
+    for name, prefixes in LAYERS:
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return RANKS[name]
+    raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py and the README")
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The pipeline modules a module imports (``from pipeline.x import y`` counts module ``pipeline.x.y``
+    when that is a module, else ``pipeline.x``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("pipeline")]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+                break
+    return found
+
+
+def test_every_import_runs_down_the_layers():
+    known = modules()
+    upward = []
+    for module, path in known.items():
+        for target in imports(path, known) - {module, "pipeline"}:
+            if rank(target) > rank(module) and not module.startswith(target + "."):
+                upward.append(f"{module} -> {target}")
+    assert not upward, upward
+
+
+def test_no_import_cycle():
+    known = modules()
+    edges = {
+        m: {t for t in imports(p, known) if t != m and not m.startswith(t + ".")} for m, p in known.items()
+    }
+    state: dict[str, int] = {}
+    cycles: list[str] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for target in edges[node]:
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
+            elif not state.get(target):
+                visit(target, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in edges:
+        if not state.get(node):
+            visit(node, [])
+    assert not cycles, cycles
+
+
+def test_sizes_and_no_issue_numbers():
+    too_long = []
+    for path in PIPELINE.rglob("*.py"):
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > 400:
+            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno - node.lineno >= 60
+            ):
+                too_long.append(
+                    f"{path.relative_to(ROOT)}:{node.name}: {node.end_lineno - node.lineno + 1} lines"
+                )
+    assert not too_long, too_long
+    numbered = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in PIPELINE.rglob("*")
+        if p.suffix in (".py", ".j2")
+        for i, line in enumerate(p.read_text().splitlines(), start=1)
+        if re.search(r"\b[Ii]ssues? #\d+|\(#\d+\)", line)
+    ]
+    assert not numbered, numbered
+
+
+def test_layers_cover_every_module():
+    for module in modules():
+        rank(module)  # raises for a module in no layer
