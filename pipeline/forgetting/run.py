@@ -149,6 +149,7 @@ def text_record(
     record: dict[str, Any] = {"source": options.source, "n_tokens": len(tokens)}
     record["tokens_sha256"] = hashlib.sha256(tokens.astype("<i8").tobytes()).hexdigest()
     if options.source == "corpus":
-        record.update({k: getattr(corpus, k) for k in ("name", "path", "dataset", "split", "revision")})
+        record.update({k: getattr(corpus, k) for k in ("name", "path", "dataset", "revision")})
+        record["split"] = corpus.split if corpus.dataset else None  # a file has no split
         record.update(n_documents=len(docs), documents_sha256=json_sha256([d.sha256 for d in docs]))
     return record
