@@ -37,6 +37,21 @@ Text = Annotated[str, BeforeValidator(_as_text)]
 NonNegative = Annotated[int, Field(ge=0)]
 DirectoryName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+@=-]*$", max_length=200)]
 
+
+def _device(value: str) -> str:
+    """``auto`` or a device torch knows (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...)."""
+    if value == "auto":
+        return value
+    import torch
+
+    try:
+        torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError("not a device: use auto, cpu, cuda or cuda:<index>") from None
+    return value
+
+
+Device = Annotated[str, AfterValidator(_device)]
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 HEAD_DTYPES = ("auto", "model", "float32")
 DEFAULT_HEAD_CHUNK = 2048
@@ -49,7 +64,7 @@ class Compute:
     """How models run, shared by every command that runs one (``conf/compute.yaml``)."""
 
     dtype: Literal[DTYPES] = "auto"  # auto: bfloat16 on CUDA, float32 elsewhere
-    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
+    device: Device = "auto"  # auto, cpu, cuda, cuda:1, ...
     head_dtype: Literal[HEAD_DTYPES] = "model"  # the output head: model (its own), float32, auto (CUDA: fp32)
     head_chunk: Positive = DEFAULT_HEAD_CHUNK  # the head in blocks of head_chunk positions ...
     vocab_tile: Positive | None = DEFAULT_VOCAB_TILE  # ... x vocab_tile entries (None: whole vocabulary)

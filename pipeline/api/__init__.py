@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ def score(
     )
     if results_file is not None:
         lines.append(Path(results_file), score_row(lm.source.spec, lm, result, time.time() - started))
+    for warning in result.warnings:
+        warnings.warn(warning, stacklevel=2)
     return result
 
 

@@ -5,6 +5,7 @@ results file. Needs no corpus and no evaluator: the texts, spans and LSD come fr
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ def run(cfg: Any) -> dict[str, Any]:
     choice = ModelChoice.parse(plain["model"])
     settings, compute = parse(ScoreSettings, plain), parse(Compute, plain)
     offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))
+    choice.check()
     artifact = open_artifact(str(cfg.artifact))
     lm = choice.load(compute)
     result = score(artifact, lm, settings, compute, progress=bool(cfg.progress))
@@ -37,6 +39,8 @@ def run(cfg: Any) -> dict[str, Any]:
     path = Path(str(cfg.results))
     lines.append(path, row)
     print_result(row, path)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return row
 
 

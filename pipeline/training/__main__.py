@@ -50,6 +50,7 @@ def run(cfg: Any) -> dict[str, Any]:
     corpus = CorpusSpec.parse(plain["corpus"])
     remote = (not is_local_model(choice.spec), corpus.needs_network, is_hub_dataset(options.artifact or ""))
     offline_unless(*remote)
+    choice.check()
     # Loaded on the CPU; the Trainer puts it on its device (each process its own GPU).
     lm = choice.load(dataclasses.replace(compute, device="cpu"))
     settings = LongCESettings.for_model(options.source, definition, compute, lm.tokenizer)
