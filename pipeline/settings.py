@@ -14,6 +14,7 @@ from keyword arguments; both go through ``parse``, so a bad value is the same on
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Annotated, Any, Literal, TypeVar
@@ -36,6 +37,12 @@ def _as_text(value: Any) -> Any:
 Text = Annotated[str, BeforeValidator(_as_text)]
 NonNegative = Annotated[int, Field(ge=0)]
 DirectoryName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+@=-]*$", max_length=200)]
+
+
+def directory_name(text: str) -> str:
+    """A derived name (from a corpus, a model) as one plain directory name: characters other than
+    letters, digits and ``._+@=-`` replaced by ``_``, no leading dot (never ``..``, never a path)."""
+    return re.sub(r"[^A-Za-z0-9._+@=-]+", "_", text).lstrip(".")
 
 
 def _device(value: str) -> str:

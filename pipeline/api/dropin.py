@@ -57,6 +57,10 @@ def compute_longppl(
 
     Returns ``longppl`` (None without key tokens), ``n_key_token`` (None without key tokens),
     ``ppl`` and ``n_token`` (the evaluated model's tokens of the text), as the official package."""
+    if not isinstance(text, str):
+        raise PipelineError(
+            f"text is {type(text).__name__}, not str: pass the text itself (decode bytes first)"
+        )
     model, tokenizer = loaded(model, tokenizer)
     if evaluator_model is not None:
         evaluator_model, evaluator_tokenizer = loaded(evaluator_model, evaluator_tokenizer)
