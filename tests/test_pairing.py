@@ -71,3 +71,27 @@ def test_gemma_with_the_smollm2_tokenizer_is_an_error():
     text = json.loads((ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8").readline())["text"]
     with pytest.raises(PipelineError, match=r"its BOS is token 1, the model's config says 2"):
         compute_longppl(text[:6000], smol.model, gemma.model, smol.tokenizer, smol.tokenizer, trunc_len=512)
+
+
+def test_the_pairing_rule():
+    """The BOS must agree; the EOS only where there is no BOS to compare (a chat fine-tune may end
+    turns with a new EOS); config lists and the generation config count."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.models.pairing import check_pairing
+
+    def model(bos, eos, generation_eos=None):
+        return NS(
+            config=NS(bos_token_id=bos, eos_token_id=eos), generation_config=NS(eos_token_id=generation_eos)
+        )
+
+    fine = [(model(2, 1), (2, 106)), (model(2, [1, 106]), (2, 106)), (model(None, 2), (None, None))]
+    fine += [(model(151643, 151643), (None, 151643)), (model(1, 2, [2, 32000]), (None, 32000))]
+    for m, (bos, eos) in fine:
+        check_pairing(m, NS(bos_token_id=bos, eos_token_id=eos), "m")
+    for m, (bos, eos), said in [
+        (model(2, 1), (1, 2), "its BOS is token 1, the model's config says 2; its EOS is token 2"),
+        (model(None, 1), (None, 151643), "its EOS is token 151643, the model's config says 1"),
+    ]:
+        with pytest.raises(PipelineError, match=said):
+            check_pairing(m, NS(bos_token_id=bos, eos_token_id=eos), "m")

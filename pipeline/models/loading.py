@@ -374,6 +374,8 @@ def _load_error_message(source: ModelSource, exc: Exception, attn_implementation
         )
     if "trust_remote_code" in str(exc):
         return f"'{source.spec}' needs custom code: pass trust_remote_code=true if you trust it"
+    if source.kind == "hub":
+        return _hub_error_message(source.spec, detail, unreached=True)
     return f"could not load model '{source.spec}' from {source.path}: {detail}"
 
 

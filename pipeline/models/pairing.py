@@ -3,9 +3,9 @@
 A model scored with another model's tokenizer still gives numbers (PPL in the millions, or a LongPPL
 over a handful of key tokens), so the pairing is checked where a model and its tokenizer meet:
 
-- ``check_pairing``: the tokenizer's BOS and EOS ids must be among those the model's config and
-  generation config name (only where both sides name one; pad ids are not compared, since users set
-  them freely and they change no number);
+- ``check_pairing``: the tokenizer's BOS id must be among those the model's config and generation
+  config name, and its EOS id where there is no BOS to compare (only where both sides name one; a
+  fine-tune may give a new EOS, and pad ids, which users set freely, change no number);
 - ``check_token_ids``: every token id fed to the model must have an embedding;
 - ``worse_than_uniform``: a perplexity above the vocabulary size, worse than guessing uniformly, is
   reported (a trained model with its own tokenizer is far below it; an untrained one lies near it).
@@ -38,15 +38,22 @@ def model_ids(model: Any, name: str) -> set[int]:
 
 
 def check_pairing(model: Any, tokenizer: Any, spec: str) -> None:
-    """A PipelineError when the tokenizer's BOS or EOS id is not one the model's configs name."""
-    problems = []
+    """A PipelineError when the tokenizer's BOS id is not one the model's configs name, or, where
+    there is no BOS to compare, its EOS id. (A BOS that agrees with an EOS that does not is a chat
+    fine-tune's new end token, not another model's tokenizer.)"""
+    found = {}
     for token in ("bos", "eos"):
         mine, theirs = getattr(tokenizer, f"{token}_token_id", None), model_ids(model, f"{token}_token_id")
-        if mine is not None and theirs and int(mine) not in theirs:
-            said = " or ".join(str(i) for i in sorted(theirs))
-            problems.append(f"its {token.upper()} is token {mine}, the model's config says {said}")
-    if problems:
-        raise PipelineError(f"the tokenizer is not the one of '{spec}' ({'; '.join(problems)}): {ADVICE}")
+        if mine is not None and theirs:
+            found[token] = (int(mine), theirs)
+    wrong = [t for t, (mine, theirs) in found.items() if mine not in theirs]
+    if "bos" in wrong or (wrong and "bos" not in found):
+        said = "; ".join(
+            f"its {t.upper()} is token {found[t][0]}, the model's config says "
+            + " or ".join(str(i) for i in sorted(found[t][1]))
+            for t in wrong
+        )
+        raise PipelineError(f"the tokenizer is not the one of '{spec}' ({said}): {ADVICE}")
 
 
 def embedding_rows(model: Any) -> int | None:
