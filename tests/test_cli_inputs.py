@@ -206,8 +206,18 @@ def test_finetune_that_would_train_plain_ce_and_names_outside_the_output(
         "(K + d < 32), raise max_length, or pass source=ce"
     )
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escaped").exists()
-    official = cli("pipeline.official", "name=../../escaped", f"hydra.run.dir={tmp_path / 'logs'}")
-    assert official.stderr.startswith("error: setting name='../../escaped': String should match pattern")
+    official = cli(
+        "pipeline.official", "--multirun", "name=../../escaped,ok", "+official.tokeniser=x",
+        f"hydra.sweep.dir={tmp_path / 'logs'}",
+    )  # fmt: skip
+    found = messages(official.stderr)
+    assert job(found, "name=../../escaped").startswith(
+        "setting name='../../escaped': String should match pattern"
+    )
+    assert job(found, "name=ok") == (
+        "setting official.tokeniser: no such setting (known: folder, evaluator, tokenizer, "
+        "tokenizer_revision)"
+    )
 
 
 def test_no_key_token_is_said_and_explained(tiny_model_dir, other_model_dir, write_corpus, tmp_path, capsys):

@@ -76,6 +76,7 @@ def run(cfg: Any) -> dict[str, Any]:
     """The whole import; returns the artifact's manifest."""
     started = time.time()
     options = parse(ImportOptions, cfg)
+    parse(OfficialSpans, cfg.official, prefix="official.", strict=True)  # an unknown key is a typo
     definition = parse(KeyTokenDefinition, {**dict(cfg), "short_window_bos": False})
     official, spans_dir = options.official, Path(options.spans_dir)
     spans = read_span_folder(spans_dir)
