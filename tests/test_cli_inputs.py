@@ -236,3 +236,18 @@ def test_no_key_token_is_said_and_explained(tiny_model_dir, other_model_dir, wri
     ]))  # fmt: skip
     assert row["corpus"]["n_key_tokens"] == 0 and row["corpus"]["longppl"] is None
     assert f"no key token: the artifact's {reason}" in capsys.readouterr().out
+
+
+def test_validate_family_members_with_unknown_keys(tiny_model_dir, tmp_path):
+    spec = str(tiny_model_dir)
+    done = cli(
+        "pipeline.validation", "--multirun",
+        f"checkpoints=[{{spec: '{spec}', contextlimit: 5}}],[{{spec: '{spec}', context_limit: abc}}]",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    assert {line.split("]] ", 1)[1] for line in error_lines(done.stderr)} == {
+        f"family member {{'spec': '{spec}', 'contextlimit': 5}}: no setting contextlimit (known: model, "
+        "spec, context_limit, label)",
+        f"family member {{'spec': '{spec}', 'context_limit': 'abc'}}: context_limit is a number of tokens "
+        "(at least 2)",
+    }
