@@ -49,6 +49,7 @@ def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = C
     @hydra.main(config_path=str(config_dir), config_name=config_name, version_base=None)
     def _entry(cfg) -> None:
         try:
+            refuse_added_keys(cfg, list(HydraConfig.get().overrides.task))
             run(cfg)
         except PipelineError as exc:
             if HydraConfig.get().mode != RunMode.MULTIRUN:
@@ -66,6 +67,22 @@ def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = C
         if isinstance(exc.__context__, JobFailed):
             sys.exit(2)
         raise
+
+
+def refuse_added_keys(cfg: DictConfig, overrides: list[str]) -> None:
+    """A ``+key=value`` override adds a top-level key that the command's config does not have, so no
+    part of the command reads it (a typo, or another command's setting): a PipelineError. Keys inside a
+    group (``+training.x``) are the group's to check."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if override.is_add() and not any(c in key for c in "./@"):
+            known = ", ".join(sorted(k for k in cfg if k not in ("hydra", key)))
+            raise PipelineError(
+                f"setting +{key}: this command has no setting {key}, so nothing would read it "
+                f"(known: {known})"
+            )
 
 
 def compose(config_name: str, overrides: list[str] | None = None, config_dir: Path = CONF_DIR) -> DictConfig:

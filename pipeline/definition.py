@@ -52,6 +52,19 @@ def is_key(lsd: np.ndarray, long: np.ndarray, alpha: float, beta: float) -> np.n
         return (lsd > alpha) & (np.asarray(long, dtype=np.float64) > beta)
 
 
+def no_key_reason(alpha: float, beta: float, lsd: np.ndarray | None = None) -> str:
+    """Why a run has no key token, for the summary: a beta no log-probability exceeds, no token with a
+    short context, or none with LSD above alpha (``lsd``: the tokens' LSD, NaN without short context)."""
+    if beta >= 0:
+        return (
+            f"beta={beta:g} admits none, since LCL is a log-probability, at most 0 (the paper's beta is "
+            "-2); LongPPL is n/a, LongPPL-soft and the alpha/beta grid are unaffected"
+        )
+    if lsd is not None and not np.isfinite(lsd).any():
+        return "no token has a short context (every document is at most K tokens long): LongPPL is n/a"
+    return f"no token has LSD > alpha={alpha:g} and LCL > beta={beta:g}: LongPPL is n/a"
+
+
 def soft_weight(lsd: np.ndarray, gamma: float) -> np.ndarray:
     """min(exp(LSD), gamma); NaN where LSD is missing."""
     with np.errstate(over="ignore", invalid="ignore"):

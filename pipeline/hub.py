@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 HUB_DATASET_PREFIX = (
     "hf://datasets/"  # hf://datasets/<org>/<name>[@<revision>]: a key-token artifact on the Hub
@@ -18,3 +19,60 @@ def offline_unless(*remote: bool) -> None:
     file then fails at once instead of waiting on download retries. An explicit setting is kept."""
     if not any(remote):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def hub_offline() -> bool:
+    """Whether the Hub is off limits: ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set."""
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+    return constants.is_offline_mode() or any(f and f.upper() in ("1", "ON", "YES", "TRUE") for f in flags)
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """Whether a model on the Hub can be loaded: ``problem`` says why not (None: it can);
+    ``cache_only``: load from the local cache only (offline, or the Hub unreachable and the model
+    cached); ``unreached``: the problem is reaching the Hub, so a download elsewhere would do."""
+
+    problem: str | None = None
+    cache_only: bool = False
+    unreached: bool = False
+
+
+def hub_model(repo_id: str, revision: str | None) -> HubModel:
+    """Whether ``repo_id`` can be loaded from the Hub, decided at once: one metadata request (no
+    retries, the Hub's own metadata timeout), none offline."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        return HubModel(f"not a Hub id: {exc}")
+    cached = isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    if hub_offline():
+        missing = "HF_HUB_OFFLINE=1 is set and it is not in the local Hub cache"
+        return HubModel(cache_only=True) if cached else HubModel(missing, True, True)
+    try:
+        HfApi().model_info(repo_id, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except GatedRepoError:
+        return HubModel("it is gated: accept its terms on its Hub page, then run `hf auth login`")
+    except RepositoryNotFoundError:
+        return HubModel("no such model on the Hub; a private one needs `hf auth login`")
+    except RevisionNotFoundError:
+        return HubModel(f"the Hub has no revision {revision!r} of it")
+    except Exception as exc:  # no answer: DNS, connection, timeout, a server error
+        if cached:
+            return HubModel(cache_only=True)
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return HubModel(
+            f"the Hub could not be reached ({detail}) and it is not in the local Hub cache", unreached=True
+        )
+    return HubModel()

@@ -14,6 +14,7 @@ from keyword arguments; both go through ``parse``, so a bad value is the same on
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Annotated, Any, Literal, TypeVar
@@ -37,6 +38,27 @@ Text = Annotated[str, BeforeValidator(_as_text)]
 NonNegative = Annotated[int, Field(ge=0)]
 DirectoryName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+@=-]*$", max_length=200)]
 
+
+def directory_name(text: str) -> str:
+    """A derived name (from a corpus, a model) as one plain directory name: characters other than
+    letters, digits and ``._+@=-`` replaced by ``_``, no leading dot (never ``..``, never a path)."""
+    return re.sub(r"[^A-Za-z0-9._+@=-]+", "_", text).lstrip(".")
+
+
+def _device(value: str) -> str:
+    """``auto`` or a device torch knows (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...)."""
+    if value == "auto":
+        return value
+    import torch
+
+    try:
+        torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError("not a device: use auto, cpu, cuda or cuda:<index>") from None
+    return value
+
+
+Device = Annotated[str, AfterValidator(_device)]
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 HEAD_DTYPES = ("auto", "model", "float32")
 DEFAULT_HEAD_CHUNK = 2048
@@ -49,7 +71,7 @@ class Compute:
     """How models run, shared by every command that runs one (``conf/compute.yaml``)."""
 
     dtype: Literal[DTYPES] = "auto"  # auto: bfloat16 on CUDA, float32 elsewhere
-    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
+    device: Device = "auto"  # auto, cpu, cuda, cuda:1, ...
     head_dtype: Literal[HEAD_DTYPES] = "model"  # the output head: model (its own), float32, auto (CUDA: fp32)
     head_chunk: Positive = DEFAULT_HEAD_CHUNK  # the head in blocks of head_chunk positions ...
     vocab_tile: Positive | None = DEFAULT_VOCAB_TILE  # ... x vocab_tile entries (None: whole vocabulary)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ def score(
     )
     if results_file is not None:
         lines.append(Path(results_file), score_row(lm.source.spec, lm, result, time.time() - started))
+    for warning in result.warnings:
+        warnings.warn(warning, stacklevel=2)
     return result
 
 
@@ -162,29 +165,39 @@ def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:
 
 
 def checked_documents(documents: Any) -> int | Sequence[str] | None:
-    """None, a positive number, or a list of document ids."""
+    """None, a positive number, or a list of document ids (str)."""
     if documents is None:
         return None
     if isinstance(documents, int) and not isinstance(documents, bool):
         if documents < 1:
             raise PipelineError(f"documents={documents}: give a positive number, a list of ids, or None")
         return documents
-    if isinstance(documents, str) or not all(isinstance(d, str) for d in documents):
-        raise PipelineError(f"documents={documents!r}: give a list of document ids (not one string)")
-    return list(documents)
+    ids = None if isinstance(documents, (str, bytes, bool)) else documents
+    if not isinstance(ids, (Sequence, set, frozenset)) or not all(isinstance(d, str) for d in ids):
+        raise PipelineError(
+            f"documents={documents!r}: give a positive number, a list of document ids (str), or None"
+        )
+    return list(ids)
 
 
 def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Document]:
-    """One text, a list (ids doc-00000, ...) or a mapping id -> text."""
+    """One text, a list (ids doc-00000, ...) or a mapping id -> text; each text a str."""
     if isinstance(texts, str):
         texts = [texts]
+    if isinstance(texts, (bytes, bytearray)) or not isinstance(texts, (Sequence, Mapping)):
+        raise PipelineError(
+            f"texts is {type(texts).__name__}: pass a str, a list of str or a mapping id -> str"
+        )
     items = (
         texts.items() if isinstance(texts, Mapping) else ((f"doc-{i:05d}", t) for i, t in enumerate(texts))
     )
     documents = [Document(id=str(doc_id), text=text) for doc_id, text in items]
     bad = next((d for d in documents if not isinstance(d.text, str)), None)
     if bad is not None:
-        raise PipelineError(f"text of document '{bad.id}' is {type(bad.text).__name__}, not str")
+        decode = (
+            ": decode it first (text.decode('utf-8'))" if isinstance(bad.text, (bytes, bytearray)) else ""
+        )
+        raise PipelineError(f"text of document '{bad.id}' is {type(bad.text).__name__}, not str{decode}")
     return documents
 
 

@@ -30,6 +30,7 @@ from pipeline.keytokens.documents import Prepared
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.models.loading import eval_mode, in_memory, load_model
 from pipeline.models.logprobs import TargetScorer
+from pipeline.models.pairing import check_pairing
 from pipeline.official.span_files import format_spans, merge_overlaps, read_span_file
 from pipeline.score.documents import score_document
 from pipeline.settings import ScoreSettings, parse
@@ -56,9 +57,16 @@ def compute_longppl(
 
     Returns ``longppl`` (None without key tokens), ``n_key_token`` (None without key tokens),
     ``ppl`` and ``n_token`` (the evaluated model's tokens of the text), as the official package."""
+    if not isinstance(text, str):
+        raise PipelineError(
+            f"text is {type(text).__name__}, not str: pass the text itself (decode bytes first)"
+        )
     model, tokenizer = loaded(model, tokenizer)
     if evaluator_model is not None:
         evaluator_model, evaluator_tokenizer = loaded(evaluator_model, evaluator_tokenizer)
+        check_pairing(
+            evaluator_model, evaluator_tokenizer, getattr(evaluator_model, "name_or_path", "evaluator")
+        )
         spans = key_spans(text, evaluator_model, evaluator_tokenizer, trunc_len, sliding_window, alpha, beta)
         if save_path is not None:
             Path(save_path).write_text(format_spans(spans[:, 0], spans[:, 1]), encoding="utf-8")

@@ -29,13 +29,14 @@ def run(cfg: Any) -> dict[str, Any]:
     choice = ModelChoice.parse(plain["model"])
     corpus = CorpusSpec.parse(plain["corpus"]) if options.source == "corpus" else None
     offline_unless(not is_local_model(choice.spec), corpus is not None and corpus.needs_network)
+    choice.check()
     docs = load_corpus(corpus) if corpus is not None else []
     lm = choice.load(compute)
     row = measure(
         lm, scorer_for(lm, compute), options, (corpus, docs),
         model_name=choice.display_name, progress=bool(cfg.progress), started=started,
     )  # fmt: skip
-    plot = Path(str(cfg.plot_dir)).absolute() / plot_name(row["model_name"], row["settings"])
+    plot = Path(str(cfg.plot_dir)).absolute() / plot_name(row)
     row["plot"] = str(plot)
     write_plot(row, plot)
     path = Path(str(cfg.results))

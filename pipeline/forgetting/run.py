@@ -99,6 +99,7 @@ def curve_settings(
             f"model '{lm.source.spec}' declares no context length (max_position_embeddings): "
             "pass context=<tokens> (its claimed context)"
         )
+    check_token_settings(options, scorer.embedding_rows or scorer.vocab_size, lm.source.spec)
     specials = special_tokens(lm.tokenizer, options.bos_id, options.eos_id)
     has_eos = specials["eos_token_id"] is not None
     settings = CurveSettings(
@@ -122,6 +123,17 @@ def curve_settings(
             "beyond_context=true to score longer inputs, marked as beyond it"
         )
     return settings, specials
+
+
+def check_token_settings(options: CurveOptions, rows: int, spec: str) -> None:
+    """``bos_id`` and ``eos_id``, when given, must be token ids the model has."""
+    for name in ("bos_id", "eos_id"):
+        value = getattr(options, name)
+        if value is not None and value >= rows:
+            raise PipelineError(
+                f"setting {name}={value}: not a token id of '{spec}', whose vocabulary has {rows} ids: "
+                f"give an id below {rows}, or null for the model's own"
+            )
 
 
 def text_tokens(

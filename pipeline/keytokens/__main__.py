@@ -12,6 +12,7 @@ import numpy as np
 
 from pipeline.artifact.reader import load_artifact
 from pipeline.cli import hydra_main
+from pipeline.definition import no_key_reason
 from pipeline.keytokens.ranks import is_main_process
 from pipeline.keytokens.run import run as run_keytokens
 from pipeline.keytokens.settings import KeyTokenSettings
@@ -47,6 +48,9 @@ def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
         f"output      {root}",
     ]
     lines += [f"skipped     {skip['doc_id']}: {skip['reason']}" for skip in manifest.get("skipped", [])]
+    if n_key == 0:
+        s = manifest["settings"]
+        lines.append(f"note        no key token: {no_key_reason(s['alpha'], s['beta'], lsd)}")
     print("\n".join(lines))
 
 

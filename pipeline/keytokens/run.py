@@ -36,6 +36,7 @@ def run(settings: KeyTokenSettings) -> dict[str, Any]:
     (``pipeline.artifact.lock``) throughout: a second run on the same artifact stops at once."""
     started = time.time()
     offline_unless(settings.corpus.needs_network, not is_local_model(settings.evaluator.spec))
+    settings.evaluator.check()
     docs = load_corpus(settings.corpus)
     if not docs:
         raise PipelineError(f"corpus '{settings.corpus.name}' has no documents: nothing to score")

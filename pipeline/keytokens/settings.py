@@ -3,7 +3,6 @@ typed and checked once from the Hydra config (``conf/keytokens.yaml``), before a
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +13,7 @@ from pydantic.dataclasses import dataclass
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
 from pipeline.models.loading import ModelChoice
-from pipeline.settings import Compute, DirectoryName, parse
+from pipeline.settings import Compute, DirectoryName, directory_name, parse
 from pipeline.text.corpus import CorpusSpec
 
 # The stage's compute defaults (``conf/keytokens.yaml``): the head in float32 on CUDA, since LSD near
@@ -76,7 +75,7 @@ class KeyTokenSettings:
         max_tokens = self.documents.max_tokens
         limit = f"-max{max_tokens}" if max_tokens else ""
         name = f"{self.corpus.name}--{evaluator}--K{self.definition.K}-d{self.definition.d}{limit}"
-        return re.sub(r"[^A-Za-z0-9._+@=-]+", "_", name).lstrip(".")  # one plain directory name
+        return directory_name(name)
 
     def artifact_dir(self) -> Path:
         return Path(self.output.output_dir).absolute() / self.artifact_name()

@@ -9,9 +9,8 @@ checkpoint keyed by the file's sha256, so later loads take seconds instead of a 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import tempfile
+import difflib
+import pickle
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from importlib.util import find_spec
@@ -23,7 +22,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
+from pipeline.hub import hub_model
 from pipeline.models import attention
+from pipeline.models.gguf import check_header, convert_gguf
+from pipeline.models.pairing import check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement
 from pipeline.provenance import file_sha256
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
@@ -114,6 +116,7 @@ def in_memory(model: Any, tokenizer: Any, name: str | None = None) -> LoadedMode
     spec = name or getattr(model, "name_or_path", None) or type(model).__name__
     source = ModelSource(spec=str(spec), kind="memory", path="")
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
+    check_pairing(model, tokenizer, source.spec)
     return LoadedModel(model, tokenizer, source, dtype=parameter.dtype, device=parameter.device)
 
 
@@ -131,11 +134,6 @@ def eval_mode(model: Any) -> Iterator[None]:
 def is_local_model(spec: str) -> bool:
     """True when loading ``spec`` needs no network: an embedded model or an existing path."""
     return spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
-
-
-def default_cache_dir() -> Path:
-    """Where converted GGUF checkpoints live; ``LONGPPL_CACHE`` overrides it."""
-    return Path(os.environ.get("LONGPPL_CACHE", Path.home() / ".cache" / "longppl"))
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -199,55 +197,6 @@ def resolve_source(spec: str) -> ModelSource:
     return ModelSource(spec=spec, kind="hub", path=spec)
 
 
-def _gguf_cache_path(gguf: Path, sha: str, cache_dir: Path) -> Path:
-    return cache_dir / "gguf" / f"{gguf.stem}-{sha[:16]}"
-
-
-def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
-    """Dequantise a GGUF file once into a safetensors checkpoint; returns (directory, file sha256).
-
-    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so a fresh model is built from
-    the config and given the dequantised state dict. The directory appears atomically.
-    """
-    sha = file_sha256(gguf)
-    target = _gguf_cache_path(gguf, sha, cache_dir or default_cache_dir())
-    if (target / "longppl-source.json").is_file():
-        return target, sha
-    target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"converting {gguf.name} to a cached checkpoint in {target} (once; about a minute)", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    settings = loaded.config.to_dict()
-    settings.pop("quantization_config", None)  # the weights we save are dequantised
-    fresh = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(settings), dtype=torch.float32)
-    fresh.load_state_dict(loaded.state_dict(), strict=True)
-    fresh.eval()
-    _check_same_outputs(loaded, fresh, gguf.name)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as tmp:
-        staging = Path(tmp) / "ckpt"
-        fresh.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        (staging / "longppl-source.json").write_text(
-            json.dumps({"gguf_file": gguf.name, "gguf_sha256": sha}, indent=2)
-        )
-        try:
-            os.replace(staging, target)
-        except OSError:  # another process finished first: keep theirs
-            if not (target / "longppl-source.json").is_file():
-                raise
-    return target, sha
-
-
-def _check_same_outputs(reference: Any, candidate: Any, name: str) -> None:
-    probe = (torch.arange(16) * 7919 % reference.config.vocab_size)[None]
-    with torch.inference_mode():
-        diff = (reference(input_ids=probe).logits - candidate(input_ids=probe).logits).abs().max().item()
-    if diff > 1e-4:
-        raise PipelineError(
-            f"converting {name} changed the model's outputs (max logit difference {diff:.2e})"
-        )
-
-
 def _weights_sha256(directory: Path) -> dict[str, str]:
     return {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.suffix in WEIGHT_SUFFIXES}
 
@@ -268,29 +217,18 @@ def load_model(
     source = resolve_source(spec)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    location = source.path
-    if source.kind in ("embedded", "gguf"):
-        checkpoint, source.file_sha256 = convert_gguf(
-            Path(source.path), Path(cache_dir) if cache_dir else None
-        )
-        location = str(checkpoint)
-    elif source.kind == "local":
-        source.weights_sha256 = _weights_sha256(Path(source.path))
-    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
-    if source.kind == "hub":
-        kwargs["revision"] = revision
+    location, hub_options = prepare(source, revision, cache_dir)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, **hub_options}
+    kwargs["weights_only"] = True  # a pickled checkpoint is read as tensors only, never run
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     kwargs.update(from_pretrained_placement(torch_device, device_map, gpus))
+    tokenizer = _load_tokenizer(source, location, trust_remote_code=trust_remote_code, **hub_options)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            location,
-            trust_remote_code=trust_remote_code,
-            **({"revision": revision} if source.kind == "hub" else {}),
-        )
         model = _from_pretrained(location, kwargs)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
         raise PipelineError(_load_error_message(source, exc, attn_implementation)) from exc
+    check_pairing(model, tokenizer, spec)
     if "device_map" not in kwargs:
         model.to(torch_device)
     model.eval()
@@ -306,6 +244,48 @@ def load_model(
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
     )
+
+
+def prepare(source: ModelSource, revision: str | None, cache_dir: str | Path | None) -> tuple[str, dict]:
+    """Where ``from_pretrained`` reads the model (a GGUF file converted once, its hash or the
+    weights' hashes recorded) and its Hub options; a Hub model that cannot load fails here, at once."""
+    if source.kind in ("embedded", "gguf"):
+        checkpoint, source.file_sha256 = convert_gguf(
+            Path(source.path), Path(cache_dir) if cache_dir else None
+        )
+        return str(checkpoint), {}
+    if source.kind == "local":
+        source.weights_sha256 = _weights_sha256(Path(source.path))
+        return source.path, {}
+    hub = hub_model(source.spec, revision)
+    if hub.problem:
+        raise PipelineError(_hub_error_message(source.spec, hub.problem, hub.unreached))
+    return source.path, {"revision": revision, "local_files_only": hub.cache_only}
+
+
+def _load_tokenizer(source: ModelSource, location: str, **options: Any) -> Any:
+    """The model's tokenizer; a folder without one is an error that says so."""
+    try:
+        return AutoTokenizer.from_pretrained(location, **options)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if (
+            source.kind == "local"
+            and not any(Path(location).glob("*tok*"))
+            and not any(Path(location).glob("vocab*"))
+        ):
+            raise PipelineError(
+                f"{source.spec} has no tokenizer (no tokenizer.json, tokenizer.model or vocabulary file "
+                "beside config.json): copy the model's tokenizer files into it"
+            ) from exc
+        raise PipelineError(
+            f"could not load the tokenizer of '{source.spec}' from {source.path}: {one_line(exc)}"
+        ) from exc
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line (a multi-line message joined), at most ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _from_pretrained(location: str, kwargs: dict[str, Any]) -> Any:
@@ -347,6 +327,15 @@ class ModelChoice:
         or a value of the wrong type is one PipelineError."""
         return parse(cls, node, prefix=prefix, strict=True)
 
+    def check(self) -> None:
+        """Fail now, in one line, when the spec cannot load (a missing path, a file that is not GGUF, a
+        Hub id that is malformed, unknown or out of reach), before any slower work of a command."""
+        source = resolve_source(self.spec)
+        if source.kind == "gguf":
+            check_header(Path(source.path))
+        elif source.kind == "hub":
+            prepare(source, self.revision, None)
+
     @property
     def display_name(self) -> str:
         """The leaderboard's name: ``name``, else the spec (a file's stem, a directory's name)."""
@@ -371,26 +360,38 @@ class ModelChoice:
 
 
 def _load_error_message(source: ModelSource, exc: Exception, attn_implementation: str | None) -> str:
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    detail = one_line(exc)
     if attn_implementation and attn_implementation in str(exc):
         return (
-            f"'{source.spec}' does not support attn_implementation={attn_implementation} ({first_line}): "
+            f"'{source.spec}' does not support attn_implementation={attn_implementation} ({detail}): "
             "pass attn_implementation=sdpa (or another implementation its code supports)"
         )
-    if source.kind == "hub":
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        why = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached or refused access"
-        if "/" not in source.spec:
-            known = ", ".join(EMBEDDED_MODELS)
-            return (
-                f"unknown model '{source.spec}': not a local path, not an embedded model ({known}), "
-                f"and not loadable from the Hugging Face Hub ({why})"
-            )
+    if isinstance(exc, pickle.UnpicklingError):
         return (
-            f"could not load '{source.spec}' from the Hugging Face Hub ({why}): on a machine with "
-            f"network access run `hf download {source.spec} --local-dir DIR`, then pass "
-            f"the local directory as the model (detail: {first_line})"
+            f"could not load the weights of '{source.spec}': a pickled checkpoint (.bin) that holds more "
+            "than tensors, refused without running it (weights_only): use a safetensors checkpoint from "
+            "a source you trust"
         )
     if "trust_remote_code" in str(exc):
         return f"'{source.spec}' needs custom code: pass trust_remote_code=true if you trust it"
-    return f"could not load model '{source.spec}' from {source.path}: {first_line}"
+    if source.kind == "hub":
+        return _hub_error_message(source.spec, detail, unreached=True)
+    return f"could not load model '{source.spec}' from {source.path}: {detail}"
+
+
+def _hub_error_message(spec: str, problem: str, unreached: bool) -> str:
+    """Why a model that names no local path or embedded model cannot load from the Hub."""
+    if "/" not in spec:
+        close = difflib.get_close_matches(spec, list(EMBEDDED_MODELS), n=1)
+        known = ", ".join(EMBEDDED_MODELS) + (f"; did you mean {close[0]}?" if close else "")
+        return (
+            f"unknown model '{spec}': not a local path, not an embedded model ({known}), and not "
+            f"loadable from the Hugging Face Hub ({problem})"
+        )
+    advice = (
+        f": on a machine with network access run `hf download {spec} --local-dir DIR`, then pass the "
+        "local directory as the model"
+        if unreached
+        else ""
+    )
+    return f"could not load '{spec}' from the Hugging Face Hub ({problem}){advice}"

@@ -27,6 +27,7 @@ import torch
 
 from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, resolve_head_dtype
+from pipeline.models.pairing import check_token_ids, embedding_rows
 from pipeline.models.placement import execution_device, loaded_weights
 from pipeline.models.precision import rounding_tolerance
 from pipeline.settings import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, DEFAULT_WINDOW_BATCH_TOKENS, Compute
@@ -89,11 +90,14 @@ class TargetScorer:
         self.vocab_size = self.head.weight.shape[0]
         self.head_dtype = head_dtype or self.head.weight.dtype
         self.input_device = execution_device(model.get_input_embeddings())
+        self.embedding_rows = embedding_rows(model)
         self.window_batch_tokens = window_batch_tokens
 
     @torch.inference_mode()
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (batch x length x hidden) of the model's body."""
+        """Final hidden states (batch x length x hidden) of the model's body; a token id without an
+        embedding is an error (a tokenizer that is not the model's)."""
+        check_token_ids(input_ids, self.embedding_rows)
         out = self.body(input_ids=input_ids.to(self.input_device), use_cache=False)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 

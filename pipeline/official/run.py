@@ -44,7 +44,7 @@ from pipeline.official.boundaries import (
 from pipeline.official.sources import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
 from pipeline.provenance import file_sha256, json_sha256, library_versions
-from pipeline.settings import DirectoryName, Text, parse
+from pipeline.settings import DirectoryName, Text, directory_name, parse
 from pipeline.text.alignment import hard_key_mask
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
@@ -76,6 +76,7 @@ def run(cfg: Any) -> dict[str, Any]:
     """The whole import; returns the artifact's manifest."""
     started = time.time()
     options = parse(ImportOptions, cfg)
+    parse(OfficialSpans, cfg.official, prefix="official.", strict=True)  # an unknown key is a typo
     definition = parse(KeyTokenDefinition, {**dict(cfg), "short_window_bos": False})
     official, spans_dir = options.official, Path(options.spans_dir)
     spans = read_span_folder(spans_dir)
@@ -109,7 +110,9 @@ def run(cfg: Any) -> dict[str, Any]:
         "documents": pa.Table.from_pylist(rows, DOCUMENTS_SCHEMA),
         "spans": pa.concat_tables(span_tables) if span_tables else SPANS_SCHEMA.empty_table(),
     }
-    root = Path(options.output_dir).absolute() / (options.name or f"{spec.name}--official--{official.folder}")
+    root = Path(options.output_dir).absolute() / (
+        options.name or directory_name(f"{spec.name}--official--{official.folder}")
+    )
     fingerprint = settings_fingerprint(settings, KEY_SPANS)
     if existing_same(root, fingerprint):
         return json.loads((root / MANIFEST).read_text())

@@ -60,6 +60,13 @@ def md_cell(text: str) -> str:
     return " ".join(str(text).splitlines()).replace("|", "\\|")
 
 
+def md_text(text: str) -> str:
+    """Text from a user (a model or benchmark name) as Markdown shows it literally, on one line: the
+    characters that start HTML, links, entities, emphasis and code are backslash-escaped (CommonMark).
+    Plain names are unchanged."""
+    return re.sub(r"([\\`*\[\]<>&])", r"\\\1", " ".join(str(text).splitlines()))
+
+
 def md_code(text: str) -> str:
     """Inline code for any text: on one line, fenced by more backticks than it contains."""
     one_line = " ".join(str(text).splitlines())
@@ -134,9 +141,15 @@ def png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
+def plot_text(text: str) -> str:
+    """Text from a user as a plot shows it literally: matplotlib reads ``$...$`` as math (and fails on a
+    lone ``$``), so every ``$`` is escaped."""
+    return str(text).replace("$", r"\$")
+
+
 def labelled_scatter(ax: Any, xs: list[float], ys: list[float], labels: list[str]) -> None:
     ax.scatter(xs, ys, color="tab:blue", zorder=2)
     for x, y, label in zip(xs, ys, labels, strict=True):
-        ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
+        ax.annotate(plot_text(label), (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
     ax.margins(x=0.2, y=0.1)  # room for the labels
     ax.grid(True, alpha=0.3)

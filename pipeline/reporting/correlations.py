@@ -23,8 +23,11 @@ from pipeline.reporting.common import (
     figure,
     file_slug,
     labelled_scatter,
+    md_code,
     md_table,
+    md_text,
     newest,
+    plot_text,
     png,
 )
 from pipeline.results.scores import METRICS
@@ -177,9 +180,9 @@ def correlations_markdown(
     common = common_models(board, benchmarks, source)
     head = [
         "# Correlation of perplexity metrics with long-context benchmarks\n\n",
-        f"Leaderboard: artifact `{top['artifact']}` (fingerprint `{top['fingerprint'][:12]}`). "
-        f"Benchmarks: `{display_path(source)}` (sha256 `{file_sha256(source)}`).\n",
-        f"Models in both ({len(common)}): {', '.join(common)}.\n\n",
+        f"Leaderboard: artifact {md_code(top['artifact'])} (fingerprint `{top['fingerprint'][:12]}`). "
+        f"Benchmarks: {md_code(display_path(source))} (sha256 `{file_sha256(source)}`).\n",
+        f"Models in both ({len(common)}): {names(common)}.\n\n",
         "Lower perplexity should go with higher benchmark scores, so a metric that tracks long-context "
         "ability shows a strongly negative correlation (paper Table 1, Pearson: LongPPL -0.96/-0.86/-0.84 "
         "with LongBench/LongEval/RULER, PPL -0.11/0.31/0.33). p-values are two-sided "
@@ -203,7 +206,7 @@ def _stat_table(table: pl.DataFrame, benches: list[str], kind: str, title: str) 
             value, p = r[f"{kind}_r"], r[f"{kind}_p"]
             row.append("n/a" if value is None else f"{value:.3f} (p={p:.3g}, n={r['n']})")
         rows.append(row)
-    return f"\n## {title}\n\n" + md_table(["metric", *benches], rows)
+    return f"\n## {title}\n\n" + md_table(["metric", *map(md_text, benches)], rows)
 
 
 def _notes(
@@ -212,20 +215,25 @@ def _notes(
     notes = []
     left_out = sorted(set(board["entry"]) - set(common))
     if left_out:
-        notes.append(f"Leaderboard entries without a benchmark row (left out): {', '.join(left_out)}.")
+        notes.append(f"Leaderboard entries without a benchmark row (left out): {names(left_out)}.")
     bench_rows = {r["model"]: r for r in benchmarks.iter_rows(named=True)}
     for bench in benchmarks.columns[1:]:
         missing = [m for m in common if bench_rows[m][bench] is None]
         if missing:
-            notes.append(f"{bench}: no value for {', '.join(missing)}; left out of its correlations.")
+            notes.append(f"{md_text(bench)}: no value for {names(missing)}; left out of its correlations.")
     board_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
     for metric, label in METRICS.items():
         missing = [m for m in common if board_rows[m][metric] is None]
         if missing:
-            notes.append(f"{label}: no value for {', '.join(missing)} (no key tokens); left out of its rows.")
+            notes.append(f"{label}: no value for {names(missing)} (no key tokens); left out of its rows.")
     for r in table.filter(pl.col("note").is_not_null()).iter_rows(named=True):
-        notes.append(f"{r['metric']} vs {r['benchmark']}: n/a, {r['note']} (n={r['n']}).")
+        notes.append(f"{r['metric']} vs {md_text(r['benchmark'])}: n/a, {r['note']} (n={r['n']}).")
     return notes
+
+
+def names(models: list[str]) -> str:
+    """Model names in Markdown text, each shown literally."""
+    return ", ".join(md_text(m) for m in models)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,7 +254,7 @@ def scatter_png(board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFra
         summary = "n/a" if r is None else f"r={r:.2f}, rho={rho:.2f}"
         ax.set_title(f"{label}: {summary} (n={stats['n']})", fontsize=9)
         ax.set_xlabel(label)
-        ax.set_ylabel(bench)
+        ax.set_ylabel(plot_text(bench))
     fig.tight_layout()
     return png(fig)
 

@@ -14,17 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.files import write_bytes_atomic
-from pipeline.reporting.common import figure, file_slug, png
+from pipeline.reporting.common import figure, file_slug, plot_text, png
 from pipeline.results.forgetting import memory_text
 
 FIGSIZE = (12.0, 5.0)
 
 
-def plot_name(model_name: str, settings: dict[str, Any]) -> str:
-    """``<model>--<source>-<grid>-n<n>-R<R>-L<max>-seed<seed>.png``."""
-    slug = file_slug(model_name, "model")
-    s = settings
-    return f"{slug}--{s['source']}-{s['grid']}-n{s['n']}-R{s['R']}-L{s['max_length']}-seed{s['seed']}.png"
+def plot_name(row: dict[str, Any]) -> str:
+    """``<model>--<source>-<grid>-n<n>-R<R>-L<max>-seed<seed>--<result id>[-incomplete].png``: runs of
+    other weights under one name, or a run with failed lengths, never overwrite another run's picture."""
+    slug = file_slug(row["model_name"], "model")
+    s = row["settings"]
+    settings = f"{s['source']}-{s['grid']}-n{s['n']}-R{s['R']}-L{s['max_length']}-seed{s['seed']}"
+    incomplete = "" if row["complete"] else "-incomplete"
+    return f"{slug}--{settings}--{row['result_id'][:8]}{incomplete}.png"
 
 
 def _regions(ax: Any, memory: dict[str, Any], low: float, high: float) -> None:
@@ -87,7 +90,7 @@ def forgetting_png(row: dict[str, Any]) -> bytes:
     ax.set_ylabel("teacher-forced top-1 accuracy (second half of the second S)")
     off_axis = "" if fills <= high else f"; inputs fill it at L={fills:.0f}, right of this axis"
     ax.set_title(
-        f"{row['model_name']}: fine memory {memory_text(memory, 'fine')}, "
+        f"{plot_text(row['model_name'])}: fine memory {memory_text(memory, 'fine')}, "
         f"coarse memory {memory_text(memory, 'coarse')} tokens "
         f"(claimed context {settings['context']} tokens{off_axis})\n"
         f"{row['text']['source']} text, {settings['grid']} grid, n={settings['n']}, R={settings['R']}, "

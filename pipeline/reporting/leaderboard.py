@@ -36,7 +36,9 @@ from pipeline.reporting.common import (
     labelled_scatter,
     md_code,
     md_table,
+    md_text,
     newest,
+    plot_text,
     png,
 )
 from pipeline.results import forgetting as forgetting_results
@@ -164,12 +166,20 @@ def table(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> list[di
 
 
 def forgetting_memory(path: str | Path | None) -> dict[str, dict]:
-    """The ``memory`` record (and ``result_id``) of the newest forgetting curve per model name; {}
+    """Per model name, the ``memory`` record (and ``result_id``) of its newest complete forgetting
+    curve; a model without one gets its newest run's ``result_id`` and ``incomplete`` (why); {}
     without a forgetting results file."""
     if path is None or not Path(path).is_file():
         return {}
-    rows = forgetting_results.newest_per_model(forgetting_results.read_rows(path))
-    return {name: {**row["memory"], "result_id": row["result_id"]} for name, row in rows.items()}
+    rows = forgetting_results.read_rows(path)
+    complete = forgetting_results.newest_per_model([row for row in rows if row["complete"]])
+    memory = {name: {**row["memory"], "result_id": row["result_id"]} for name, row in complete.items()}
+    for name, row in forgetting_results.newest_per_model(rows).items():
+        if name not in memory:
+            failed = [p for p in row["points"] if p.get("error") is not None]
+            why = f"{len(failed)} of {len(row['points'])} lengths failed (first: {failed[0]['error']})"
+            memory[name] = {"incomplete": why, "result_id": row["result_id"]}
+    return memory
 
 
 def memory_of(r: dict, memory: dict[str, dict] | None) -> dict | None:
@@ -178,14 +188,20 @@ def memory_of(r: dict, memory: dict[str, dict] | None) -> dict | None:
 
 
 def memory_cells(m: dict | None) -> dict[str, str | None]:
+    """The memory columns of one entry, and ``forgetting_incomplete`` (why its runs have no memory
+    lengths; Markdown shows ``incomplete``, CSV leaves the cells empty)."""
     if m is None:
-        return dict.fromkeys(MEMORY_COLUMNS)
+        return dict.fromkeys(MEMORY_COLUMNS) | {"forgetting_incomplete": None}
+    if "incomplete" in m:
+        empty = dict.fromkeys(MEMORY_COLUMNS) | {"forgetting_result_id": m["result_id"]}
+        return empty | {"forgetting_incomplete": m["incomplete"]}
     return {
         "fine_memory": str(m["fine"]),
         "coarse_memory": str(m["coarse"]),
         "fine_memory_censored": str(m["fine_censored"]).lower(),
         "coarse_memory_censored": str(m["coarse_censored"]).lower(),
         "forgetting_result_id": m["result_id"],
+        "forgetting_incomplete": None,
     }
 
 
@@ -209,20 +225,28 @@ def leaderboard_markdown(
     shown = {k: v for k, v in columns(board, memory).items() if v is not None}
     if "fine_memory" in shown:
         lines.append(FORGETTING_NOTE)
-    rows = [[markdown_cell(row, k) for k in shown] for row in table(board, memory)]
+    cells = table(board, memory)
+    rows = [[markdown_cell(row, k) for k in shown] for row in cells]
     notes = sorted(set(board["unavailable"].drop_nulls().to_list())) if "unavailable" in board.columns else []
-    return (
-        "".join(lines) + "\n" + md_table(list(shown.values()), rows) + "".join(f"\nn/a: {n}\n" for n in notes)
-    )
+    notes = [f"n/a: {md_text(n)}" for n in notes]
+    notes += [
+        f"incomplete: {md_text(row['model'])}: its forgetting curve ({row['forgetting_result_id']}) has no "
+        f"complete run, {md_text(row['forgetting_incomplete'])}"
+        for row in cells
+        if row["forgetting_incomplete"]
+    ]
+    return "".join(lines) + "\n" + md_table(list(shown.values()), rows) + "".join(f"\n{n}\n" for n in notes)
 
 
 def markdown_cell(row: dict[str, str | None], key: str) -> str:
     """A cell as the Markdown table shows it: ``n/a`` for a missing number, ``>`` before a memory
     length still met at the largest length measured."""
     if key in MEMORY_COLUMNS:
+        if row.get("forgetting_incomplete"):
+            return "incomplete"
         censored = row.get(f"{key}_censored") == "true"
         return "" if row[key] is None else (">" if censored else "") + row[key]
-    return "n/a" if row[key] is None else row[key]
+    return "n/a" if row[key] is None else md_text(row[key])
 
 
 def leaderboard_csv(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> str:
@@ -241,7 +265,7 @@ def leaderboard_png(board: pl.DataFrame) -> bytes:
         ax.text(0.5, 0.5, "no entry has both PPL and LongPPL", ha="center", transform=ax.transAxes)
     ax.set_xlabel("PPL")
     ax.set_ylabel("LongPPL")
-    ax.set_title(f"{newest(board)['artifact']}", fontsize=9)
+    ax.set_title(plot_text(newest(board)["artifact"]), fontsize=9)
     fig.tight_layout()
     return png(fig)
 

@@ -172,30 +172,55 @@ def check_fingerprint(refresh: Refresh) -> None:
         )
 
 
+def recorded_values(refresh: Refresh, models: list[PinnedModel]) -> dict[str, dict[str, Any]]:
+    """What each model must reproduce, by name: its ``expected`` values, else the corpus values of its
+    recorded result (none when recording). Checked before any scoring, so a record that cannot be
+    compared fails at once."""
+    values = {m.name: dict(m.expected) for m in models if m.expected is not None}
+    compared = [m.name for m in models if m.expected is None]
+    if refresh.record or not compared:
+        return values
+    recorded = recorded_rows(Path(refresh.recorded))
+    return values | {name: recorded_value(refresh, recorded, name) for name in compared}
+
+
+def recorded_value(refresh: Refresh, recorded: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    """One model's recorded corpus values under the refresh's aggregate, with every metric."""
+    if name not in recorded:
+        raise PipelineError(
+            f"no recorded result for {name} in {refresh.recorded}: record it with record=true"
+        )
+    try:
+        values = corpus_values(recorded[name], refresh.aggregate)
+        missing = next((f"corpus.{m}" for m in results.METRICS if m not in values), None)
+    except (KeyError, TypeError, AttributeError) as exc:
+        values, missing = {}, f"the per-document values ({type(exc).__name__}: {exc})"
+    if missing:
+        raise PipelineError(
+            f"the recorded result of {name} in {refresh.recorded} lacks {missing}, which aggregate="
+            f"{refresh.aggregate} compares: record it again with record=true"
+        )
+    return values
+
+
 def check_model(
-    refresh: Refresh, model: PinnedModel, row: dict[str, Any], recorded: dict[str, Any]
+    refresh: Refresh, model: PinnedModel, row: dict[str, Any], expected: dict[str, Any]
 ) -> list[str]:
-    """One model's fresh result against its ``expected`` values, else its recorded result."""
+    """One model's fresh result against its expected values (``recorded_values``)."""
     fresh = corpus_values(row, refresh.aggregate)
     if model.expected is not None:
-        expected = model.expected
         return compare(model.name, fresh, expected, refresh.tolerance, list(expected), "expected")
-    if model.name not in recorded:
-        return [f"{model.name}: no recorded result in {refresh.recorded}"]
-    return compare(
-        model.name, fresh, corpus_values(recorded[model.name], refresh.aggregate), refresh.tolerance
-    )
+    return compare(model.name, fresh, expected, refresh.tolerance)
 
 
 def run(cfg: Any) -> list[dict[str, Any]]:
     refresh = parse(Refresh, cfg)
     models = refresh.pinned()
     check_fingerprint(refresh)
-    recorded_path = Path(refresh.recorded)
-    needs_record = not refresh.record and any(model.expected is None for model in models)
-    recorded = recorded_rows(recorded_path) if needs_record else {}
+    expected = recorded_values(refresh, models)  # before the (long) scoring
     fresh_rows = score_all(refresh, models)
     if refresh.record:
+        recorded_path = Path(refresh.recorded)
         recorded_path.parent.mkdir(parents=True, exist_ok=True)
         recorded_path.write_text(
             "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
@@ -204,7 +229,7 @@ def run(cfg: Any) -> list[dict[str, Any]]:
         return fresh_rows
     problems = []
     for model, row in zip(models, fresh_rows, strict=True):
-        problems += check_model(refresh, model, row, recorded)
+        problems += check_model(refresh, model, row, expected[model.name])
     if problems:
         raise PipelineError("leaderboard refresh differs from the expected results: " + "; ".join(problems))
     print(f"refresh reproduces all {len(fresh_rows)} expected results within {refresh.tolerance:g}")

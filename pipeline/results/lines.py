@@ -7,6 +7,8 @@ each line's schema is a pydantic model in its own module (``pipeline.results.sco
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -19,16 +21,50 @@ from pipeline.files import strict_json
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
-    """Append one strict-JSON line (NaN or inf is an error): a single O_APPEND write, flushed to disk
-    (concurrent runs stay valid)."""
+    """Append one strict-JSON line (NaN or inf is an error), whole or not at all: the file is locked
+    for the write (concurrent runs never mix or cut each other's lines), a short write continues, a
+    failed one (a full disk) is cut back to the file's size before it and is a PipelineError. A file
+    whose last line was cut short by an earlier failure gets a newline first, so no line is glued to it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (strict_json(row, sort_keys=True, ensure_ascii=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
+        with contextlib.suppress(OSError):  # a filesystem without flock: the one O_APPEND write stays
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        try:
+            write_all(fd, line)
+            os.fsync(fd)
+        except OSError as exc:
+            raise PipelineError(append_failure(path, fd, size, exc)) from None
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data`` (``os.write`` may write fewer than asked: continue with the rest)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(f"wrote {written} bytes")
+        view = view[written:]
+
+
+def append_failure(path: Path, fd: int, size: int, exc: OSError) -> str:
+    """Cut the file back to ``size`` (what it held before this append); the message says what happened."""
+    why = exc.strerror or str(exc)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    except OSError:
+        return (
+            f"could not append the result to {path} ({why}), nor remove the part written: its last "
+            "line is cut short; delete that line, free space and run again"
+        )
+    return f"could not append the result to {path} ({why}): the file is as it was; free space and run again"
 
 
 def read(
@@ -40,18 +76,32 @@ def read(
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"no {what} in {path} (the file does not exist): {hint}")
+    raw = path.read_bytes().split(b"\n")
     lines = []
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if text.strip():
+    for number, data in enumerate(raw, start=1):
+        if data.strip():
             try:
-                lines.append((number, *parse(text, schema)))
+                lines.append((number, *parse(decoded(data), schema)))
             except ValueError as exc:
+                cut = (
+                    " and has no newline at its end: a write cut short (a full disk?)"
+                    if number == len(raw)
+                    else ""
+                )
                 raise PipelineError(
-                    f"{path} line {number} is not a valid {kind} ({exc}): fix or delete that line"
+                    f"{path} line {number} is not a valid {kind} ({exc}){cut}: fix or delete that line"
                 ) from None
     if not lines and not allow_empty:
         raise PipelineError(f"no {what} in {path} (the file is empty): {hint}")
     return lines
+
+
+def decoded(data: bytes) -> str:
+    """One line's bytes as text; ValueError names the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: byte {data[exc.start]:#04x} at column {exc.start + 1}") from None
 
 
 def parse(text: str, schema: type[BaseModel]) -> tuple[dict[str, Any], Any]:

@@ -5,6 +5,7 @@ results file. Needs no corpus and no evaluator: the texts, spans and LSD come fr
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 
 from pipeline.artifact.reader import open_artifact
 from pipeline.cli import hydra_main
+from pipeline.definition import no_key_reason
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import ModelChoice, is_local_model
 from pipeline.reporting.common import fmt
@@ -29,6 +31,7 @@ def run(cfg: Any) -> dict[str, Any]:
     choice = ModelChoice.parse(plain["model"])
     settings, compute = parse(ScoreSettings, plain), parse(Compute, plain)
     offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))
+    choice.check()
     artifact = open_artifact(str(cfg.artifact))
     lm = choice.load(compute)
     result = score(artifact, lm, settings, compute, progress=bool(cfg.progress))
@@ -37,6 +40,8 @@ def run(cfg: Any) -> dict[str, Any]:
     path = Path(str(cfg.results))
     lines.append(path, row)
     print_result(row, path)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return row
 
 
@@ -48,7 +53,7 @@ def print_result(row: dict[str, Any], path: Path) -> None:
         f"PPL           {fmt(c['ppl'])}   over {c['n_tokens']} tokens in {c['n_documents']} documents"
         + (f" ({c['n_truncated']} truncated)" if c["n_truncated"] else ""),
         f"LongPPL       {fmt(c['longppl'])}   over {c['n_key_tokens']} key tokens "
-        f"({coverage} of key characters)",
+        f"({coverage} of key characters){no_key_note(row)}",
         f"LongPPL-soft  {fmt(c['longppl_soft'])}{unavailable_note(c, 'longppl_soft')}",
         f"bits/byte     {fmt(c['bpb'])} over {c['n_bytes']} bytes, {fmt(c['key_bpb'])} over "
         f"{c['n_key_bytes']} bytes of key tokens",
@@ -62,6 +67,16 @@ def print_result(row: dict[str, Any], path: Path) -> None:
         f"appended to   {path}",
     ]
     print("\n".join(text))
+
+
+def no_key_note(row: dict[str, Any]) -> str:
+    """Why LongPPL is n/a, when no token is key."""
+    if row["corpus"]["n_key_tokens"]:
+        return ""
+    art = row["artifact"]
+    if art["beta"] >= 0:
+        return f"\n              no key token: the artifact's {no_key_reason(art['alpha'], art['beta'])}"
+    return "\n              no key token: none of this model's tokens lies inside a key span of the artifact"
 
 
 def unavailable_note(corpus: dict[str, Any], metric: str) -> str:

@@ -20,6 +20,7 @@ from pipeline.artifact.schema import NEEDS_TOKEN_VALUES, KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, dtype_name, eval_mode
 from pipeline.models.logprobs import TargetScorer, scorer_for
+from pipeline.models.pairing import worse_than_uniform
 from pipeline.score.documents import ModelTokens, model_logprobs, score_tokens
 from pipeline.score.sums import corpus_summary
 from pipeline.settings import Compute, ScoreSettings
@@ -39,6 +40,7 @@ class ScoreResult:
     settings: dict[str, Any] = field(default_factory=dict)  # score and compute settings, resolved
     seconds: float = 0.0
     key_tokens: KeyTokenArtifact | None = field(default=None, repr=False)  # the artifact scored against
+    warnings: list[str] = field(default_factory=list)  # what looks wrong with the numbers (not stored)
 
     @property
     def ppl(self) -> float | None:
@@ -88,10 +90,14 @@ def score_against(
         scores = [[score_tokens(doc, cached(lm, scorer, doc, settings, cache, bar), settings) for doc in docs]
                   for docs in chosen]  # fmt: skip
     record = settings_record(settings, compute, lm, scorer)
-    return [
+    results = [
         result(artifact, per_document, record, time.time() - started)
         for artifact, per_document in zip(artifacts, scores, strict=True)
     ]
+    for r in results:
+        if warning := worse_than_uniform(r.ppl, scorer.vocab_size, lm.source.spec):
+            r.warnings.append(warning)
+    return results
 
 
 def cached(

@@ -20,7 +20,7 @@ from pipeline.errors import PipelineError
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name, is_local_model
 from pipeline.provenance import library_versions
-from pipeline.settings import Compute, parse
+from pipeline.settings import Compute, DirectoryName, directory_name, parse
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
 from pipeline.training.sequences import TrainingSequence, build_sequences
@@ -39,7 +39,7 @@ class Finetune:
     add_bos: bool = True
     seed: Annotated[int, Field(ge=0)] = 42
     resume: bool | str | None = None
-    name: str | None = None
+    name: DirectoryName | None = None  # the run directory's name; None: derived
     output_dir: str = "artifacts/finetune"
 
 
@@ -50,10 +50,14 @@ def run(cfg: Any) -> dict[str, Any]:
     corpus = CorpusSpec.parse(plain["corpus"])
     remote = (not is_local_model(choice.spec), corpus.needs_network, is_hub_dataset(options.artifact or ""))
     offline_unless(*remote)
+    if options.max_length:
+        check_weighted(options, definition, options.max_length)
+    choice.check()
     # Loaded on the CPU; the Trainer puts it on its device (each process its own GPU).
     lm = choice.load(dataclasses.replace(compute, device="cpu"))
     settings = LongCESettings.for_model(options.source, definition, compute, lm.tokenizer)
     sequences, data, artifact = training_data(options, corpus, lm)
+    check_weighted(options, definition, data["max_length"])
     run_dir = Path(options.output_dir).absolute() / run_name(options, definition, corpus, choice)
     training = plain["training"]
     if isinstance(training.get("deepspeed"), str):
@@ -82,6 +86,18 @@ def run(cfg: Any) -> dict[str, Any]:
     return record
 
 
+def check_weighted(options: Finetune, definition: KeyTokenDefinition, max_length: int) -> None:
+    """LongCE(self) weights only tokens past K + d (the first sliding window is the full context): with
+    sequences no longer than that, every weight is 1 and the run would be plain CE under a LongCE name."""
+    K, d = definition.K, definition.d
+    if options.source == "self" and max_length <= K + d:
+        raise PipelineError(
+            f"source=self with K={K}, d={d} and max_length={max_length}: no token of a sequence of at most "
+            f"{max_length} tokens lies past K + d = {K + d}, so every weight would be 1 and LongCE would be "
+            f"plain CE: lower K or d (K + d < {max_length}), raise max_length, or pass source=ce"
+        )
+
+
 def run_name(
     options: Finetune, definition: KeyTokenDefinition, corpus: CorpusSpec, choice: ModelChoice
 ) -> str:
@@ -91,7 +107,7 @@ def run_name(
     loss = "ce" if options.source == "ce" else f"longce-{options.source}"
     if options.source == "self":
         loss += f"-K{definition.K}-d{definition.d}-g{definition.gamma:g}"
-    return f"{corpus.name}--{Path(choice.display_name).name}--{loss}"
+    return directory_name(f"{corpus.name}--{Path(choice.display_name).name}--{loss}")
 
 
 def training_data(

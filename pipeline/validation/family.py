@@ -79,7 +79,15 @@ def require_unique_labels(labels: list[str], what: str) -> None:
         raise PipelineError(f"{what} share the label(s) {', '.join(twice)}: give each a `label`")
 
 
+MEMBER_KEYS = ("model", "spec", "context_limit", "label")
+
+
 def member(item: Any, checkpoint: bool) -> Member:
+    unknown = sorted(set(item) - set(MEMBER_KEYS))
+    if unknown:
+        raise PipelineError(
+            f"family member {dict(item)}: no setting {unknown[0]} (known: {', '.join(MEMBER_KEYS)})"
+        )
     model, spec = item.get("model"), item.get("spec")
     if (model is None) == (spec is None):
         raise PipelineError(f"family member {dict(item)}: give exactly one of `model` (a conf/model/ group) "
@@ -91,7 +99,8 @@ def member(item: Any, checkpoint: bool) -> Member:
     )
     choice = ModelChoice.parse(compose("score", overrides).model)
     limit = item.get("context_limit")
-    limit = None if limit is None else int(limit)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 2):
+        raise PipelineError(f"family member {dict(item)}: context_limit is a number of tokens (at least 2)")
     return Member(item.get("label") or default_label(choice, limit), choice, limit, checkpoint)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.reporting.common import figure, fmt, png
+from pipeline.reporting.common import figure, fmt, plot_text, png
 from pipeline.validation.study import FAMILY_METRICS, QATokens, metric_value
 
 
@@ -75,7 +75,7 @@ def family_pngs(
         for ax, evaluator in zip(axes, panels, strict=True):
             member_scatter(ax, family, metric, evaluator, colours)
             r = next(s for s in stats[evaluator] if s["metric"] == metric)
-            where = f", evaluator {evaluator}" if dependent else ""
+            where = f", evaluator {plot_text(evaluator)}" if dependent else ""
             pearson = f"Pearson {fmt(r['pearson_r'], '+.2f')} (p {fmt(r['pearson_p'], '.2g')})"
             spearman = f"Spearman {fmt(r['spearman_r'], '+.2f')} (p {fmt(r['spearman_p'], '.2g')})"
             ax.set_title(f"{label}{where}\n{pearson}, {spearman}", fontsize=9)
@@ -94,12 +94,14 @@ def member_scatter(ax: Any, family: list[dict[str, Any]], metric: str, evaluator
         if y is None:
             continue
         own = FAMILY_METRICS[metric][1] and r["evaluators"][evaluator]["self_evaluation"]
-        legend = r["model"] + (" (self-evaluation)" if own else "")
+        legend = plot_text(r["model"]) + (" (self-evaluation)" if own else "")
         ax.scatter(r["token_accuracy"], y, color=colours[r["model"]], marker="s" if own else "o", zorder=2,
                    edgecolors="k" if own else "none", label=None if legend in seen else legend)  # fmt: skip
         seen.add(legend)
         short = r["label"].removeprefix(r["model"]).strip() or r["label"]
-        ax.annotate(short, (r["token_accuracy"], y), xytext=(4, 4), textcoords="offset points", fontsize=7)
+        ax.annotate(
+            plot_text(short), (r["token_accuracy"], y), xytext=(4, 4), textcoords="offset points", fontsize=7
+        )
     ax.margins(x=0.2, y=0.1)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
