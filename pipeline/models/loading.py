@@ -199,7 +199,7 @@ def resolve_source(spec: str) -> ModelSource:
     return ModelSource(spec=spec, kind="hub", path=spec)
 
 
-def _gguf_cache_path(gguf: Path, sha: str, cache_dir: Path) -> Path:
+def gguf_cache_path(gguf: Path, sha: str, cache_dir: Path) -> Path:
     return cache_dir / "gguf" / f"{gguf.stem}-{sha[:16]}"
 
 
@@ -210,7 +210,7 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
     the config and given the dequantised state dict. The directory appears atomically.
     """
     sha = file_sha256(gguf)
-    target = _gguf_cache_path(gguf, sha, cache_dir or default_cache_dir())
+    target = gguf_cache_path(gguf, sha, cache_dir or default_cache_dir())
     if (target / "longppl-source.json").is_file():
         return target, sha
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,204 @@
+"""The artifact against the inputs it was made from, where they are at hand: the evaluator's tokenizer
+and the source texts (``check_against_inputs``, run on every load that verifies hashes).
+
+The content checks (``pipeline.artifact.checks``) prove what the tables say about each other; these
+prove what they say about the world:
+
+- the evaluator's tokenizer, when this machine has exactly the one stage 1 used (an embedded or GGUF
+  evaluator's cached conversion, keyed by the file's sha256; a Hub evaluator's files at the recorded
+  commit in the local Hub cache; never a local folder, which a path does not identify) under the
+  transformers version the fingerprinted settings record: re-tokenising each stored text must give
+  the stored token ids and character offsets;
+- the source texts, when the corpus is a local file that still holds them (found by their sha256):
+  a truncated text must be a prefix of its source, and with the tokenizer at hand, exactly the prefix
+  that stage 1 cuts at ``max_tokens`` (``pipeline.text.tokenization.encode_truncated``).
+
+What was checked, or why not, is returned (``KeyTokenArtifact.checked``; results record it). A complete
+check (the tokenizer at hand, every truncated text's source found) is remembered under the artifact's
+fingerprint and contents hash (``VERIFIED``, in the pipeline's cache folder): a fact about those exact
+tables, so later loads skip the seconds that loading a large tokenizer takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.artifact.checks import FIX, ArtifactProblem
+from pipeline.artifact.schema import KeyTokenArtifact
+from pipeline.errors import PipelineError
+from pipeline.files import write_json_atomic
+from pipeline.models.loading import EMBEDDED_MODELS, default_cache_dir, gguf_cache_path
+from pipeline.provenance import json_sha256
+from pipeline.text.corpus import CorpusSpec, load_corpus
+from pipeline.text.tokenization import Encoding, encode_truncated, encode_with_offsets
+
+VERIFIED = "verified"  # <cache>/verified/<sha256 of fingerprint and contents>.json
+RETOKENISED = "re-tokenised with "
+UNAVAILABLE = "not at hand"
+
+
+def check_against_inputs(artifact: KeyTokenArtifact) -> dict[str, str]:
+    """Re-tokenise the stored texts and compare them with their sources, where those are at hand
+    (or recall that this was done); raises ArtifactProblem at the first difference. Returns what was
+    checked (``tokenizer``, ``sources``), in words."""
+    remembered = verified_record(artifact)
+    try:
+        return json.loads(remembered.read_text(encoding="utf-8"))["checked"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    checked, complete = check_now(artifact)
+    if complete:  # a read-only cache only costs the next load the same seconds
+        with contextlib.suppress(OSError):
+            write_json_atomic(remembered, {"checked": checked, "root": str(artifact.root)})
+    return checked
+
+
+def verified_record(artifact: KeyTokenArtifact) -> Path:
+    key = json_sha256({"fingerprint": artifact.manifest["fingerprint"], "contents": artifact.contents})
+    return default_cache_dir() / VERIFIED / f"{key}.json"
+
+
+def check_now(artifact: KeyTokenArtifact) -> tuple[dict[str, str], bool]:
+    """The checks, and whether they were complete (every input at hand)."""
+    docs = artifact.documents.to_pydict()
+    n_truncated = sum(docs["truncated"])
+    sources = source_texts(artifact.settings) if n_truncated else "no text is truncated"
+    tokenizer: Any = "key spans only: no tokens to compare"
+    if artifact.tokens is not None:
+        tokenizer = evaluator_tokenizer(artifact.settings)
+    checked_tokens = tokenizer if isinstance(tokenizer, str) else tokenizer[1]
+    found = 0
+    starts = np.concatenate([[0], np.cumsum(docs["n_tokens"])])
+    for i, text in enumerate(docs["text"]):
+        source = sources.get(docs["source_sha256"][i]) if isinstance(sources, dict) else None
+        found += source is not None and docs["truncated"][i]
+        where = f"artifact {artifact.root}: document '{docs['doc_id'][i]}'"
+        if source is not None:
+            check_source(where, text, source, docs["n_source_chars"][i])
+        if not isinstance(tokenizer, str):
+            encoding = retokenised(where, tokenizer[0], text, source, artifact.settings, docs["truncated"][i])
+            compare_tokens(artifact, where, encoding, int(starts[i]), int(starts[i + 1]))
+    if isinstance(sources, dict):
+        sources = f"{found} of {n_truncated} truncated texts found in their source"
+    complete = not (checked_tokens.startswith(UNAVAILABLE) or sources.startswith(UNAVAILABLE))
+    return {"tokenizer": checked_tokens, "sources": sources}, complete and found == n_truncated
+
+
+def evaluator_tokenizer(settings: dict[str, Any]) -> tuple[Any, str] | str:
+    """The evaluator's tokenizer exactly as stage 1 loaded it and what it is, or why it is not at hand."""
+    evaluator = settings["evaluator"]
+    made_with = (settings.get("libraries") or {}).get("transformers")
+    here = metadata.version("transformers")
+    if made_with != here:
+        return f"{UNAVAILABLE}: made with transformers {made_with}, this is {here}"
+    kind, spec = evaluator.get("kind"), evaluator["spec"]
+    if kind in ("embedded", "gguf") and isinstance(evaluator.get("file_sha256"), str):
+        name = EMBEDDED_MODELS[spec].filename if kind == "embedded" and spec in EMBEDDED_MODELS else None
+        location = converted_checkpoint(
+            name or Path(str(evaluator.get("path"))).name, evaluator["file_sha256"]
+        )
+        options: dict[str, Any] = {}
+    elif kind == "hub" and isinstance(evaluator.get("revision"), str):
+        location, options = spec, {"revision": evaluator["revision"], "local_files_only": True}
+    else:
+        return f"{UNAVAILABLE}: a {kind} evaluator is not identified by its location"
+    if location is None:
+        return f"{UNAVAILABLE}: no cached conversion of {spec} on this machine"
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(location), **options), f"{RETOKENISED}{spec}'s tokenizer"
+    except Exception as exc:  # not cached, remote code, a broken file: all mean "not at hand"
+        return f"{UNAVAILABLE}: {type(exc).__name__} loading {spec}'s tokenizer"
+
+
+def converted_checkpoint(gguf_name: str, sha: str) -> Path | None:
+    """This machine's cached conversion of the GGUF file named ``gguf_name`` whose sha256 is ``sha``."""
+    target = gguf_cache_path(Path(gguf_name), sha, default_cache_dir())
+    try:
+        recorded = json.loads((target / "longppl-source.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return target if isinstance(recorded, dict) and recorded.get("gguf_sha256") == sha else None
+
+
+def source_texts(settings: dict[str, Any]) -> dict[str, str] | str:
+    """The texts of the source corpus by sha256, when it is a local file; else why not."""
+    corpus = settings.get("corpus") or {}
+    path = corpus.get("path")
+    if not isinstance(path, str) or not Path(path).is_file():
+        return f"{UNAVAILABLE}: the corpus is not a local file here"
+    field = corpus.get("text_field")
+    spec = CorpusSpec(name=corpus["name"], path=path, text_field=field if isinstance(field, str) else "text")
+    try:
+        docs = load_corpus(dataclasses.replace(spec, id_field=None))  # texts are found by their hash
+    except (PipelineError, OSError, ValueError) as exc:
+        return f"{UNAVAILABLE}: {path} does not read ({type(exc).__name__})"
+    return {doc.sha256: doc.text for doc in docs}
+
+
+def check_source(where: str, text: str, source: str, n_source_chars: int) -> None:
+    if len(source) != n_source_chars:
+        raise ArtifactProblem(
+            f"{where}: n_source_chars is {n_source_chars}, its source text has {len(source)} "
+            f"characters; {FIX}"
+        )
+    if not source.startswith(text):
+        at = next((i for i, (a, b) in enumerate(zip(text, source, strict=False)) if a != b), len(source))
+        raise ArtifactProblem(f"{where}: the text differs from its source at character {at}; {FIX}")
+
+
+def retokenised(
+    where: str, tokenizer: Any, text: str, source: str | None, settings: dict[str, Any], truncated: bool
+) -> Encoding:
+    """The stored text's tokens as stage 1 makes them: from its source when at hand (which proves the
+    cut), else from the stored text."""
+    try:
+        if source is None:
+            return encode_with_offsets(tokenizer, text)
+        kept, encoding, cut = encode_truncated(tokenizer, source, settings.get("max_tokens"))
+    except PipelineError as exc:
+        raise ArtifactProblem(
+            f"{where}: the evaluator's tokenizer does not take its text back ({exc}); {FIX}"
+        ) from None
+    if kept != text or cut != truncated:
+        raise ArtifactProblem(
+            f"{where}: stage 1 keeps {len(kept)} characters of its source (max_tokens="
+            f"{settings.get('max_tokens')}), the artifact {len(text)}; {FIX}"
+        )
+    return encoding
+
+
+def compare_tokens(artifact: KeyTokenArtifact, where: str, encoding: Encoding, start: int, end: int) -> None:
+    """The stored token ids and offsets of rows [start, end) against a fresh encoding."""
+    rows = artifact.tokens.slice(start, end - start)
+    stored = {
+        "token_id": rows["token_id"].to_numpy(),
+        "char_start": rows["char_start"].to_numpy(),
+        "char_end": rows["char_end"].to_numpy(),
+    }
+    fresh = {
+        "token_id": encoding.ids,
+        "char_start": encoding.offsets[:, 0],
+        "char_end": encoding.offsets[:, 1],
+    }
+    if len(encoding.ids) != end - start:
+        raise ArtifactProblem(
+            f"{where}: re-tokenising its text with the evaluator's tokenizer gives {len(encoding.ids)} "
+            f"tokens, tokens.parquet holds {end - start}; {FIX}"
+        )
+    for column, values in stored.items():
+        differs = np.flatnonzero(values != fresh[column])
+        if differs.size:
+            row = start + int(differs[0])
+            raise ArtifactProblem(
+                f"{where}: tokens.parquet row {row}, column {column} is {values[differs[0]]}, re-tokenising "
+                f"the text with the evaluator's tokenizer gives {fresh[column][differs[0]]}; {FIX}"
+            )
