@@ -194,11 +194,11 @@ def compare_tokens(artifact: KeyTokenArtifact, where: str, encoding: Encoding, s
             f"{where}: re-tokenising its text with the evaluator's tokenizer gives {len(encoding.ids)} "
             f"tokens, tokens.parquet holds {end - start}; {FIX}"
         )
-    for column, values in stored.items():
-        differs = np.flatnonzero(values != fresh[column])
-        if differs.size:
-            row = start + int(differs[0])
-            raise ArtifactProblem(
-                f"{where}: tokens.parquet row {row}, column {column} is {values[differs[0]]}, re-tokenising "
-                f"the text with the evaluator's tokenizer gives {fresh[column][differs[0]]}; {FIX}"
-            )
+    first = {c: np.flatnonzero(v != fresh[c])[:1] for c, v in stored.items()}
+    column = min((c for c in first if first[c].size), key=lambda c: first[c][0], default=None)
+    if column is not None:
+        at = int(first[column][0])
+        raise ArtifactProblem(
+            f"{where}: tokens.parquet row {start + at}, column {column} is {stored[column][at]}, "
+            f"re-tokenising the text with the evaluator's tokenizer gives {fresh[column][at]}; {FIX}"
+        )
