@@ -340,3 +340,40 @@ def test_artifact_files_are_readable_by_others(tiny_model_dir, tiny_artifact, tm
         set(modes.values()) <= {0o644, 0o755} and modes["manifest.json"] == 0o644 and modes["views"] == 0o755
     )
     assert (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.integration
+def test_the_issues_cases_on_the_default_artifact(tmp_path):
+    """The default artifact cut to its untruncated document govreport-09 (hashes and fingerprint
+    redone) loads, re-tokenised with Gemma's tokenizer; the issue's edits of it do not."""
+    from tests.test_api import default_artifact
+
+    keep = "govreport-09"
+
+    def only(df: pl.DataFrame) -> pl.DataFrame:
+        df = df.filter(pl.col("doc_id") == keep)
+        return df.with_columns(doc_index=pl.lit(0, pl.Int32)) if "doc_index" in df.columns else df
+
+    def one_document(record: dict) -> None:
+        record["documents"] = [d for d in record["documents"] if d["doc_id"] == keep]
+        set_setting("documents", [d for d in record["settings"]["documents"] if d["doc_id"] == keep])(record)
+
+    cut = craft(
+        default_artifact(), tmp_path / "cut", documents=only, tokens=only, spans=only, manifest=one_document
+    )
+    assert load_artifact(cut).checked["tokenizer"] == "re-tokenised with gemma3-270m's tokenizer"
+    cases = {
+        "moved": (
+            remerged(cut, tmp_path / "moved", key_end_over_the_next_tokens()),
+            "column char_end: before",
+        ),
+        "K": (craft(cut, tmp_path / "K", manifest=set_setting("K", 2048)), "position K=2048"),
+        "d": (craft(cut, tmp_path / "d", manifest=set_setting("d", 512)), "at position K\\+d=1536"),
+        "flag": (
+            craft(cut, tmp_path / "flag", documents=cell("truncated", 0, True)),
+            "as long as its source",
+        ),
+    }
+    for root, message in cases.values():
+        with pytest.raises(PipelineError, match=message):
+            load_artifact(root)

@@ -106,7 +106,7 @@ def test_recorded_numbers_of_the_default_artifact_are_unchanged(tmp_path):
     if not (artifact / "manifest.json").exists():
         pytest.skip(f"no default artifact at {artifact}: run `make keytokens` first")
     art = artifacts.load_artifact(artifact)
-    assert art.manifest["fingerprint"] == cfg.fingerprint
+    assert art.manifest["fingerprint"] == cfg.fingerprint and art.contents == cfg.contents
     recorded = json.loads((ROOT / cfg.recorded).read_text().splitlines()[0])
     first = next(artifacts.iter_documents(art))
     expected = next(d for d in recorded["documents"] if d["doc_id"] == first.doc_id)
