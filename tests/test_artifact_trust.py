@@ -80,10 +80,14 @@ def test_key_token_end_moved_over_the_next_tokens(tiny_artifact, tmp_path):
 
 
 @pytest.fixture
-def tokenizer_at_hand(monkeypatch, tokenizer, tmp_path):
-    """The tiny evaluator's tokenizer as the one at hand (a local evaluator never is), and a fresh
-    record of completed checks."""
-    monkeypatch.setattr(inputs, "evaluator_tokenizer", lambda settings: (tokenizer, "re-tokenised with tiny"))
+def tokenizer_at_hand(monkeypatch, tokenizer, tiny_model_dir, tmp_path):
+    """The tiny evaluator's tokenizer as the one at hand (a local evaluator never is): its
+    ``tokenizer.json`` first, then as transformers loads it; and a fresh record of completed checks."""
+
+    def at_hand(settings):
+        return inputs.Retokeniser("tiny", str(tiny_model_dir), {}, tiny_model_dir / "tokenizer.json")
+
+    monkeypatch.setattr(inputs, "evaluator_tokenizer", at_hand)
     monkeypatch.setenv("LONGPPL_CACHE", str(tmp_path / "cache"))
 
 
@@ -92,7 +96,7 @@ def test_genuine_artifact_passes_against_its_tokenizer_and_sources(
 ):
     art = load_artifact(tiny_artifact)
     assert art.checked == {
-        "tokenizer": "re-tokenised with tiny",
+        "tokenizer": "re-tokenised with tiny's tokenizer",
         "sources": "3 of 3 truncated texts found in their source",
     }
     assert list((tmp_path / "cache" / inputs.VERIFIED).iterdir())  # remembered for the next load
@@ -120,6 +124,37 @@ def test_offsets_that_still_run_forward_fail_against_the_tokenizer(
         r"with the evaluator's tokenizer gives \d+",
     ):
         load_artifact(root)
+
+
+def test_the_tokenizer_file_first_and_transformers_where_it_disagrees(
+    tiny_artifact, tiny_model_dir, monkeypatch, tmp_path
+):
+    """The fast tokenizer's own file decides alone when it gives the stored tokens (transformers' slower
+    load is skipped); a file that disagrees (here without its merges) defers to transformers, which
+    decides."""
+    spec = json.loads((tiny_model_dir / "tokenizer.json").read_text())
+    spec["model"]["merges"] = []
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("LONGPPL_CACHE", str(tmp_path / "cache"))
+    made = []
+
+    def at_hand(file):
+        def make(settings):
+            made.append(inputs.Retokeniser("tiny", str(tiny_model_dir), {}, file))
+            return made[-1]
+
+        return make
+
+    monkeypatch.setattr(inputs, "evaluator_tokenizer", at_hand(tiny_model_dir / "tokenizer.json"))
+    inputs.check_now(load_artifact(tiny_artifact, verify_hashes=False))
+    assert made[-1].loaded["raw"] is not None and "full" not in made[-1].loaded
+    monkeypatch.setattr(inputs, "evaluator_tokenizer", at_hand(tmp_path / "tokenizer.json"))
+    checked, complete = inputs.check_now(load_artifact(tiny_artifact, verify_hashes=False))
+    assert (
+        complete
+        and checked["tokenizer"] == "re-tokenised with tiny's tokenizer"
+        and "full" in made[-1].loaded
+    )
 
 
 def test_flipped_truncated_flag_with_an_edited_key_span(untruncated_artifact, tmp_path):  # noqa: F811

@@ -8,7 +8,9 @@ prove what they say about the world:
   evaluator's cached conversion, keyed by the file's sha256; a Hub evaluator's files at the recorded
   commit in the local Hub cache; never a local folder, which a path does not identify) under the
   transformers version the fingerprinted settings record: re-tokenising each stored text must give
-  the stored token ids and character offsets;
+  the stored token ids and character offsets (``Retokeniser``: first with the fast tokenizer's own
+  ``tokenizer.json``, a second to load; as transformers loads it, as stage 1 did, several seconds for
+  a large vocabulary, only where the first disagrees);
 - the source texts, when the corpus is a local file that still holds them (found by their sha256):
   a truncated text must be a prefix of its source, and with the tokenizer at hand, exactly the prefix
   that stage 1 cuts at ``max_tokens`` (``pipeline.text.tokenization.encode_truncated``).
@@ -24,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -50,7 +54,9 @@ def check_against_inputs(artifact: KeyTokenArtifact) -> dict[str, str]:
     checked (``tokenizer``, ``sources``), in words."""
     remembered = verified_record(artifact)
     try:
-        return json.loads(remembered.read_text(encoding="utf-8"))["checked"]
+        checked = json.loads(remembered.read_text(encoding="utf-8"))["checked"]
+        if isinstance(checked, dict) and all(isinstance(v, str) for v in checked.values()):
+            return checked
     except (OSError, ValueError, KeyError, TypeError):
         pass
     checked, complete = check_now(artifact)
@@ -70,10 +76,9 @@ def check_now(artifact: KeyTokenArtifact) -> tuple[dict[str, str], bool]:
     docs = artifact.documents.to_pydict()
     n_truncated = sum(docs["truncated"])
     sources = source_texts(artifact.settings) if n_truncated else "no text is truncated"
-    tokenizer: Any = "key spans only: no tokens to compare"
+    tokenizer: Retokeniser | str = "key spans only: no tokens to compare"
     if artifact.tokens is not None:
         tokenizer = evaluator_tokenizer(artifact.settings)
-    checked_tokens = tokenizer if isinstance(tokenizer, str) else tokenizer[1]
     found = 0
     starts = np.concatenate([[0], np.cumsum(docs["n_tokens"])])
     for i, text in enumerate(docs["text"]):
@@ -82,17 +87,18 @@ def check_now(artifact: KeyTokenArtifact) -> tuple[dict[str, str], bool]:
         where = f"artifact {artifact.root}: document '{docs['doc_id'][i]}'"
         if source is not None:
             check_source(where, text, source, docs["n_source_chars"][i])
-        if not isinstance(tokenizer, str):
-            encoding = retokenised(where, tokenizer[0], text, source, artifact.settings, docs["truncated"][i])
-            compare_tokens(artifact, where, encoding, int(starts[i]), int(starts[i + 1]))
+        if isinstance(tokenizer, Retokeniser):
+            rows = (int(starts[i]), artifact.tokens.slice(int(starts[i]), int(starts[i + 1] - starts[i])))
+            tokenizer = tokenizer.check(where, text, source, docs["truncated"][i], artifact.settings, rows)
     if isinstance(sources, dict):
         sources = f"{found} of {n_truncated} truncated texts found in their source"
+    checked_tokens = tokenizer.done if isinstance(tokenizer, Retokeniser) else tokenizer
     complete = not (checked_tokens.startswith(UNAVAILABLE) or sources.startswith(UNAVAILABLE))
     return {"tokenizer": checked_tokens, "sources": sources}, complete and found == n_truncated
 
 
-def evaluator_tokenizer(settings: dict[str, Any]) -> tuple[Any, str] | str:
-    """The evaluator's tokenizer exactly as stage 1 loaded it and what it is, or why it is not at hand."""
+def evaluator_tokenizer(settings: dict[str, Any]) -> Retokeniser | str:
+    """The evaluator's tokenizer exactly as stage 1 loaded it, or why it is not at hand."""
     evaluator = settings["evaluator"]
     made_with = (settings.get("libraries") or {}).get("transformers")
     here = metadata.version("transformers")
@@ -101,22 +107,93 @@ def evaluator_tokenizer(settings: dict[str, Any]) -> tuple[Any, str] | str:
     kind, spec = evaluator.get("kind"), evaluator["spec"]
     if kind in ("embedded", "gguf") and isinstance(evaluator.get("file_sha256"), str):
         name = EMBEDDED_MODELS[spec].filename if kind == "embedded" and spec in EMBEDDED_MODELS else None
-        location = converted_checkpoint(
-            name or Path(str(evaluator.get("path"))).name, evaluator["file_sha256"]
-        )
-        options: dict[str, Any] = {}
-    elif kind == "hub" and isinstance(evaluator.get("revision"), str):
-        location, options = spec, {"revision": evaluator["revision"], "local_files_only": True}
-    else:
-        return f"{UNAVAILABLE}: a {kind} evaluator is not identified by its location"
-    if location is None:
-        return f"{UNAVAILABLE}: no cached conversion of {spec} on this machine"
-    from transformers import AutoTokenizer
+        folder = converted_checkpoint(name or Path(str(evaluator.get("path"))).name, evaluator["file_sha256"])
+        if folder is None:
+            return f"{UNAVAILABLE}: no cached conversion of {spec} on this machine"
+        return Retokeniser(spec, str(folder), {}, folder / "tokenizer.json")
+    if kind == "hub" and isinstance(evaluator.get("revision"), str):
+        from huggingface_hub import try_to_load_from_cache
 
-    try:
-        return AutoTokenizer.from_pretrained(str(location), **options), f"{RETOKENISED}{spec}'s tokenizer"
-    except Exception as exc:  # not cached, remote code, a broken file: all mean "not at hand"
-        return f"{UNAVAILABLE}: {type(exc).__name__} loading {spec}'s tokenizer"
+        options = {"revision": evaluator["revision"], "local_files_only": True}
+        cached = try_to_load_from_cache(spec, "tokenizer.json", revision=evaluator["revision"])
+        return Retokeniser(spec, spec, options, Path(cached) if isinstance(cached, str) else None)
+    return f"{UNAVAILABLE}: a {kind} evaluator is not identified by its location"
+
+
+class TokenizerUnavailable(Exception):
+    """The evaluator's tokenizer would not load (``Retokeniser.full``)."""
+
+
+@dataclass
+class Retokeniser:
+    """The evaluator's tokenizer, two ways to the same tokens: its fast tokenizer's own file (``file``,
+    read by ``tokenizers``) and as transformers loads it (``location`` with ``options``), as stage 1
+    did. A document's stored tokens pass when either gives them; the second, slow to load for a large
+    vocabulary, is loaded only when the first disagrees, and decides."""
+
+    spec: str
+    location: str
+    options: dict[str, Any]
+    file: Path | None
+    loaded: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def done(self) -> str:
+        return f"{RETOKENISED}{self.spec}'s tokenizer"
+
+    def check(
+        self,
+        where: str,
+        text: str,
+        source: str | None,
+        truncated: bool,
+        settings: dict[str, Any],
+        rows: tuple[int, Any],
+    ) -> Retokeniser | str:
+        """Raise if neither way gives the stored tokens ``rows`` (first row number, table) of ``text``;
+        returns itself, or why the tokenizer is not at hand."""
+        problem = None
+        for encode in self.encoders():
+            try:
+                encoding = retokenised(where, encode, text, source, settings, truncated)
+            except TokenizerUnavailable as exc:
+                return f"{UNAVAILABLE}: {exc}"
+            problem = encoding if isinstance(encoding, str) else token_problem(where, encoding, *rows)
+            if problem is None:
+                return self
+        raise ArtifactProblem(problem)
+
+    def encoders(self) -> Iterator[Callable[[str], Encoding]]:
+        if self.raw() is not None:
+            yield lambda text: raw_encoding(self.raw(), text)
+        yield lambda text: encode_with_offsets(self.full(), text)
+
+    def raw(self) -> Any:
+        if "raw" not in self.loaded:
+            from tokenizers import Tokenizer
+
+            try:
+                self.loaded["raw"] = Tokenizer.from_file(str(self.file)) if self.file else None
+            except Exception:  # no such file, or one tokenizers cannot read: transformers decides
+                self.loaded["raw"] = None
+        return self.loaded["raw"]
+
+    def full(self) -> Any:
+        if "full" not in self.loaded:
+            from transformers import AutoTokenizer
+
+            try:
+                self.loaded["full"] = AutoTokenizer.from_pretrained(self.location, **self.options)
+            except Exception as exc:  # not cached, remote code, a broken file: all mean "not at hand"
+                raise TokenizerUnavailable(f"{type(exc).__name__} loading {self.spec}'s tokenizer") from None
+        return self.loaded["full"]
+
+
+def raw_encoding(tokenizer: Any, text: str) -> Encoding:
+    """``text``'s tokens and character offsets from a ``tokenizers.Tokenizer``, without special tokens."""
+    found = tokenizer.encode(text, add_special_tokens=False)
+    offsets = np.asarray(found.offsets, dtype=np.int64).reshape(-1, 2)
+    return Encoding(ids=np.asarray(found.ids, dtype=np.int64), offsets=offsets, offsets_from="tokenizer")
 
 
 def converted_checkpoint(gguf_name: str, sha: str) -> Path | None:
@@ -156,49 +233,49 @@ def check_source(where: str, text: str, source: str, n_source_chars: int) -> Non
 
 
 def retokenised(
-    where: str, tokenizer: Any, text: str, source: str | None, settings: dict[str, Any], truncated: bool
-) -> Encoding:
+    where: str,
+    encode: Callable[[str], Encoding],
+    text: str,
+    source: str | None,
+    settings: dict[str, Any],
+    truncated: bool,
+) -> Encoding | str:
     """The stored text's tokens as stage 1 makes them: from its source when at hand (which proves the
-    cut), else from the stored text."""
+    cut), else from the stored text; or what differs from the artifact."""
     try:
         if source is None:
-            return encode_with_offsets(tokenizer, text)
-        kept, encoding, cut = encode_truncated(tokenizer, source, settings.get("max_tokens"))
+            return encode(text)
+        kept, encoding, cut = encode_truncated(None, source, settings.get("max_tokens"), encode)
     except PipelineError as exc:
-        raise ArtifactProblem(
-            f"{where}: the evaluator's tokenizer does not take its text back ({exc}); {FIX}"
-        ) from None
+        return f"{where}: the evaluator's tokenizer does not take its text back ({exc}); {FIX}"
     if kept != text or cut != truncated:
-        raise ArtifactProblem(
+        return (
             f"{where}: stage 1 keeps {len(kept)} characters of its source (max_tokens="
             f"{settings.get('max_tokens')}), the artifact {len(text)}; {FIX}"
         )
     return encoding
 
 
-def compare_tokens(artifact: KeyTokenArtifact, where: str, encoding: Encoding, start: int, end: int) -> None:
-    """The stored token ids and offsets of rows [start, end) against a fresh encoding."""
-    rows = artifact.tokens.slice(start, end - start)
-    stored = {
-        "token_id": rows["token_id"].to_numpy(),
-        "char_start": rows["char_start"].to_numpy(),
-        "char_end": rows["char_end"].to_numpy(),
-    }
+def token_problem(where: str, encoding: Encoding, first_row: int, rows: Any) -> str | None:
+    """How the stored token ids and offsets (``rows`` of tokens.parquet, from row ``first_row``) differ
+    from a fresh encoding."""
+    stored = {c: rows[c].to_numpy() for c in ("token_id", "char_start", "char_end")}
     fresh = {
         "token_id": encoding.ids,
         "char_start": encoding.offsets[:, 0],
         "char_end": encoding.offsets[:, 1],
     }
-    if len(encoding.ids) != end - start:
-        raise ArtifactProblem(
+    if len(encoding.ids) != rows.num_rows:
+        return (
             f"{where}: re-tokenising its text with the evaluator's tokenizer gives {len(encoding.ids)} "
-            f"tokens, tokens.parquet holds {end - start}; {FIX}"
+            f"tokens, tokens.parquet holds {rows.num_rows}; {FIX}"
         )
     first = {c: np.flatnonzero(v != fresh[c])[:1] for c, v in stored.items()}
     column = min((c for c in first if first[c].size), key=lambda c: first[c][0], default=None)
-    if column is not None:
-        at = int(first[column][0])
-        raise ArtifactProblem(
-            f"{where}: tokens.parquet row {start + at}, column {column} is {stored[column][at]}, "
-            f"re-tokenising the text with the evaluator's tokenizer gives {fresh[column][at]}; {FIX}"
-        )
+    if column is None:
+        return None
+    at = int(first[column][0])
+    return (
+        f"{where}: tokens.parquet row {first_row + at}, column {column} is {stored[column][at]}, "
+        f"re-tokenising the text with the evaluator's tokenizer gives {fresh[column][at]}; {FIX}"
+    )
