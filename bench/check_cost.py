@@ -1,12 +1,16 @@
-"""The cost of checking an artifact's contents on every load, against a score run on the same artifact.
+"""The cost of checking an artifact on every load, against a score run on the same artifact.
 
 Times, on one artifact (default: the default artifact), reading it as before the checks (manifest,
-file hashes, Parquet tables) and the content checks (``pipeline.artifact.checks``), alternately,
-``--repeats`` times (medians); and reads the wall time of the newest score run on that artifact
-(same fingerprint) from a results file, which ``make score`` wrote on this machine.
+file hashes, Parquet tables), the content checks (``pipeline.artifact.checks``), its contents hash
+(``KeyTokenArtifact.contents``) and the checks against its inputs (``pipeline.artifact.inputs``):
+as the first load on a machine does them (loading the evaluator's tokenizer, re-tokenising every text,
+reading the sources; ``--cold-repeats`` times) and as every later load does (recalling the completed
+check: `make keytokens` completes it when it writes the artifact). Medians of ``--repeats`` runs,
+alternately; the wall time of the newest score run on that artifact (same fingerprint) is read from a
+results file, which ``make score`` wrote on this machine.
 
     make bench-checks
-    .venv/bin/python -m bench.artifact_checks --results artifacts/results/scores.jsonl --repeats 20
+    .venv/bin/python -m bench.check_cost --results artifacts/results/scores.jsonl --repeats 20
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import time
 from pathlib import Path
 
 from bench.common import default_artifact
+from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.reader import read_manifest, read_table
-from pipeline.artifact.schema import KeyTokenArtifact, declared_tables
+from pipeline.artifact.schema import KeyTokenArtifact, contents_sha256, declared_tables
 from pipeline.results.scores import read_lines
 
 
@@ -41,6 +46,18 @@ def newest_score_seconds(results: Path, fingerprint: str) -> tuple[float, str] |
     return float(run["wall_seconds"]), f"{run['model_name']} on {run.get('date')}"
 
 
+def timed(work, repeats: int) -> tuple[float, float]:
+    """The median wall time and CPU time of ``work()`` over ``repeats`` runs (on a shared machine the CPU
+    time is what the work costs; the wall time depends on the other jobs too)."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        work()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall), statistics.median(cpu)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -48,27 +65,47 @@ def main() -> None:
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--results", default="artifacts/results/scores.jsonl")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--cold-repeats", type=int, default=3)
     args = parser.parse_args()
     root = Path(args.artifact)
-    read_s, check_s = [], []
-    for _ in range(args.repeats):
-        t = time.perf_counter()
-        artifact = read_unchecked(root)
-        read_s.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        check_artifact(artifact)
-        check_s.append(time.perf_counter() - t)
-    read_m, check_m = statistics.median(read_s), statistics.median(check_s)
+    artifact = read_unchecked(root)
+    tables = {name: getattr(artifact, name) for name in declared_tables(artifact.manifest, root)}
+    steps = {
+        "read: manifest, file hashes, tables": (lambda: read_unchecked(root), args.repeats),
+        "content checks (artifact.checks)": (lambda: check_artifact(artifact), args.repeats),
+        "contents hash (schema.contents_sha256)": (lambda: contents_sha256(tables), args.repeats),
+        "inputs, first load: tokenizer, re-tokenising, sources": (
+            lambda: inputs.check_now(artifact),
+            args.cold_repeats,
+        ),
+    }
+    medians = {step: timed(work, repeats) for step, (work, repeats) in steps.items()}
+    inputs.check_against_inputs(artifact)  # completes and records it, as `make keytokens` does
+    medians["inputs, later loads: the recorded check"] = timed(
+        lambda: inputs.check_against_inputs(artifact), args.repeats
+    )
+    print_table(root, artifact, medians, args)
+
+
+def print_table(
+    root: Path, artifact: KeyTokenArtifact, medians: dict[str, tuple[float, float]], args
+) -> None:
     score = newest_score_seconds(Path(args.results), artifact.manifest["fingerprint"])
     share = (lambda s: f"{100 * s / score[0]:.3f}%") if score else (lambda s: "n/a")
     rows = artifact.tokens.num_rows if artifact.tokens is not None else 0
     print(f"artifact {root.name}: {artifact.documents.num_rows} documents, {rows} tokens")
-    print(f"\n| step | seconds (median of {args.repeats}) | share of the score run |")
-    print("|---|---:|---:|")
-    print(f"| read: manifest, file hashes, tables | {read_m:.4f} | {share(read_m)} |")
-    print(f"| content checks (artifact_checks) | {check_m:.4f} | {share(check_m)} |")
+    print(f"checked: {inputs.check_against_inputs(artifact)}")
+    print("\n| step | wall s (median) | CPU s (median) | wall, share of the score run |")
+    print("|---|---:|---:|---:|")
+    for step, (wall, cpu) in medians.items():
+        print(f"| {step} | {wall:.4f} | {cpu:.4f} | {share(wall)} |")
+    cold = ("read", "content", "contents hash", "first load")
+    warm = ("read", "content", "contents hash", "later loads")
+    for label, names in (("a first load", cold), ("every later load", warm)):
+        wall, cpu = (sum(v[i] for k, v in medians.items() if any(n in k for n in names)) for i in (0, 1))
+        print(f"| total, {label} | {wall:.4f} | {cpu:.4f} | {share(wall)} |")
     if score:
-        print(f"| the score run ({score[1]}) | {score[0]:.1f} | 100% |")
+        print(f"| the score run ({score[1]}) | {score[0]:.1f} | | 100% |")
     else:
         print(f"\nno score run on this artifact in {args.results}: run `make score` first for the ratio")
 

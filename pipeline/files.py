@@ -16,10 +16,13 @@ from pipeline.errors import PipelineError
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, flush it to disk, then rename it into place."""
+    """Write to a temporary file beside ``path``, flush it to disk, then rename it into place. The file
+    gets the mode of any new file (0666 less the umask: readable by others on a shared filesystem),
+    not the temporary file's private 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -28,6 +31,13 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: Path, value: Any) -> None:

@@ -18,6 +18,7 @@ from pipeline.artifact.schema import settings_fingerprint
 from pipeline.errors import PipelineError
 from pipeline.files import write_table_atomic
 from pipeline.provenance import file_sha256, text_sha256
+from tests.conftest import STAGE1_TEXTS
 
 Edit = Callable[[pl.DataFrame], pl.DataFrame]
 
@@ -99,6 +100,36 @@ def set_setting(key: str, value) -> Callable[[dict], None]:
     return edit
 
 
+def plain_token_after_the_first_window(df: pl.DataFrame, length: int = 1) -> int:
+    """A non-key token of doc-0 past the first short window, with at least ``length`` characters
+    that are not whitespace."""
+    text = STAGE1_TEXTS[0]  # doc-0's source: its text is a prefix
+    rows = df.with_row_index().filter(
+        (pl.col("doc_id") == "doc-0") & ~pl.col("is_key") & (pl.col("token_index") > 30)
+    )
+    for i, a, b in zip(rows["index"], rows["char_start"], rows["char_end"], strict=True):
+        if b - a >= length and not text[a:b].isspace() and not text[a].isspace():
+            return int(i)
+    raise AssertionError("no such token")
+
+
+def moved_end(df: pl.DataFrame) -> pl.DataFrame:
+    """A non-key token's char_end moved over the next 12 tokens (the spans stay the merge)."""
+    row = plain_token_after_the_first_window(df)
+    return cell("char_end", row, df["char_end"][row + 12])(df)
+
+
+def uncovered_letter(df: pl.DataFrame) -> pl.DataFrame:
+    """A non-key token's char_start moved one character on: a letter no token covers."""
+    row = plain_token_after_the_first_window(df, length=2)
+    return cell("char_start", row, df["char_start"][row] + 1)(df)
+
+
+def shorter_source(df: pl.DataFrame) -> pl.DataFrame:
+    """A truncated document whose source is said to be no longer than its text."""
+    return cell("n_source_chars", 0, df["n_chars"][0])(df)
+
+
 # name: (how the artifact is damaged, the error it must give)
 CASES: dict[str, tuple[dict, str]] = {
     # silent wrong numbers before
@@ -174,6 +205,54 @@ CASES: dict[str, tuple[dict, str]] = {
     "duplicate_document_ids": (
         {"documents": duplicate_id},
         r"documents\.parquet row 1 \(document 'doc-0'\), column doc_id: duplicate document id",
+    ),
+    # second round: loaded with the fingerprint recomputed before
+    "token_end_moved_over_the_next_tokens": (
+        {"tokens": moved_end},
+        r"tokens\.parquet row \d+ \(document 'doc-0'\), column char_end: before the previous token's end",
+    ),
+    "a_letter_no_token_covers": (
+        {"tokens": uncovered_letter},
+        r"column char_start: leaves characters before it that no token covers and that are not whitespace",
+    ),
+    "truncated_but_as_long_as_its_source": (
+        {"documents": shorter_source},
+        r"documents\.parquet row 0 \(document 'doc-0'\), column truncated: true, but the text is as long",
+    ),
+    "max_tokens_below_the_token_count": (
+        {"manifest": set_setting("max_tokens", 100)},
+        r"documents\.parquet row 0 \(document 'doc-0'\), column n_tokens: more than max_tokens=100",
+    ),
+    "K_rewritten": (
+        {"manifest": set_setting("K", 2048)},
+        r"tokens\.parquet row 15 \(document 'doc-0'\), column short_logprob: not null exactly before "
+        r"sequence position K=2048",
+    ),
+    "K_one_more": (
+        {"manifest": set_setting("K", 17)},
+        r"tokens\.parquet row 15 \(document 'doc-0'\), column short_logprob: not null exactly before",
+    ),
+    "d_rewritten_larger": (
+        {"manifest": set_setting("d", 12)},
+        r"tokens\.parquet row 23 \(document 'doc-0'\), column short_logprob: differs from long_logprob in "
+        r"the first short window, positions \[16, 28\)",
+    ),
+    "d_rewritten_smaller": (
+        {"manifest": set_setting("d", 5)},
+        r"column short_logprob: equals long_logprob at position K\+d=21 in every document that tells",
+    ),
+    "script_in_K": (
+        {"manifest": set_setting("K", "<img src=x onerror=alert(1)>")},
+        r"manifest settings\.K='<img src=x onerror=alert\(1\)>' is not a positive integer",
+    ),
+    "d_as_text": ({"manifest": set_setting("d", "8")}, r"manifest settings\.d='8' is not a positive integer"),
+    "gamma_as_bool": (
+        {"manifest": set_setting("gamma", True)},
+        r"settings\.gamma=True is not a finite positive",
+    ),
+    "evaluator_spec_not_text": (
+        {"manifest": lambda m: set_setting("evaluator", {**m["settings"]["evaluator"], "spec": 7})(m)},
+        r"manifest settings\.evaluator\.spec is not a string",
     ),
 }
 

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.artifact import reader as artifacts
 from pipeline.models.loading import load_model
+from pipeline.results.scores import RESULTS_VERSION
 from pipeline.score import bpb
 from tests.conftest import ROOT, build_tokenizer, compose_config, save_tiny_model
 from tests.test_score import direct_logprobs, score
@@ -63,7 +64,7 @@ def direct_bits_per_byte(model_dir, artifact, add_bos: bool, limit: int | None =
 def test_bits_per_byte_equal_a_direct_computation(other_model_dir, tiny_artifact, tmp_path, add_bos):
     row = score(other_model_dir, tiny_artifact, tmp_path, f"add_bos={str(add_bos).lower()}")
     direct = direct_bits_per_byte(other_model_dir, tiny_artifact, add_bos)
-    assert row["schema_version"] == 2 and row["corpus"]["n_key_tokens"] > 0
+    assert row["schema_version"] == RESULTS_VERSION and row["corpus"]["n_key_tokens"] > 0
     for doc in row["documents"]:
         expected_all, expected_key = direct[doc["doc_id"]]
         assert doc["bpb"] == pytest.approx(expected_all, abs=1e-9)
@@ -106,7 +107,7 @@ def test_recorded_numbers_of_the_default_artifact_are_unchanged(tmp_path):
     if not (artifact / "manifest.json").exists():
         pytest.skip(f"no default artifact at {artifact}: run `make keytokens` first")
     art = artifacts.load_artifact(artifact)
-    assert art.manifest["fingerprint"] == cfg.fingerprint
+    assert art.manifest["fingerprint"] == cfg.fingerprint and art.contents == cfg.contents
     recorded = json.loads((ROOT / cfg.recorded).read_text().splitlines()[0])
     first = next(artifacts.iter_documents(art))
     expected = next(d for d in recorded["documents"] if d["doc_id"] == first.doc_id)

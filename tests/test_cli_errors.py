@@ -7,11 +7,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.artifact.reader import load_artifact
+from pipeline.provenance import file_sha256
 from tests.conftest import ROOT, keytokens_overrides
 from tests.test_artifact_checks import CASES, craft
+from tests.test_official_import import import_overrides, sources  # noqa: F401 (a fixture)
 
 
 def cli(module: str, *args: str, check_rc: int | None = 2) -> subprocess.CompletedProcess:
@@ -29,13 +37,14 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error: [")]
 
 
-def test_score_on_every_damaged_artifact(tiny_artifact, other_model_dir, tmp_path):
-    roots = {case: craft(tiny_artifact, tmp_path / case, **edits) for case, (edits, _) in CASES.items()}
+def score_each(roots: dict, messages: dict, model_dir, tmp_path) -> list[str]:
+    """The score stage as one multirun over the artifacts ``roots`` (case -> directory): one error line
+    per case, matching its message; no number produced. Returns the error lines."""
     done = cli(
         "pipeline.score",
         "--multirun",
         "model=local",
-        f"model.spec={other_model_dir}",
+        f"model.spec={model_dir}",
         "artifact=" + ",".join(str(r) for r in roots.values()),
         f"results={tmp_path / 'scores.jsonl'}",
         "device=cpu",
@@ -43,12 +52,18 @@ def test_score_on_every_damaged_artifact(tiny_artifact, other_model_dir, tmp_pat
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )
     lines = error_lines(done.stderr)
-    assert len(lines) == len(CASES)
-    for case, (_, message) in CASES.items():
+    assert len(lines) == len(roots)
+    for case, message in messages.items():
         line = next(line for line in lines if f"artifact={roots[case]}," in line)
         assert re.search(message, line), (case, line)
     assert not (tmp_path / "scores.jsonl").exists()  # no number was produced
     assert any(line.startswith("error: multirun job failed [artifact=") for line in done.stderr.splitlines())
+    return lines
+
+
+def test_score_on_every_damaged_artifact(tiny_artifact, other_model_dir, tmp_path):
+    roots = {case: craft(tiny_artifact, tmp_path / case, **edits) for case, (edits, _) in CASES.items()}
+    score_each(roots, {case: message for case, (_, message) in CASES.items()}, other_model_dir, tmp_path)
 
 
 def test_keytokens_settings_are_checked_before_any_model_loads(tiny_model_dir, tmp_path):
@@ -148,3 +163,176 @@ def test_publish_and_show_on_hostile_names(tiny_artifact, tmp_path):
         f"hydra.run.dir={tmp_path / 'logs'}",
     )
     assert missing.stderr.startswith("error: no document 'nope'") and missing.stderr.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Trust, second round: the artifact's weak cases, each one error line
+
+
+def rehashed(root, name: str):
+    """The manifest's record of ``name`` redone after its bytes were changed."""
+    record = json.loads((root / "manifest.json").read_text())
+    path = root / f"{name}.parquet"
+    record["files"][path.name]["sha256"] = file_sha256(path)
+    (root / "manifest.json").write_text(json.dumps(record))
+    return root
+
+
+def with_table(src, dst, name: str, change):
+    """A copy of ``src`` whose table ``name`` is ``change(table)`` (a pyarrow table, or bytes)."""
+    root = craft(src, dst)
+    found = change(pq.read_table(root / f"{name}.parquet"))
+    if isinstance(found, bytes):
+        (root / f"{name}.parquet").write_bytes(found)
+    else:
+        pq.write_table(found, root / f"{name}.parquet")
+    return rehashed(root, name)
+
+
+def invalid_utf8(table: pa.Table) -> pa.Table:
+    texts = [t.encode() for t in table["text"].to_pylist()]
+    data = bytearray(b"".join(texts))
+    data[5] = 0xFF
+    offsets = pa.py_buffer(np.cumsum([0, *map(len, texts)]).astype(np.int64).tobytes())
+    bad = pa.LargeStringArray.from_buffers(len(texts), offsets, pa.py_buffer(bytes(data)))
+    return table.set_column(table.schema.get_field_index("text"), "text", bad)
+
+
+TABLE_CASES = {
+    "not_parquet": (
+        "spans",
+        lambda t: b"PAR1 not a table",
+        r"spans\.parquet is not a readable Parquet file \(",
+    ),
+    "invalid_utf8": ("documents", invalid_utf8, r"documents\.parquet: column text holds invalid UTF-8"),
+    "extra_column": (
+        "spans",
+        lambda t: t.append_column("x", pa.array([1] * t.num_rows)),
+        r"spans\.parquet does not have the schema of version 1: an extra column 'x'",
+    ),
+    "wrong_dtype": (
+        "spans",
+        lambda t: t.set_column(3, "char_end", t["char_end"].cast(pa.int64())),
+        r"spans\.parquet does not have the schema of version 1: column char_end is int64, not int32",
+    ),
+}
+
+
+def test_score_on_damaged_tables(tiny_artifact, other_model_dir, tmp_path):
+    roots = {
+        case: with_table(tiny_artifact, tmp_path / case, n, f) for case, (n, f, _) in TABLE_CASES.items()
+    }
+    messages = {case: message for case, (_, _, message) in TABLE_CASES.items()}
+    lines = score_each(roots, messages, other_model_dir, tmp_path)
+    assert all(len(line.split("] ", 1)[1]) < 300 for line in lines)  # short: no text quoted
+
+
+FULL_DISK = """
+import errno
+import runpy
+import pipeline.artifact.writer as writer
+
+real, calls = writer.write_table_atomic, []
+def full(path, table):  # the second document's first table meets a full disk
+    calls.append(path)
+    if len(calls) > 3:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(path, table)
+writer.write_table_atomic = full
+runpy.run_module("pipeline.keytokens", run_name="__main__")
+"""
+
+
+def test_keytokens_on_a_full_disk_a_damaged_part_and_a_lock_link(tiny_model_dir, tiny_artifact, tmp_path):
+    """A full disk in stage 1: one error line, the finished document kept whole, and the rerun resumes
+    to the same artifact. A part damaged meanwhile and a lock file that is a link: one line each."""
+    corpus = tiny_artifact.parent / "corpus.jsonl"
+    overrides = [
+        o for o in keytokens_overrides(tiny_model_dir, corpus, "x") if not o.startswith("output_dir")
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "full"
+    command = [sys.executable, "-c", FULL_DISK, *overrides, f"output_dir={out}", f"hydra.run.dir={out}-logs"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and re.fullmatch(
+        r"error: could not write document 'doc-1' of \S+ \(No space left on device\): free some space, then "
+        r"run `make keytokens` again: the 1 finished documents are kept and the run resumes",
+        errors[0],
+    )
+    parts = sorted(p.name for p in (out / "test" / "parts").iterdir())
+    assert parts == ["000000"] and not (out / "test" / "manifest.json").exists()
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    (damaged / "test" / "parts" / "000000" / "tokens.parquet").write_bytes(b"not parquet")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / ".test.lock").symlink_to(tmp_path / "elsewhere.txt")
+    done = cli(
+        "pipeline.keytokens", "--multirun", *overrides, f"output_dir={damaged},{linked}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    lines = error_lines(done.stderr)
+    assert len(lines) == 2 and not (tmp_path / "elsewhere.txt").exists()
+    assert re.search(
+        r"parts/000000/tokens\.parquet is not a readable Parquet file \(.*\): delete \S+/parts/000000 and "
+        r"run `make keytokens` again to compute that document anew",
+        next(line for line in lines if str(damaged) in line),
+    )
+    assert re.search(
+        r"cannot take the lock \S+\.test\.lock \(.*\): it is a symbolic link, and a lock file must be a "
+        r"plain file",
+        next(line for line in lines if str(linked) in line),
+    )
+    cli(
+        "pipeline.keytokens",
+        *overrides,
+        f"output_dir={out}",
+        f"hydra.run.dir={tmp_path / 'logs'}",
+        check_rc=0,
+    )
+    resumed = load_artifact(out / "test")
+    assert resumed.manifest["run"]["resumed_documents"] == 1
+    assert resumed.contents == load_artifact(tiny_artifact).contents
+
+
+def test_import_official_on_a_damaged_manifest_and_a_huge_span(sources, tmp_path):  # noqa: F811
+    """A cut manifest where the import writes: imported anew (as its error advises). A span file with a
+    number past any character offset: one error line."""
+    root = tmp_path / "out" / "govreport_paper--official--Tiny-Evaluator"
+    root.mkdir(parents=True)
+    (root / "manifest.json").write_text('{"schema_version": 1, "fingerp')
+    huge = tmp_path / "huge"
+    shutil.copytree(sources["spans"], huge)
+    (huge / "slice_1.txt").write_text("[10, 20];[30, 99999999999999999999999999]")
+    overrides = [o for o in import_overrides(sources, tmp_path / "out") if not o.startswith("spans_dir")]
+    done = cli(
+        "pipeline.official", "--multirun", *overrides, f"spans_dir={huge},{sources['spans']}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1 and re.search(
+        r"slice_1\.txt: span 2 is '\[30, 99999999999999999999999999\]': a number past 2147483647", lines[0]
+    )
+    assert "note: the artifact there does not load, so it is imported anew" in done.stdout
+    assert load_artifact(root).kind == "key_spans"
+
+
+def test_show_never_writes_through_a_link(tiny_artifact, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    views = craft(tiny_artifact, tmp_path / "views-link")
+    (views / "views").symlink_to(outside, target_is_directory=True)
+    page = craft(tiny_artifact, tmp_path / "page-link")
+    (page / "views").mkdir()
+    (page / "views" / "index.html").symlink_to(outside / "index.html")
+    done = cli(
+        "pipeline.reporting.keytoken_page", "--multirun", f"artifact={views},{page}", "all=true",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    lines = error_lines(done.stderr)
+    assert len(lines) == 2 and all(
+        "is a symbolic link: key-token pages are written inside" in x for x in lines
+    )
+    assert not list(outside.iterdir())

@@ -267,8 +267,13 @@ def test_missing_or_empty_results(tmp_path):
         (json.dumps(result("x", ("high", 1.0, 1.0), "2026-11-22T00:00:00+00:00")), "corpus.ppl"),
         (json.dumps(result("x", (1.0, 1.0, 1.0), "yesterday")), "date"),
         (
-            json.dumps({**result("x", (1.0, 1.0, 1.0), "2026-11-22T00:00:00+00:00"), "schema_version": 3}),
-            "schema_version` is 3: written by a newer pipeline",
+            json.dumps(
+                {
+                    **result("x", (1.0, 1.0, 1.0), "2026-11-22T00:00:00+00:00"),
+                    "schema_version": RESULTS_VERSION + 1,
+                }
+            ),
+            f"schema_version` is {RESULTS_VERSION + 1}: written by a newer pipeline",
         ),
     ],
 )
@@ -316,7 +321,7 @@ def test_command_line(scores, tmp_path):
 def test_bits_per_byte_columns_beside_old_lines(tmp_path):
     """A schema-2 line's bits per byte are shown; schema-1 lines beside it read as n/a."""
     new = result("new-model", (12.0, 5.0, 8.0), "2026-11-23T00:00:00+00:00")
-    new["schema_version"] = RESULTS_VERSION
+    new["schema_version"] = 2
     new["corpus"] |= {"bpb": 0.8125, "key_bpb": 0.40625}
     path = write_lines(tmp_path / "scores.jsonl", [*base_rows(), new])
     df = read_scores(path)

@@ -354,9 +354,9 @@ def test_finetune_entry_runs_end_to_end(source, other_model_dir, tiny_artifact, 
     assert saved["status"] == "finished" and saved["loss"]["source"] == source
     assert saved["model"]["weights_sha256"] and saved["corpus"]["truncated"] == 3
     if source == "artifact":
-        assert (
-            saved["artifact"]["fingerprint"] == artifacts.load_artifact(tiny_artifact).manifest["fingerprint"]
-        )
+        genuine = artifacts.load_artifact(tiny_artifact)
+        assert saved["artifact"]["fingerprint"] == genuine.manifest["fingerprint"]
+        assert saved["artifact"]["contents"] == genuine.contents
     assert (run_dir / "checkpoint-2").is_dir() and (run_dir / "final" / "config.json").is_file()
     reloaded = load_model(str(run_dir / "final"), dtype="float64", device="cpu")
     assert reloaded.tokenizer.bos_token_id == 0

@@ -13,13 +13,14 @@ from tests.conftest import compose_config
 
 
 def refresh_config(artifact, model_dir, recorded, *extra, models=None):
-    fingerprint = load_artifact(artifact).manifest["fingerprint"]
+    loaded = load_artifact(artifact)
     models = models or f"[{{name: tiny, spec: '{model_dir}', revision: null}}]"
     return compose_config(
         "refresh",
         [
             f"artifact={artifact}",
-            f"fingerprint={fingerprint}",
+            f"fingerprint={loaded.manifest['fingerprint']}",
+            f"contents={loaded.contents}",
             f"recorded={recorded}",
             f"models={models}",
             f"work_dir={recorded.parent / 'work'}",

@@ -3,23 +3,29 @@
 File hashes prove nothing when whoever edited a table also rewrote the manifest, so the contents
 are checked against each other, against the key-token rule and against the fingerprint:
 
+- settings: the ones the readers use have their types (K and d positive integers, alpha and beta
+  finite numbers, gamma finite and positive, max_tokens a positive integer or null, add_bos a
+  boolean, the evaluator's spec and the corpus name strings).
 - documents: at least one; ids unique; ``doc_index`` 0, 1, ...; ``n_chars`` the text's length; the
-  text's sha256 (and, when not truncated, its source's); the manifest's per-document records and
-  the fingerprinted settings' document list equal to the table; the fingerprint equal to
+  text's sha256 (and, when not truncated, its source's); a truncated text shorter than its source,
+  with a ``max_tokens`` set; ``n_tokens`` at most ``max_tokens``; the manifest's per-document records
+  and the fingerprinted settings' document list equal to the table; the fingerprint equal to
   ``settings_fingerprint(settings, kind)``; every table's row count as the manifest records it.
 - tokens (kinds that declare them, ``schema.KINDS``): rows grouped by document in document
   order, as many as ``n_tokens``; ``token_index`` 0, 1, ...; ``0 <= char_start <= char_end <=
   n_chars``; log-probs finite and <= 0 where present; ``lsd = long - short``, ``soft_weight =
   min(exp(lsd), gamma)`` and ``is_key`` the stored thresholds applied to ``lsd`` and
   ``long_logprob``; ``n_key_tokens`` their count; the spans exactly the merge of the key tokens'
-  character offsets.
+  character offsets. Offsets run forward (starts and ends never decrease) and leave only whitespace
+  uncovered (``token_checks``); K, d and the BOS convention are the ones the log-probs were computed
+  with (``token_checks.check_windows``).
 - spans (always): grouped like the tokens, as many as ``n_spans``; ``span_index`` 0, 1, ...;
   inside the text, sorted and disjoint.
 
 A failure is one PipelineError naming the table, the column, the first bad row and its document.
 Everything is vectorised (numpy): one pass over each column, whatever the number of documents.
-What no check can prove: the text of a *truncated* document is tied to its source only by hashes
-the editor can recompute (the source text is not in the artifact).
+Where the evaluator's tokenizer and the source texts are at hand, ``pipeline.artifact.inputs``
+checks more (the README's "What the checks prove").
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import definition
-from pipeline.artifact.schema import KeyTokenArtifact, declared_tables, settings_fingerprint
+from pipeline.artifact import token_checks
+from pipeline.artifact.schema import KEY_SPANS, KeyTokenArtifact, declared_tables, settings_fingerprint
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
 
@@ -71,6 +78,7 @@ class Where:
 def check_artifact(artifact: KeyTokenArtifact) -> None:
     """Every check above, in order; raises ArtifactProblem (a PipelineError) at the first failure."""
     tables = declared_tables(artifact.manifest, artifact.root)
+    check_settings(artifact.settings, artifact.kind, artifact.root)
     docs = column_arrays(artifact.documents)
     where = Where(artifact.root, docs["doc_id"], {"documents": np.arange(len(docs["doc_id"]))})
     check_documents(artifact, docs, where)
@@ -81,11 +89,54 @@ def check_artifact(artifact: KeyTokenArtifact) -> None:
         tokens = column_arrays(artifact.tokens)
         check_grouping("tokens", "token_index", "n_tokens", tokens, docs, where)
         check_token_values(artifact.settings, tokens, docs, where)
+        token_checks.check_offsets(tokens, docs, where)
+        token_checks.check_windows(artifact.settings, tokens, docs, where)
     spans = column_arrays(artifact.spans)
     check_grouping("spans", "span_index", "n_spans", spans, docs, where)
     check_spans(spans, docs, where)
     if "tokens" in tables:
         check_spans_are_merged_key_tokens(tokens, spans, docs, where)
+
+
+def check_settings(settings: dict[str, Any], kind: str, root: Any) -> None:
+    """The manifest settings the readers use, by type (a string where a number belongs would reach the
+    key-token page and the dataset card)."""
+    rules: dict[str, tuple[Any, str]] = {
+        "K": (_positive_int, "a positive integer"),
+        "d": (_positive_int, "a positive integer"),
+        "alpha": (_finite, "a finite number"),
+        "beta": (_finite, "a finite number"),
+        "gamma": (
+            lambda v: (kind == KEY_SPANS and v is None) or (_finite(v) and v > 0),
+            "a finite positive number" + (" or null" if kind == KEY_SPANS else ""),
+        ),
+        "max_tokens": (lambda v: v is None or _positive_int(v), "a positive integer or null"),
+        "add_bos": (lambda v: isinstance(v, bool), "true or false"),
+    }
+    for name, (valid, what) in rules.items():
+        if (name in settings or name in ("K", "d", "alpha", "beta", "gamma")) and not valid(
+            settings.get(name)
+        ):
+            raise ArtifactProblem(
+                f"artifact {root}: manifest settings.{name}={_short(settings.get(name))} is not {what}; {FIX}"
+            )
+    for name, key in (("evaluator", "spec"), ("corpus", "name")):
+        node = settings.get(name)
+        if not isinstance(node, dict) or not isinstance(node.get(key), str):
+            raise ArtifactProblem(f"artifact {root}: manifest settings.{name}.{key} is not a string; {FIX}")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def column_arrays(table: pa.Table) -> dict[str, np.ndarray]:
@@ -119,13 +170,32 @@ def check_documents(artifact: KeyTokenArtifact, docs: dict[str, np.ndarray], whe
         where.fail("documents", name, docs[name] < 0, "negative")
     hashes = np.array([text_sha256(t) for t in docs["text"]], dtype=object)
     where.fail("documents", "sha256", hashes != docs["sha256"], "does not match the text")
-    whole = ~docs["truncated"].astype(bool)
+    truncated = docs["truncated"].astype(bool)
     where.fail(
         "documents",
         "source_sha256",
-        whole & ((hashes != docs["source_sha256"]) | (docs["n_source_chars"] != lengths)),
+        ~truncated & ((hashes != docs["source_sha256"]) | (docs["n_source_chars"] != lengths)),
         "an untruncated text must be its source text",
     )
+    check_truncation(artifact.settings.get("max_tokens"), docs, truncated, where)
+
+
+def check_truncation(
+    max_tokens: int | None, docs: dict[str, np.ndarray], truncated: np.ndarray, where: Where
+) -> None:
+    """A truncated text is a strict prefix of its source, cut at ``max_tokens``; no text has more."""
+    where.fail(
+        "documents",
+        "truncated",
+        truncated & (docs["n_chars"] >= docs["n_source_chars"]),
+        "true, but the text is as long as its source (n_chars >= n_source_chars): it was not truncated",
+    )
+    if max_tokens is None:
+        where.fail("documents", "truncated", truncated, "true, but the settings set no max_tokens")
+    else:
+        where.fail(
+            "documents", "n_tokens", docs["n_tokens"] > max_tokens, f"more than max_tokens={max_tokens}"
+        )
 
 
 def check_manifest_records(artifact: KeyTokenArtifact, docs: dict[str, np.ndarray], where: Where) -> None:
@@ -192,11 +262,6 @@ def check_token_values(
 ) -> None:
     """Offsets inside the text, finite log-probs, and LSD, soft weight and key flag as defined."""
     alpha, beta, gamma = (settings[k] for k in ("alpha", "beta", "gamma"))
-    for name, value in (("alpha", alpha), ("beta", beta), ("gamma", gamma)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ArtifactProblem(
-                f"artifact {where.root}: manifest settings.{name}={value!r} is not finite; {FIX}"
-            )
     n_chars = docs["n_chars"][where.row_docs["tokens"]]
     start, end = tokens["char_start"], tokens["char_end"]
     where.fail("tokens", "char_start", (start < 0) | (start > end), "not 0 <= char_start <= char_end")

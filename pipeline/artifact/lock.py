@@ -71,7 +71,14 @@ def exclusive(directory: Path, what: str = "run") -> Iterator[None]:
         ) from None
     except OSError as exc:
         if exc.errno != ENOSYS:
-            raise
+            fix = (
+                "it is a symbolic link, and a lock file must be a plain file: remove the link"
+                if path.is_symlink()
+                else "make that folder writable"
+            )
+            raise PipelineError(
+                f"cannot take the lock {path} ({exc.strerror or exc}): {fix}, or pass name=<other name>"
+            ) from None
         print(
             f"warning: {path.parent} does not support file locks: {directory} is not locked", file=sys.stderr
         )

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from pipeline import definition
 from pipeline.artifact.checks import check_artifact
+from pipeline.artifact.inputs import check_against_inputs
 from pipeline.artifact.schema import (
     MANIFEST,
     NEEDS_TOKEN_VALUES,
@@ -78,9 +79,10 @@ def locate_artifact(spec: str) -> tuple[Path, dict[str, Any]]:
 
 
 def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtifact:
-    """Open an artifact: its manifest, schema version and kind, the file hashes (unless
-    ``verify_hashes`` is False, right after writing them), then every content check
-    (``pipeline.artifact.checks``). Any problem is a one-line PipelineError."""
+    """Open an artifact: its manifest, schema version and kind, the file hashes, every content check
+    (``pipeline.artifact.checks``), then the checks against its inputs where they are at hand
+    (``pipeline.artifact.inputs``; skipped with the hashes when ``verify_hashes`` is False, right
+    after writing them). Any problem is a one-line PipelineError."""
     root = Path(root)
     manifest = read_manifest(root)
     tables: dict[str, pa.Table | None] = {"tokens": None}
@@ -88,6 +90,8 @@ def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtif
         tables[name] = read_table(root, name, manifest, verify_hashes)
     artifact = KeyTokenArtifact(root=root, manifest=manifest, **tables)
     check_artifact(artifact)
+    if verify_hashes:
+        artifact.checked = check_against_inputs(artifact)
     return artifact
 
 
@@ -143,13 +147,52 @@ def read_table(root: Path, name: str, manifest: dict[str, Any], verify_hash: boo
         raise PipelineError(
             f"{path} does not match the sha256 in its manifest (altered or corrupted): regenerate it"
         )
+    return read_parquet(path, TABLES[name], "regenerate it")
+
+
+def read_parquet(path: Path, schema: pa.Schema, fix: str) -> pa.Table:
+    """A Parquet file with exactly ``schema`` and valid values (UTF-8 strings); a PipelineError that
+    names the column and what is wrong, then ``fix``, otherwise."""
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
-        raise PipelineError(f"{path} is not a readable Parquet file ({exc}): regenerate it") from None
-    if not table.schema.equals(TABLES[name], check_metadata=False):
-        raise PipelineError(f"{path} does not have the schema of version {SCHEMA_VERSION}")
+        raise PipelineError(f"{path} is not a readable Parquet file ({first_sentence(exc)}): {fix}") from None
+    if problem := schema_problem(table.schema, schema):
+        raise PipelineError(f"{path} does not have the schema of version {SCHEMA_VERSION}: {problem}; {fix}")
+    if problem := next((f"column {n} {p}" for n in table.column_names if (p := invalid(table[n]))), None):
+        raise PipelineError(f"{path}: {problem}; {fix}")
     return table
+
+
+def first_sentence(exc: Exception) -> str:
+    """An Arrow error's first sentence, without the file name it repeats."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text.rpartition("': ")[2].split(". ")[0][:160]
+
+
+def schema_problem(found: pa.Schema, expected: pa.Schema) -> str | None:
+    """What differs between a table's schema and the expected one, naming the column; None if equal."""
+    names, wanted = found.names, expected.names
+    if missing := [n for n in wanted if n not in names]:
+        return f"no column {missing[0]}"
+    if extra := [n for n in names if n not in wanted]:
+        return f"an extra column {extra[0]!r} (the columns are {', '.join(wanted)})"
+    if names != wanted:
+        return f"the columns are in another order (expected {', '.join(wanted)})"
+    for field in expected:
+        if not found.field(field.name).type.equals(field.type):
+            return f"column {field.name} is {found.field(field.name).type}, not {field.type}"
+    return None
+
+
+def invalid(column: pa.ChunkedArray) -> str | None:
+    """Why a column's values are invalid (e.g. strings that are not UTF-8), or None."""
+    try:
+        column.validate(full=True)
+    except pa.ArrowException as exc:
+        detail = str(exc).rpartition("Invalid: ")[2][:120]
+        return f"holds invalid UTF-8 ({detail})" if "UTF8" in detail else f"holds invalid values ({detail})"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,17 +10,19 @@ artifact whose tables are already whole (an imported one, or one computed in mem
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from pipeline import files
+from pipeline.artifact.reader import read_parquet
 from pipeline.artifact.schema import (
     DOCUMENTS_SCHEMA,
     KINDS,
@@ -52,31 +54,59 @@ class ArtifactWriter:
         return self.root / PARTS
 
     def is_complete(self) -> bool:
-        """True when a finished artifact with these settings is already here."""
-        manifest = self.root / MANIFEST
-        if not manifest.is_file():
+        """True when a finished artifact with these settings is already here; a DamagedRecord when a
+        manifest is here that does not read (the run then computes the artifact anew)."""
+        recorded = read_record(self.root / MANIFEST)
+        if recorded is None:
             return False
-        recorded = json.loads(manifest.read_text())
-        self._check_same(recorded.get("fingerprint"), recorded.get("settings", {}))
+        self._check_same(recorded.get("fingerprint"), recorded.get("settings"))
         return True
 
     def start(self) -> None:
+        """Record the settings in ``run.json``, or check that a resumed run has the recorded ones. A
+        damaged ``run.json`` is written anew when no document is finished; otherwise the finished
+        ones cannot be matched to settings, and the error says so."""
         state = self.root / RUN_STATE
-        if state.is_file():
-            recorded = json.loads(state.read_text())
-            self._check_same(recorded.get("fingerprint"), recorded.get("settings", {}))
-        else:
-            write_json_atomic(state, {"fingerprint": self.fingerprint, "settings": self.settings})
-        self.parts.mkdir(parents=True, exist_ok=True)
+        try:
+            recorded = read_record(state)
+        except DamagedRecord as exc:
+            if self.finished():
+                raise PipelineError(
+                    f"{exc}: the {len(self.finished())} finished documents in {self.parts} cannot be matched "
+                    "to settings; delete that directory to start over, or pass name=<new name>"
+                ) from None
+            recorded = None
+        with self.writing("run.json"):
+            if recorded is None:
+                write_json_atomic(state, {"fingerprint": self.fingerprint, "settings": self.settings})
+            self.parts.mkdir(parents=True, exist_ok=True)
+        if recorded is not None:
+            self._check_same(recorded.get("fingerprint"), recorded.get("settings"))
 
-    def _check_same(self, fingerprint: str | None, recorded: dict[str, Any]) -> None:
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[None]:
+        """A failed write (a full disk, no permission) as one PipelineError: what was being written,
+        why, and that finished documents are kept (a rerun resumes)."""
+        try:
+            yield
+        except OSError as exc:
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise PipelineError(
+                f"could not write {what} of {self.root} ({exc.strerror or exc}): "
+                + ("free some space, then " if full else "fix that, then ")
+                + f"run `make keytokens` again: the {len(self.finished())} finished documents are kept "
+                "and the run resumes"
+            ) from None
+
+    def _check_same(self, fingerprint: str | None, recorded: Any) -> None:
         if fingerprint == self.fingerprint:
             return
+        recorded = recorded if isinstance(recorded, dict) else {}
         changed = sorted(
             k for k in set(recorded) | set(self.settings) if recorded.get(k) != self.settings.get(k)
         )
         detail = "; ".join(f"{k}: {recorded.get(k)!r} -> {self.settings.get(k)!r}" for k in changed[:4])
-        raise PipelineError(
+        raise OtherSettings(
             f"{self.root} holds a run with other settings ({detail or 'fingerprint differs'}): "
             "pass name=<new name> to keep both, or delete that directory to start over"
         )
@@ -99,30 +129,60 @@ class ArtifactWriter:
 
     def write_part(self, index: int, document: dict[str, Any], tokens: pa.Table, spans: pa.Table) -> None:
         """Write one document's rows; the part appears whole or not at all."""
-        staging = Path(tempfile.mkdtemp(dir=self.parts, prefix=".tmp-"))
-        try:
-            write_table_atomic(
-                staging / "documents.parquet", pa.Table.from_pylist([document], DOCUMENTS_SCHEMA)
-            )
-            write_table_atomic(staging / "tokens.parquet", tokens.cast(TOKENS_SCHEMA))
-            write_table_atomic(staging / "spans.parquet", spans.cast(SPANS_SCHEMA))
-            os.replace(staging, self.parts / f"{index:06d}")
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        with self.writing(f"document {document['doc_id']!r}"):
+            staging = Path(tempfile.mkdtemp(dir=self.parts, prefix=".tmp-"))
+            try:
+                write_table_atomic(
+                    staging / "documents.parquet", pa.Table.from_pylist([document], DOCUMENTS_SCHEMA)
+                )
+                write_table_atomic(staging / "tokens.parquet", tokens.cast(TOKENS_SCHEMA))
+                write_table_atomic(staging / "spans.parquet", spans.cast(SPANS_SCHEMA))
+                os.chmod(staging, 0o777 & ~files.umask())  # mkdtemp makes it private
+                os.replace(staging, self.parts / f"{index:06d}")
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
 
     def finalize(self, indices: Iterable[int], manifest_extra: dict[str, Any]) -> dict[str, Any]:
         """Concatenate the parts in document order, write the tables, then the manifest, last."""
         indices = sorted(indices)
         tables = {}
         for name, schema in TABLES.items():
-            pieces = [pq.read_table(self.parts / f"{i:06d}" / f"{name}.parquet") for i in indices]
-            tables[name] = pa.concat_tables(pieces).cast(schema) if pieces else schema.empty_table()
+            pieces = [self.read_part(i, name) for i in indices]
+            tables[name] = pa.concat_tables(pieces) if pieces else schema.empty_table()
         manifest = new_manifest(PER_TOKEN, self.fingerprint, self.settings, manifest_extra)
-        manifest = write_artifact(self.root, KeyTokenArtifact(self.root, manifest, **tables))
+        with self.writing("the tables and the manifest"):
+            manifest = write_artifact(self.root, KeyTokenArtifact(self.root, manifest, **tables))
         shutil.rmtree(self.parts, ignore_errors=True)
         (self.root / RUN_STATE).unlink(missing_ok=True)
         return manifest
+
+    def read_part(self, index: int, name: str) -> pa.Table:
+        """One table of a finished document, read and checked like an artifact's."""
+        part = self.parts / f"{index:06d}"
+        fix = f"delete {part} and run `make keytokens` again to compute that document anew"
+        return read_parquet(part / f"{name}.parquet", TABLES[name], fix)
+
+
+class OtherSettings(PipelineError):
+    """The output directory holds a run with other settings."""
+
+
+class DamagedRecord(PipelineError):
+    """A manifest or run.json that is not a JSON object (cut off, edited, a disk error)."""
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The JSON object a writer left at ``path`` (manifest or ``run.json``); None if there is none."""
+    if not path.is_file():
+        return None
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DamagedRecord(f"{path} does not read ({str(exc).splitlines()[0][:80]})") from None
+    if not isinstance(recorded, dict):
+        raise DamagedRecord(f"{path} does not read (not a JSON object)")
+    return recorded
 
 
 def write_artifact(root: Path, artifact: KeyTokenArtifact) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def run(cfg: Any) -> dict[str, Any]:
 
 
 def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
-    art = load_artifact(root, verify_hashes=False)
+    art = load_artifact(root)  # every check, once: later loads recall the inputs checks
     lsd = np.asarray(art.tokens["lsd"].to_numpy(zero_copy_only=False), dtype=np.float64)
     lsd = lsd[~np.isnan(lsd)]
     n_key = int(np.asarray(art.tokens["is_key"]).sum())
@@ -46,6 +46,7 @@ def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
         f"LSD         median {q[0]:.3f}, p90 {q[1]:.3f}, p99 {q[2]:.3f}, p99.9 {q[3]:.3f}",
         f"wall time   {seconds:.0f} s (peak memory {peak_gb:.2f} GB)",
         f"output      {root}",
+        f"checked     tokenizer: {art.checked['tokenizer']}; sources: {art.checked['sources']}",
     ]
     lines += [f"skipped     {skip['doc_id']}: {skip['reason']}" for skip in manifest.get("skipped", [])]
     if n_key == 0:

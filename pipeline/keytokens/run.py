@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from pipeline.artifact import lock
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.writer import ArtifactWriter
+from pipeline.artifact.writer import ArtifactWriter, OtherSettings
 from pipeline.errors import PipelineError
 from pipeline.hub import offline_unless
 from pipeline.keytokens import ranks as distributed
@@ -55,11 +55,12 @@ def locked_run(
     lm = load_evaluator(settings, ranks)
     selection = select(docs, lm, settings.definition, settings.documents, settings.corpus, settings.compute)
     writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
-    if writer.is_complete():
+    finished = finished_artifact(writer, ranks.is_main)
+    if finished is not None:
         if ranks.is_main:
             print(f"{writer.root} is complete with these settings: nothing to do")
         distributed.shutdown(ranks)
-        return load_artifact(writer.root).manifest
+        return finished
     writer.start()
     resumed = len(writer.finished())
     try:
@@ -76,6 +77,23 @@ def locked_run(
     ranks.barrier()  # rank 0 has finalized
     distributed.shutdown(ranks)
     return manifest or load_artifact(writer.root).manifest
+
+
+def finished_artifact(writer: ArtifactWriter, is_main: bool) -> dict[str, Any] | None:
+    """The manifest of the finished artifact with these settings already there, if it loads with every
+    check. One that does not (a damaged manifest, an edited table) is computed anew, as its error
+    advises; one with other settings is an error (``ArtifactWriter.is_complete``)."""
+    problem = None
+    try:
+        if writer.is_complete():
+            return load_artifact(writer.root).manifest
+    except PipelineError as exc:
+        if isinstance(exc, OtherSettings):
+            raise
+        problem = exc
+    if problem is not None and is_main:
+        print(f"note: the artifact there does not load, so it is computed anew ({problem})")
+    return None
 
 
 def wants_cuda(device: str) -> bool:

@@ -28,6 +28,11 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("LONGPPL_CACHE", Path.home() / ".cache" / "longppl"))
 
 
+def gguf_cache_path(gguf: Path, sha: str, cache_dir: Path) -> Path:
+    """Where a GGUF file's converted checkpoint is cached (keyed by the file's sha256)."""
+    return cache_dir / "gguf" / f"{gguf.stem}-{sha[:16]}"
+
+
 def check_header(path: Path) -> None:
     """The fixed header of a GGUF file (magic bytes, version, counts that fit the file), read before
     anything else reads the file; a PipelineError says what is wrong with it."""
@@ -64,7 +69,7 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
     """
     check_header(gguf)
     sha = file_sha256(gguf)
-    target = (cache_dir or default_cache_dir()) / "gguf" / f"{gguf.stem}-{sha[:16]}"
+    target = gguf_cache_path(gguf, sha, cache_dir or default_cache_dir())
     if (target / "longppl-source.json").is_file():
         return target, sha
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ the spans start and end on the evaluator's token boundaries; then write a ``key_
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,7 +29,7 @@ from pipeline.artifact.schema import (
     settings_fingerprint,
     table_from_columns,
 )
-from pipeline.artifact.writer import write_artifact
+from pipeline.artifact.writer import DamagedRecord, read_record, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.hub import offline_unless
@@ -114,8 +113,8 @@ def run(cfg: Any) -> dict[str, Any]:
         options.name or directory_name(f"{spec.name}--official--{official.folder}")
     )
     fingerprint = settings_fingerprint(settings, KEY_SPANS)
-    if existing_same(root, fingerprint):
-        return json.loads((root / MANIFEST).read_text())
+    if (existing := existing_same(root, fingerprint)) is not None:
+        return existing
     extra = {
         "documents": [
             {k: r[k] for k in ("doc_id", "sha256", "source_sha256", "n_tokens", "n_spans")} for r in rows
@@ -230,19 +229,24 @@ def settings_record(
     }
 
 
-def existing_same(root: Path, fingerprint: str) -> bool:
-    """True when this exact artifact is already there; an error when another one is."""
-    manifest = root / MANIFEST
-    if not manifest.is_file():
-        return False
-    found = json.loads(manifest.read_text()).get("fingerprint")
+def existing_same(root: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The manifest when this exact artifact is already there; an error when another one is. One
+    whose manifest does not read is imported anew (its error advises it)."""
+    try:
+        recorded = read_record(root / MANIFEST)
+    except DamagedRecord as exc:
+        print(f"note: the artifact there does not load, so it is imported anew ({exc})")
+        return None
+    if recorded is None:
+        return None
+    found = recorded.get("fingerprint")
     if found != fingerprint:
         raise PipelineError(
             f"{root} holds another artifact (fingerprint {str(found)[:12]}): pass name=<new name> to keep "
             "both, or delete that directory"
         )
     print(f"{root} is complete with these inputs: nothing to do")
-    return True
+    return recorded
 
 
 def print_summary(root: Path, report: BoundaryReport, n_spans: int, n_docs: int) -> None:

@@ -19,6 +19,7 @@ from pipeline.errors import PipelineError
 
 PIECE = re.compile(r"\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\]")
 SLICE = re.compile(r"slice_(\d+)\.txt")
+MAX_OFFSET = 2**31 - 1  # offsets are int32 in the artifact's tables
 
 
 def parse_spans(text: str, where: str = "span file") -> np.ndarray:
@@ -37,9 +38,19 @@ def parse_spans(text: str, where: str = "span file") -> np.ndarray:
             raise PipelineError(
                 f"{where}: span {number} is {piece[:40]!r}, not '[start, end]' with two integers"
             )
+        if any(len(match[k].lstrip("-").lstrip("0")) > 10 for k in (1, 2)):
+            raise PipelineError(
+                f"{where}: span {number} is {piece.strip()[:40]!r}: a number past {MAX_OFFSET}, "
+                "the largest character offset an artifact holds"
+            )
         start, end = int(match[1]), int(match[2])
         if start < 0 or end < 0:
             raise PipelineError(f"{where}: span {number} [{start}, {end}] is negative")
+        if end > MAX_OFFSET:
+            raise PipelineError(
+                f"{where}: span {number} [{start}, {end}] ends past {MAX_OFFSET}, the largest character "
+                "offset an artifact holds"
+            )
         if end < start:
             raise PipelineError(f"{where}: span {number} [{start}, {end}] is reversed (end < start)")
         if spans and start < spans[-1][0]:

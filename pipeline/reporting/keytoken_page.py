@@ -72,9 +72,8 @@ def document_html(artifact: str | Path | KeyTokenArtifact, doc_id: str | None = 
     pieces.append(html.escape(text[cursor:]))
     n_key = sum(r["is_key"] for r in rows)
     header = (
-        f"<b>{html.escape(doc_id)}</b> from <code>{html.escape(art.root.name)}</code> &middot; evaluator "
-        f"<code>{html.escape(str(s['evaluator']['spec']))}</code>, K={s['K']}, d={s['d']}, "
-        f"alpha={s['alpha']}, beta={s['beta']} &middot; {n_key} key tokens of {len(rows)} "
+        f"<b>{html.escape(doc_id)}</b> from <code>{html.escape(art.root.name)}</code> &middot; "
+        f"{definition_html(s)} &middot; {n_key} key tokens of {len(rows)} "
         "(highlighted; darker = larger LSD; hover any token for its LSD and LCL)"
     )
     return (
@@ -83,6 +82,12 @@ def document_html(artifact: str | Path | KeyTokenArtifact, doc_id: str | None = 
         f"<body><header>{header}</header>\n"
         f'<div class="text">{"".join(pieces)}</div>\n</body></html>\n'
     )
+
+
+def definition_html(settings: dict[str, Any]) -> str:
+    """The evaluator and the key-token definition, escaped (the manifest is the artifact's, not ours)."""
+    values = ", ".join(f"{k}={html.escape(str(settings[k]))}" for k in ("K", "d", "alpha", "beta"))
+    return f"evaluator <code>{html.escape(str(settings['evaluator']['spec']))}</code>, {values}"
 
 
 def views_dir(artifact_dir: str | Path) -> Path:
@@ -123,8 +128,7 @@ def index_html(art: KeyTokenArtifact, pages: set[str]) -> str:
     n_key = int(np.asarray(art.documents["n_key_tokens"]).sum())
     header = (
         f"<b>{html.escape(art.root.name)}</b> &middot; {len(docs)} documents, {n_key} key tokens &middot; "
-        f"evaluator <code>{html.escape(str(s['evaluator']['spec']))}</code>, K={s['K']}, d={s['d']}, "
-        f"alpha={s['alpha']}, beta={s['beta']}"
+        + definition_html(s)
     )
     if len(pages) < len(docs):
         header += (
@@ -152,11 +156,24 @@ def write_views(artifact: str | Path | KeyTokenArtifact, doc_ids: list[str] | No
     returns the index's path."""
     art = artifact if isinstance(artifact, KeyTokenArtifact) else load_artifact(artifact)
     out = views_dir(art.root)
-    for doc_id in art.documents["doc_id"].to_pylist() if doc_ids is None else doc_ids:
+    ids = art.documents["doc_id"].to_pylist() if doc_ids is None else doc_ids
+    refuse_links([out, out / INDEX, *(out / page_name(doc_id) for doc_id in ids)])
+    for doc_id in ids:
         write_bytes_atomic(out / page_name(doc_id), document_html(art, doc_id).encode("utf-8"))
     pages = {p.name for p in out.glob("*.html")} - {INDEX}
     write_bytes_atomic(out / INDEX, index_html(art, pages).encode("utf-8"))
     return out / INDEX
+
+
+def refuse_links(paths: list[Path]) -> None:
+    """Pages are written inside the artifact only: a symbolic link among their paths (put there to
+    send them elsewhere) is an error, before anything is written."""
+    link = next((p for p in paths if p.is_symlink()), None)
+    if link is not None:
+        raise PipelineError(
+            f"{link} is a symbolic link: key-token pages are written inside the artifact only; remove the "
+            f"link, or write one page elsewhere with out=<file>"
+        )
 
 
 @pydantic.dataclasses.dataclass(frozen=True)

@@ -61,6 +61,7 @@ COLUMNS: dict[str, str | None] = {
     "model_name": None,
     "artifact": None,
     "fingerprint": None,
+    "contents": None,
     "date": None,
     "result_id": None,
 }
@@ -85,15 +86,20 @@ FORGETTING_NOTE = (
 def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
     """The leaderboard of one artifact: newest result per (model, settings), sorted by LongPPL.
 
-    ``artifact`` is an artifact name, a fingerprint or a unique fingerprint prefix; None picks the
-    artifact of the newest result. Adds ``entry``: the model name, ``@ctx<N>`` for a context limit,
-    and the differing settings in brackets where that still leaves two entries with one name.
+    An artifact is its fingerprint and its contents hash (results before schema 3 have none: they
+    stand apart), so results on other tables under the same name and fingerprint never join its
+    board. ``artifact`` is an artifact name, a fingerprint, or a unique prefix of a fingerprint or
+    of a contents hash; None picks the artifact of the newest result (a name or fingerprint: its
+    newest result's contents). Adds ``entry``: the model name, ``@ctx<N>`` for a context limit, and
+    the differing settings in brackets where that still leaves two entries with one name.
     """
     if df.is_empty():
         raise PipelineError(f"no scores to show: {SCORE_HINT}")
     ordered = df.drop("entry", strict=False).sort(["date", "line"], nulls_last=False)
     fingerprint = pick_fingerprint(ordered, artifact)
     rows = ordered.filter(pl.col("fingerprint") == fingerprint)
+    contents = pick_contents(rows, artifact)
+    rows = rows.filter(pl.col("contents").eq_missing(contents))
     rows = rows.unique(subset=["model_name", "settings"], keep="last", maintain_order=True)
     rows = rows.with_columns(pl.Series("entry", entry_names(rows), dtype=pl.String))
     return rows.select("entry", *ordered.columns).sort(["longppl", "entry"], nulls_last=True)
@@ -108,6 +114,9 @@ def pick_fingerprint(ordered: pl.DataFrame, artifact: str | None) -> str:
     if not named.is_empty():
         return named["fingerprint"][-1]
     prefixed = sorted(set(ordered.filter(pl.col("fingerprint").str.starts_with(key))["fingerprint"]))
+    by_contents = ordered.filter(pl.col("contents").str.starts_with(key))
+    if key and not prefixed and len(set(by_contents["contents"])) == 1:
+        return by_contents["fingerprint"][-1]
     if key and len(prefixed) == 1:
         return prefixed[0]
     known = ordered.unique(subset=["fingerprint"], keep="last", maintain_order=True)
@@ -117,6 +126,29 @@ def pick_fingerprint(ordered: pl.DataFrame, artifact: str | None) -> str:
     problem = "is ambiguous" if len(prefixed) > 1 else "matches no scored artifact"
     raise PipelineError(
         f"artifact={key!r} {problem}; scored artifacts: {listing}: pass artifact=<name or fingerprint>"
+    )
+
+
+def pick_contents(rows: pl.DataFrame, artifact: str | None) -> str | None:
+    """The contents hash that ``artifact`` names among one fingerprint's results (a unique prefix of
+    one), else that of the newest of them."""
+    key = str(artifact or "")
+    named = sorted({c for c in rows["contents"].drop_nulls() if key and c.startswith(key)})
+    return named[0] if len(named) == 1 else rows["contents"][-1]
+
+
+def other_contents(df: pl.DataFrame, board: pl.DataFrame) -> str | None:
+    """A note when results under the board's fingerprint were scored on other tables (not shown)."""
+    top = newest(board)
+    same = df.filter(pl.col("fingerprint") == top["fingerprint"])
+    others = same.filter(~pl.col("contents").eq_missing(top["contents"]))
+    if others.is_empty():
+        return None
+    hashes = ", ".join(sorted({(c or "unrecorded")[:12] for c in others["contents"]}))
+    return (
+        f"note: {others.height} results under fingerprint {top['fingerprint'][:12]} were scored on other "
+        f"contents ({hashes}; results before schema 3 record none) and are not shown: pass "
+        "artifact=<contents prefix> to show them"
     )
 
 
@@ -159,7 +191,7 @@ def table(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> list[di
         cells |= {m: fmt(r[m], missing=None) for m in ("longppl", "ppl", "longppl_soft", "key_char_coverage")}
         cells |= {m: fmt(r[m], missing=None) for m in ("bpb", "key_bpb")}
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
-        cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "result_id")}
+        cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "contents", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None
         rows.append(cells | memory_cells(memory_of(r, memory)))
     return rows
@@ -217,7 +249,8 @@ def leaderboard_markdown(
     top = newest(board)
     lines = [
         "# LongPPL leaderboard\n\n",
-        f"Artifact {md_code(top['artifact'])} (fingerprint {md_code(top['fingerprint'][:12])}), "
+        f"Artifact {md_code(top['artifact'])} (fingerprint {md_code(top['fingerprint'][:12])}, contents "
+        f"{md_code((top['contents'] or 'unrecorded')[:12])}), "
         f"{board.height} entries, sorted by LongPPL (lower is better; entries without key tokens last).\n",
     ]
     if source is not None:
@@ -309,7 +342,9 @@ def render(
 class LeaderboardOptions:
     results: str  # the score stage's results file
     out_dir: str
-    artifact: Text | None = None  # artifact name, fingerprint or its prefix; None: the newest result's
+    artifact: Text | None = (
+        None  # name, fingerprint or contents hash (or a prefix); None: the newest result's
+    )
     benchmarks: str | None = None  # CSV: `model`, then one numeric column per benchmark
     forgetting_results: str | None = None  # None: forgetting.jsonl beside `results`
 
@@ -318,8 +353,9 @@ def run(cfg: Any) -> dict[str, Path]:
     """Load, select, render; print the Markdown leaderboard and the written paths."""
     options = parse(LeaderboardOptions, cfg)
     results = Path(options.results)
+    scores = read_scores(results)
     paths = render(
-        read_scores(results),
+        scores,
         Path(options.out_dir),
         None if options.benchmarks is None else Path(options.benchmarks),
         artifact=options.artifact,
@@ -327,6 +363,8 @@ def run(cfg: Any) -> dict[str, Path]:
         forgetting=options.forgetting_results or results.with_name("forgetting.jsonl"),
     )
     print(paths["leaderboard.md"].read_text(encoding="utf-8"))
+    if note := other_contents(scores, select(scores, options.artifact)):
+        print(note)
     for path in paths.values():
         print(f"wrote {path}")
     return paths

@@ -16,7 +16,7 @@ import pydantic.dataclasses
 import yaml
 
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.schema import KINDS, MANIFEST, artifact_kind
+from pipeline.artifact.schema import KINDS, MANIFEST, KeyTokenArtifact, artifact_kind
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
@@ -32,8 +32,10 @@ CITATION = """@inproceedings{fang2025wrong,
 }"""
 
 
-def front_matter(manifest: dict[str, Any], license_id: str) -> dict[str, Any]:
-    """The card's YAML metadata: license, one ``datasets`` config per table, the key-token settings."""
+def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
+    """The card's YAML metadata: license, one ``datasets`` config per table, the key-token settings,
+    the artifact's fingerprint and contents hash (its identity on leaderboards)."""
+    manifest = artifact.manifest
     s = manifest["settings"]
     evaluator = s["evaluator"]
     keys = ("K", "d", "alpha", "beta", "gamma", "max_tokens", "min_tokens", "dtype")
@@ -52,6 +54,7 @@ def front_matter(manifest: dict[str, Any], license_id: str) -> dict[str, Any]:
         "longppl": {
             "schema_version": manifest["schema_version"],
             "fingerprint": manifest["fingerprint"],
+            "contents": artifact.contents,
             "evaluator": evaluator["spec"],
             "kind": artifact_kind(manifest),
             "evaluator_revision": evaluator.get("revision") or evaluator.get("file_sha256"),
@@ -60,25 +63,29 @@ def front_matter(manifest: dict[str, Any], license_id: str) -> dict[str, Any]:
     }
 
 
-def dataset_card(manifest: dict[str, Any], repo: str, license_id: str) -> str:
-    """README.md for the Hub: YAML front matter (written by PyYAML), then prose."""
+def dataset_card(artifact: KeyTokenArtifact, repo: str, license_id: str) -> str:
+    """README.md for the Hub: YAML front matter (written by PyYAML), then prose; every value from the
+    manifest in a code span (the manifest is the artifact's, not ours: no Markdown or HTML of it)."""
+    manifest = artifact.manifest
     s = manifest["settings"]
     evaluator = s["evaluator"]
     n_docs = manifest["files"]["documents.parquet"]["rows"]
     tables = KINDS[artifact_kind(manifest)]
-    front = yaml.safe_dump(front_matter(manifest, license_id), sort_keys=False, allow_unicode=True)
+    front = yaml.safe_dump(front_matter(artifact, license_id), sort_keys=False, allow_unicode=True)
+    definition = md_code(", ".join(f"{k}={s[k]}" for k in ("K", "d", "alpha", "beta", "gamma")))
     body = f"""
 # Key tokens for LongPPL: {repo}
 
 Key tokens of {n_docs} documents of the corpus {md_code(s["corpus"]["name"])}, found by the evaluator
 {md_code(evaluator["spec"])} with the method of Fang et al. (ICLR 2025): a token is key when its
 long-short difference LSD = log P(x | full context) - log P(x | last K tokens) exceeds alpha and
-its long-context log-prob exceeds beta (K={s["K"]}, d={s["d"]}, alpha={s["alpha"]},
-beta={s["beta"]}, gamma={s["gamma"]}). Spans are character offsets into the stored texts, so any
-model, with any tokenizer, can be scored against them.
+its long-context log-prob exceeds beta ({definition}). Spans are character offsets into the stored
+texts, so any model, with any tokenizer, can be scored against them.
 
 {table_rows(manifest, tables)}
 {origin(manifest)}`manifest.json` records every setting, library versions and the sha256 of each file.
+Fingerprint {md_code(manifest["fingerprint"])}, contents {md_code(artifact.contents)}: results record
+both, and only results that name both were computed on these tables.
 
 Score a model against it with the LongPPL pipeline:
 
@@ -95,7 +102,7 @@ make score MODEL=<model> ARTIFACT=hf://datasets/{repo}
     return f"---\n{front}---\n{body}"
 
 
-def check_card(card: str, manifest: dict[str, Any], license_id: str) -> None:
+def check_card(card: str, artifact: KeyTokenArtifact, license_id: str) -> None:
     """Parse the card back as the Hub does (``huggingface_hub.DatasetCard``): its metadata must be
     exactly the front matter written."""
     from huggingface_hub import DatasetCard
@@ -104,7 +111,7 @@ def check_card(card: str, manifest: dict[str, Any], license_id: str) -> None:
         parsed = DatasetCard(card).data.to_dict()
     except Exception as exc:  # the Hub's parser raises several types for a bad card
         raise PipelineError(f"the dataset card does not parse ({exc}): nothing was uploaded") from None
-    if parsed != front_matter(manifest, license_id):
+    if parsed != front_matter(artifact, license_id):
         raise PipelineError("the dataset card's metadata does not read back as written: nothing was uploaded")
 
 
@@ -140,11 +147,12 @@ def origin(manifest: dict[str, Any]) -> str:
     source = manifest["settings"].get("source")
     if not source:
         return ""
+    folder = f"{source.get('folder')}/{source.get('evaluator_folder', '')}"
     return (
-        f"The key spans were computed by the LongPPL authors and published in {source['repository']} "
-        f"(commit `{source['commit']}`, folder `{source['folder']}/{source.get('evaluator_folder', '')}`, "
-        f"{source.get('license', 'see that repository')}); this dataset has no per-token values, so it "
-        "gives PPL and LongPPL but not LongPPL-soft.\n\n"
+        "The key spans were computed by the LongPPL authors and published in "
+        f"{md_code(source.get('repository'))} (commit {md_code(source.get('commit'))}, folder "
+        f"{md_code(folder)}, {md_code(source.get('license', 'see that repository'))}); this dataset has "
+        "no per-token values, so it gives PPL and LongPPL but not LongPPL-soft.\n\n"
     )
 
 
@@ -158,8 +166,8 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     out.mkdir(parents=True, exist_ok=True)
     for name in [*(f"{t}.parquet" for t in KINDS[artifact.kind]), MANIFEST]:
         shutil.copy2(artifact.root / name, out / name)
-    card = dataset_card(artifact.manifest, repo, license_id)
-    check_card(card, artifact.manifest, license_id)
+    card = dataset_card(artifact, repo, license_id)
+    check_card(card, artifact, license_id)
     write_bytes_atomic(out / "README.md", card.encode())
     load_artifact(out)  # the copy verifies like the original
     return out

@@ -1,7 +1,8 @@
 """Reproducible leaderboard refreshes (`make leaderboard-refresh`).
 
 A refresh (a file of the group ``conf/refresh/``, chosen with ``refresh=<name>``; ``embedded`` by
-default) pins the artifact (path or ``hf://datasets/...@revision`` and its fingerprint), the models
+default) pins the artifact (path or ``hf://datasets/...@revision``, its fingerprint and its contents
+hash: a forged artifact with the genuine settings has other contents), the models
 (spec and revision) and the score settings, and points at recorded results. Every model is scored
 again by the score stage, as one Hydra multirun over the pinned models (each a ``model`` group option
 written for the run), so on any launcher: one after another by default, ``launcher=joblib`` in
@@ -62,6 +63,7 @@ class Refresh:
     tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     models: list[dict[str, Any]]
     fingerprint: Text | None = None
+    contents: Text | None = None
     aggregate: Literal[AGGREGATES] = "pooled"
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     record: bool = False
@@ -160,16 +162,20 @@ def compare(
     return problems
 
 
-def check_fingerprint(refresh: Refresh) -> None:
-    """The pinned artifact must be the one the record was computed on (checked before scoring)."""
-    found = open_artifact(refresh.artifact, verify_hashes=False).manifest["fingerprint"]
-    if not refresh.fingerprint:
-        print(f"note: the refresh pins no fingerprint; artifact {refresh.artifact} has {found}")
-    elif found != refresh.fingerprint:
-        raise PipelineError(
-            f"artifact {refresh.artifact} has fingerprint {found[:12]}, the refresh pins "
-            f"{refresh.fingerprint[:12]}: it is not the artifact the leaderboard was computed on"
-        )
+def check_identity(refresh: Refresh) -> None:
+    """The pinned artifact must be the one the record was computed on, by fingerprint (its settings)
+    and by contents hash (its tables); checked before scoring."""
+    artifact = open_artifact(refresh.artifact, verify_hashes=False)
+    found = {"fingerprint": artifact.manifest["fingerprint"], "contents": artifact.contents}
+    for key, value in found.items():
+        pinned = getattr(refresh, key)
+        if not pinned:
+            print(f"note: the refresh pins no {key}; artifact {refresh.artifact} has {value}")
+        elif value != pinned:
+            raise PipelineError(
+                f"artifact {refresh.artifact} has {key} {value[:12]}, the refresh pins {pinned[:12]}: it is "
+                "not the artifact the leaderboard was computed on"
+            )
 
 
 def recorded_values(refresh: Refresh, models: list[PinnedModel]) -> dict[str, dict[str, Any]]:
@@ -189,6 +195,12 @@ def recorded_value(refresh: Refresh, recorded: dict[str, dict[str, Any]], name: 
     if name not in recorded:
         raise PipelineError(
             f"no recorded result for {name} in {refresh.recorded}: record it with record=true"
+        )
+    contents = (recorded[name].get("artifact") or {}).get("contents")
+    if refresh.contents and contents != refresh.contents:
+        raise PipelineError(
+            f"the recorded result of {name} in {refresh.recorded} was scored on contents "
+            f"{str(contents)[:12]}, not the pinned {refresh.contents[:12]}: record it again with record=true"
         )
     try:
         values = corpus_values(recorded[name], refresh.aggregate)
@@ -216,7 +228,7 @@ def check_model(
 def run(cfg: Any) -> list[dict[str, Any]]:
     refresh = parse(Refresh, cfg)
     models = refresh.pinned()
-    check_fingerprint(refresh)
+    check_identity(refresh)
     expected = recorded_values(refresh, models)  # before the (long) scoring
     fresh_rows = score_all(refresh, models)
     if refresh.record:

@@ -6,7 +6,11 @@ model and its hash or revision, the artifact's name and fingerprint, the setting
 date and wall time, and the corpus and per-document values of ``METRICS`` and ``BPB_METRICS``.
 
 Lines carry ``schema_version`` (``RESULTS_VERSION``); a line without it is version 1, from before
-bits per byte (its ``bpb`` and ``key_bpb`` read as missing). A line of a newer version is an error.
+bits per byte (its ``bpb`` and ``key_bpb`` read as missing). From version 3 a line names the contents
+it was scored on (``artifact.contents``, ``pipeline.artifact.schema.contents_sha256``) beside the
+fingerprint, and what was checked against the artifact's inputs (``artifact.checked``); older lines
+read with ``contents`` missing (they cannot say which tables they were scored on). A line of a newer
+version is an error.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, PlainValidator
+from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
 
 from pipeline import __version__
 from pipeline.provenance import json_sha256, library_versions
@@ -27,7 +31,7 @@ from pipeline.results import lines
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
 # Tokenizer-independent forms (``pipeline.score.bpb``): all text, and the key tokens' characters.
 BPB_METRICS = {"bpb": "bits/byte", "key_bpb": "key bits/byte"}
-RESULTS_VERSION = 2  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes)
+RESULTS_VERSION = 3  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes); 3: artifact.contents
 SCORE_HINT = "run `make score MODEL=...` first"
 
 
@@ -113,6 +117,7 @@ class _Part(BaseModel):
 class ArtifactRef(_Part):
     name: str
     fingerprint: str
+    contents: str | None = None  # from schema 3: the contents hash of the tables scored
 
 
 class CorpusValues(_Part):
@@ -140,6 +145,14 @@ class ScoreLine(_Part):
     result_id: str | None = None
     date: Date = None
 
+    @model_validator(mode="after")
+    def _names_contents(self) -> ScoreLine:
+        if self.schema_version >= 3 and self.artifact.contents is None:
+            raise ValueError(
+                "`artifact.contents` is missing (a result of schema 3 names the tables it scored)"
+            )
+        return self
+
 
 FRAME_SCHEMA: dict[str, Any] = {
     "line": pl.Int64,
@@ -147,6 +160,7 @@ FRAME_SCHEMA: dict[str, Any] = {
     "model_name": pl.String,
     "artifact": pl.String,
     "fingerprint": pl.String,
+    "contents": pl.String,  # null for lines before schema 3
     "settings": pl.String,
     "context_limit": pl.Int64,
     **dict.fromkeys(METRICS, pl.Float64),
@@ -168,7 +182,12 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
     everything needed to reproduce them; ``seconds`` is the wall time of the whole run."""
     artifact, settings = result.key_tokens, result.settings
     model = {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if settings["add_bos"] else None}
-    identity = {"model": model, "artifact": result.fingerprint, "settings": settings}
+    identity = {
+        "model": model,
+        "artifact": result.fingerprint,
+        "contents": artifact.contents,
+        "settings": settings,
+    }
     return {
         "schema_version": RESULTS_VERSION,
         "result_id": json_sha256(identity)[:16],
@@ -177,6 +196,8 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
         "artifact": {
             "name": result.artifact,
             "fingerprint": result.fingerprint,
+            "contents": artifact.contents,
+            "checked": artifact.checked,
             "source": artifact.origin or {"path": str(artifact.root)},
             "kind": artifact.kind,
             "evaluator": artifact.settings["evaluator"]["spec"],
@@ -215,6 +236,7 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "model_name": line.model_name,
         "artifact": line.artifact.name,
         "fingerprint": line.artifact.fingerprint,
+        "contents": line.artifact.contents,
         "settings": json.dumps(obj.get("settings") or {}, sort_keys=True, separators=(",", ":")),
         "context_limit": line.settings.context_limit if line.settings else None,
         **{name: getattr(corpus, name) for name in (*METRICS, *BPB_METRICS)},

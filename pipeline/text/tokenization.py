@@ -6,7 +6,9 @@ tokenizer that does not reproduce the text exactly is an error here, never a sil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -88,15 +90,19 @@ def check_reproduces_text(tokenizer: Any, ids: np.ndarray, text: str) -> None:
     )
 
 
-def encode_truncated(tokenizer: Any, text: str, max_tokens: int | None) -> tuple[str, Encoding, bool]:
+def encode_truncated(
+    tokenizer: Any, text: str, max_tokens: int | None, encode: Callable[[str], Encoding] | None = None
+) -> tuple[str, Encoding, bool]:
     """Encode ``text``; past ``max_tokens`` tokens, cut the text before the first dropped token and
     encode that prefix again, so that the stored tokens are exactly the prefix's own tokens.
+    ``encode`` replaces ``encode_with_offsets(tokenizer, ...)`` (another route to the same tokens).
 
     Returns (the text kept, its encoding, whether it was truncated)."""
-    enc = encode_with_offsets(tokenizer, text)
+    encode = encode or partial(encode_with_offsets, tokenizer)
+    enc = encode(text)
     truncated = False
     while max_tokens is not None and len(enc.ids) > max_tokens:
         truncated = True
         text = text[: int(enc.offsets[max_tokens, 0])]
-        enc = encode_with_offsets(tokenizer, text)
+        enc = encode(text)
     return text, enc, truncated

@@ -145,7 +145,11 @@ def artifact_weights(options: Finetune) -> tuple[ArtifactWeights, dict[str, Any]
     if not options.artifact:
         raise PipelineError("source=artifact needs artifact=<artifact dir or hf://datasets/...>")
     artifact = open_artifact(options.artifact)
-    record = {"name": artifact.root.name, "fingerprint": artifact.manifest["fingerprint"]}
+    record = {
+        "name": artifact.root.name,
+        "fingerprint": artifact.manifest["fingerprint"],
+        "contents": artifact.contents,
+    }
     record |= {"source": artifact.origin, **{k: artifact.settings.get(k) for k in ("K", "d", "gamma")}}
     record["evaluator"] = artifact.settings["evaluator"]["spec"]
     return ArtifactWeights(artifact), record

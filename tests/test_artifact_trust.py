@@ -1,0 +1,414 @@
+"""Trust, second round: artifacts edited across tables as an adversary would (every hash and the
+fingerprint redone), checked against the inputs they were made from where those are at hand; the
+advice to regenerate that works; forged results that cannot take a genuine artifact's place; pages and
+cards that stay inside the artifact and escape what the manifest says."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from pipeline import definition, files
+from pipeline.artifact import inputs
+from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import TABLES, contents_sha256
+from pipeline.errors import PipelineError
+from pipeline.provenance import text_sha256
+from pipeline.reporting import keytoken_page, leaderboard, publish, refresh
+from pipeline.results.scores import read_scores
+from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
+from tests.test_artifact_checks import (
+    cell,
+    craft,
+    first_key_row,
+    manifest_text_hash,
+    set_setting,
+    untruncated_artifact,  # noqa: F401 (a fixture)
+)
+from tests.test_score import score
+
+
+def remerged(src, dst, tokens_edit):
+    """``src`` with its tokens edited, then the spans, key counts and span counts made to agree: only
+    the offsets (or values) the edit changed can give it away."""
+    edited = craft(src, dst.with_name(dst.name + "-tokens"), tokens=tokens_edit)
+    tokens = pl.read_parquet(edited / "tokens.parquet")
+    rows = []
+    for doc_id, group in tokens.group_by("doc_id", maintain_order=True):
+        key = group.filter(pl.col("is_key"))
+        starts, ends, counts = definition.merge_spans(
+            key["char_start"].to_numpy(), key["char_end"].to_numpy()
+        )
+        rows += [
+            {"doc_id": doc_id[0], "span_index": i, "char_start": a, "char_end": b, "n_tokens": c}
+            for i, (a, b, c) in enumerate(zip(starts, ends, counts, strict=True))
+        ]
+    spans = pl.DataFrame(rows, schema=pl.from_arrow(TABLES["spans"].empty_table()).schema)
+
+    def documents(df: pl.DataFrame) -> pl.DataFrame:
+        n_spans = spans.group_by("doc_id").len()
+        n_key = tokens.group_by("doc_id").agg(pl.col("is_key").sum().alias("k"))
+        df = df.join(n_spans, on="doc_id", how="left").join(n_key, on="doc_id", how="left")
+        return df.with_columns(n_spans=pl.col("len").fill_null(0), n_key_tokens=pl.col("k")).drop("len", "k")
+
+    out = craft(edited, dst, documents=documents, spans=lambda _: spans)
+    shutil.rmtree(edited)
+    return out
+
+
+def key_end_over_the_next_tokens(n: int = 12):
+    def edit(df: pl.DataFrame) -> pl.DataFrame:
+        row = first_key_row(df)
+        return cell("char_end", row, df["char_end"][row + n])(df)
+
+    return edit
+
+
+def test_key_token_end_moved_over_the_next_tokens(tiny_artifact, tmp_path):
+    """The issue's case: one key token's char_end over the next 12 tokens, the spans re-merged."""
+    root = remerged(tiny_artifact, tmp_path / "moved", key_end_over_the_next_tokens())
+    with pytest.raises(
+        PipelineError, match=r"tokens\.parquet row \d+ .* column char_end: before the previous"
+    ):
+        load_artifact(root)
+
+
+@pytest.fixture
+def tokenizer_at_hand(monkeypatch, tokenizer, tiny_model_dir, tmp_path):
+    """The tiny evaluator's tokenizer as the one at hand (a local evaluator never is): its
+    ``tokenizer.json`` first, then as transformers loads it; and a fresh record of completed checks."""
+
+    def at_hand(settings):
+        return inputs.Retokeniser("tiny", str(tiny_model_dir), {}, tiny_model_dir / "tokenizer.json")
+
+    monkeypatch.setattr(inputs, "evaluator_tokenizer", at_hand)
+    monkeypatch.setenv("LONGPPL_CACHE", str(tmp_path / "cache"))
+
+
+def test_genuine_artifact_passes_against_its_tokenizer_and_sources(
+    tiny_artifact, tokenizer_at_hand, tmp_path
+):
+    art = load_artifact(tiny_artifact)
+    assert art.checked == {
+        "tokenizer": "re-tokenised with tiny's tokenizer",
+        "sources": "3 of 3 truncated texts found in their source",
+    }
+    assert list((tmp_path / "cache" / inputs.VERIFIED).iterdir())  # remembered for the next load
+    assert load_artifact(tiny_artifact).checked == art.checked
+
+
+def test_offsets_that_still_run_forward_fail_against_the_tokenizer(
+    tiny_artifact, tokenizer_at_hand, tmp_path
+):
+    """A key token swallows the next three, which become empty tokens at its new end: offsets still run
+    forward and cover the text; re-tokenising the text shows the difference."""
+
+    def swallow(df: pl.DataFrame) -> pl.DataFrame:
+        row = first_key_row(df)
+        end = df["char_end"][row + 3]
+        df = cell("char_end", row, end)(df)
+        for r in range(row + 1, row + 4):
+            df = cell("char_end", r, end)(cell("char_start", r, end)(df))
+        return df
+
+    root = remerged(tiny_artifact, tmp_path / "swallow", swallow)
+    with pytest.raises(
+        PipelineError,
+        match=r"document 'doc-0': tokens\.parquet row \d+, column char_end is \d+, re-tokenising the text "
+        r"with the evaluator's tokenizer gives \d+",
+    ):
+        load_artifact(root)
+
+
+def test_the_tokenizer_file_first_and_transformers_where_it_disagrees(
+    tiny_artifact, tiny_model_dir, monkeypatch, tmp_path
+):
+    """The fast tokenizer's own file decides alone when it gives the stored tokens (transformers' slower
+    load is skipped); a file that disagrees (here without its merges) defers to transformers, which
+    decides."""
+    spec = json.loads((tiny_model_dir / "tokenizer.json").read_text())
+    spec["model"]["merges"] = []
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("LONGPPL_CACHE", str(tmp_path / "cache"))
+    made = []
+
+    def at_hand(file):
+        def make(settings):
+            made.append(inputs.Retokeniser("tiny", str(tiny_model_dir), {}, file))
+            return made[-1]
+
+        return make
+
+    monkeypatch.setattr(inputs, "evaluator_tokenizer", at_hand(tiny_model_dir / "tokenizer.json"))
+    inputs.check_now(load_artifact(tiny_artifact, verify_hashes=False))
+    assert made[-1].loaded["raw"] is not None and "full" not in made[-1].loaded
+    monkeypatch.setattr(inputs, "evaluator_tokenizer", at_hand(tmp_path / "tokenizer.json"))
+    checked, complete = inputs.check_now(load_artifact(tiny_artifact, verify_hashes=False))
+    assert (
+        complete
+        and checked["tokenizer"] == "re-tokenised with tiny's tokenizer"
+        and "full" in made[-1].loaded
+    )
+
+
+def test_flipped_truncated_flag_with_an_edited_key_span(untruncated_artifact, tmp_path):  # noqa: F811
+    """The issue's case: an untruncated document flagged truncated, a key span's text edited."""
+    spans = pl.read_parquet(untruncated_artifact / "spans.parquet")
+    start = int(spans["char_start"][0])
+
+    def edit(df: pl.DataFrame) -> pl.DataFrame:
+        text = df["text"][0]
+        new = text[:start] + ("X" if text[start] != "X" else "Y") + text[start + 1 :]
+        df = cell("truncated", 0, True)(cell("text", 0, new)(df))
+        return cell("sha256", 0, text_sha256(new))(df)
+
+    fix = manifest_text_hash(tmp_path / "flipped")
+    root = craft(untruncated_artifact, tmp_path / "flipped", documents=edit, manifest=fix)
+    with pytest.raises(PipelineError, match=r"column truncated: true, but the text is as long as its source"):
+        load_artifact(root)
+
+
+def test_edited_truncated_text_against_its_source(tiny_artifact, tmp_path):
+    """A truncated text with one letter changed (its hashes redone) differs from its source, which is
+    at hand; without the source, nothing can tell (the README's "What the checks prove")."""
+    from tests.test_artifact_checks import changed_text
+
+    fix = manifest_text_hash(tmp_path / "changed")
+    root = craft(tiny_artifact, tmp_path / "changed", documents=changed_text, manifest=fix)
+    with pytest.raises(
+        PipelineError, match=r"document 'doc-0': the text differs from its source at character \d+"
+    ):
+        load_artifact(root)
+
+    def elsewhere(record: dict) -> None:  # corpus.path is not in the fingerprint: a location
+        fix(record)
+        record["settings"]["corpus"]["path"] = str(tmp_path / "gone.jsonl")
+
+    away = craft(tiny_artifact, tmp_path / "away", documents=changed_text, manifest=elsewhere)
+    assert load_artifact(away).checked["sources"].startswith("not at hand")
+
+
+def test_the_cut_is_where_max_tokens_puts_it(tiny_artifact, tokenizer_at_hand, tmp_path):
+    """max_tokens rewritten upwards (fingerprint redone): every count still fits, but stage 1 would
+    have kept more of each source."""
+    root = craft(tiny_artifact, tmp_path / "max", manifest=set_setting("max_tokens", 160))
+    with pytest.raises(
+        PipelineError, match=r"stage 1 keeps \d+ characters of its source \(max_tokens=160\), the "
+    ):
+        load_artifact(root)
+
+
+def test_contents_hash_is_of_the_values_not_the_file(tiny_artifact):
+    art = load_artifact(tiny_artifact)
+    tables = {name: getattr(art, name) for name in ("documents", "tokens", "spans")}
+    chunked = {n: pa.concat_tables([t.slice(0, 2), t.slice(2)]) for n, t in tables.items()}
+    assert contents_sha256(chunked) == art.contents
+    sliced = {**tables, "tokens": pa.concat_tables([tables["tokens"].slice(0, 5), tables["tokens"].slice(5)])}
+    assert contents_sha256(sliced) == art.contents
+    lsd = tables["tokens"]["lsd"].to_numpy(zero_copy_only=False).copy()
+    lsd[np.flatnonzero(~np.isnan(lsd))[0]] += 1e-12
+    nudged = tables["tokens"].set_column(7, "lsd", pa.array(lsd, from_pandas=True))
+    assert contents_sha256({**tables, "tokens": nudged}) != art.contents
+    renamed = tables["documents"].set_column(0, "doc_id", pa.array(["a", "b", "c"]))
+    assert contents_sha256({**tables, "documents": renamed}) != art.contents
+
+
+def consistent_forgery(df: pl.DataFrame) -> pl.DataFrame:
+    """A plain token past the first two short windows made key, with LSD, weight and flag consistent:
+    undetectable by design (only the evaluator could tell)."""
+    rows = df.with_row_index().filter(
+        (pl.col("token_index") > 40) & ~pl.col("is_key") & pl.col("short_logprob").is_not_null()
+    )
+    row = int(rows["index"][0])
+    long = df["long_logprob"][row]
+    df = cell("short_logprob", row, long - 10.0)(df)
+    df = cell("lsd", row, 10.0)(cell("soft_weight", row, 5.0)(df))
+    return cell("is_key", row, True)(df)
+
+
+def test_forged_results_never_take_the_genuine_artifacts_place(tiny_artifact, other_model_dir, tmp_path):
+    """A fully consistent LSD forgery loads (by design), under the genuine name and fingerprint; its
+    results name other contents, so the genuine artifact's leaderboard and refresh never show them."""
+    forged_dir = remerged(tiny_artifact, tmp_path / "forged" / tiny_artifact.name, consistent_forgery)
+    forged, genuine = load_artifact(forged_dir), load_artifact(tiny_artifact)
+    assert (
+        forged.manifest["fingerprint"] == genuine.manifest["fingerprint"]
+        and forged.contents != genuine.contents
+    )
+    real = score(other_model_dir, tiny_artifact, tmp_path)
+    fake = score(other_model_dir, forged_dir, tmp_path)
+    assert (
+        fake["artifact"]["contents"] == forged.contents and real["artifact"]["contents"] == genuine.contents
+    )
+    assert fake["corpus"]["longppl"] != real["corpus"]["longppl"] and fake["result_id"] != real["result_id"]
+    df = read_scores(tmp_path / "scores.jsonl")
+    newest = leaderboard.select(df)
+    assert newest.height == 1 and newest["contents"][0] == forged.contents
+    board = leaderboard.select(df, genuine.contents[:12])
+    assert board["longppl"].to_list() == [real["corpus"]["longppl"]]
+    note = leaderboard.other_contents(df, board)
+    assert note and forged.contents[:12] in note
+    md = leaderboard.render(df, tmp_path / "board", artifact=genuine.contents[:12])[
+        "leaderboard.md"
+    ].read_text()
+    assert f"contents `{genuine.contents[:12]}`" in md
+    cfg = compose_config(
+        "refresh",
+        [
+            f"artifact={forged_dir}",
+            f"fingerprint={genuine.manifest['fingerprint']}",
+            f"contents={genuine.contents}",
+            f"recorded={tmp_path / 'recorded.jsonl'}",
+            f"models=[{{name: tiny, spec: '{other_model_dir}', revision: null}}]",
+        ],
+    )
+    with pytest.raises(PipelineError, match=rf"has contents {forged.contents[:12]}, the refresh pins"):
+        refresh.run(cfg)
+
+
+def test_regenerate_advice_works_for_a_cut_manifest_and_an_edited_table(
+    tiny_model_dir, tiny_artifact, tmp_path
+):
+    """ "regenerate the artifact with `make keytokens`": doing so computes it anew, identical; a damaged
+    run.json is rewritten while no document is finished, and one error line once some are."""
+    corpus = tmp_path / "corpus.jsonl"
+    shutil.copy(tiny_artifact.parent / "corpus.jsonl", corpus)
+    cfg = compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path / "out"))
+    root = tmp_path / "out" / "test"
+    genuine = load_artifact(tiny_artifact)
+
+    def regenerated() -> bool:
+        art = load_artifact(root)
+        return all(getattr(art, t).equals(getattr(genuine, t)) for t in ("documents", "tokens", "spans"))
+
+    run_keytokens(cfg)
+    text = (root / "manifest.json").read_text()
+    (root / "manifest.json").write_text(text[: len(text) // 2])
+    with pytest.raises(
+        PipelineError, match=r"manifest\.json is not valid JSON .*regenerate the artifact with `make"
+    ):
+        load_artifact(root)
+    run_keytokens(cfg)
+    assert regenerated()
+    edited = craft(root, tmp_path / "edited", tokens=lambda df: cell("lsd", first_key_row(df), 99.0)(df))
+    shutil.rmtree(root)
+    edited.rename(root)
+    run_keytokens(cfg)
+    assert regenerated()
+    shutil.rmtree(root)
+    root.mkdir()
+    (root / "run.json").write_text("{cut")
+    run_keytokens(cfg)
+    assert regenerated()
+
+
+def test_damaged_run_json_with_finished_documents(tiny_model_dir, tiny_artifact, tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.jsonl"
+    shutil.copy(tiny_artifact.parent / "corpus.jsonl", corpus)
+    cfg = compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path / "out"))
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr("pipeline.artifact.writer.ArtifactWriter.finalize", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run_keytokens(cfg)
+    root = tmp_path / "out" / "test"
+    (root / "run.json").write_text("[]")
+    with pytest.raises(
+        PipelineError, match=r"run\.json does not read \(not a JSON object\): the 3 finished documents"
+    ):
+        run_keytokens(cfg)
+
+
+def test_pages_and_card_escape_the_manifest(tiny_artifact, tmp_path):
+    """The type checks refuse a string K on load; whatever reaches a page or a card is escaped anyway."""
+    art = load_artifact(tiny_artifact)
+    art.manifest = json.loads(json.dumps(art.manifest))
+    art.settings["K"] = "<img src=x onerror=alert(1)>"
+    art.settings["evaluator"]["spec"] = "<script>x</script>"
+    page = keytoken_page.document_html(art) + keytoken_page.index_html(art, set())
+    assert "<img" not in page and "<script>" not in page and "&lt;img src=x" in page
+    card = publish.dataset_card(art, "org/name", "cc-by-4.0")
+    body = card.split("---", 2)[2]
+    assert "`K=<img src=x onerror=alert(1)>, " in body and "`<script>x</script>`" in body
+    assert body.replace("`K=<img src=x onerror=alert(1)>, ", "").count("<img") == 0
+
+
+@pytest.mark.parametrize("link", ["views", "page"])
+def test_pages_never_follow_a_link_out_of_the_artifact(tiny_artifact, tmp_path, link):
+    root = craft(tiny_artifact, tmp_path / "art")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if link == "views":
+        (root / "views").symlink_to(outside, target_is_directory=True)
+    else:
+        (root / "views").mkdir()
+        (root / "views" / "doc-1.html").symlink_to(outside / "x.html")
+    with pytest.raises(
+        PipelineError, match=r"is a symbolic link: key-token pages are written inside the artifact"
+    ):
+        keytoken_page.write_views(root)
+    assert not list(outside.iterdir())
+
+
+def test_artifact_files_are_readable_by_others(tiny_model_dir, tiny_artifact, tmp_path):
+    """A normal umask's modes (0644 files, 0755 folders), not mkstemp's private 0600."""
+    old = os.umask(0o022)
+    try:
+        corpus = tmp_path / "corpus.jsonl"
+        shutil.copy(tiny_artifact.parent / "corpus.jsonl", corpus)
+        run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path / "out")))
+        files.write_bytes_atomic(tmp_path / "plain.txt", b"x")
+    finally:
+        os.umask(old)
+    root = tmp_path / "out" / "test"
+    modes = {p.name: p.stat().st_mode & 0o777 for p in [*root.iterdir(), *(root / "views").iterdir()]}
+    assert (
+        set(modes.values()) <= {0o644, 0o755} and modes["manifest.json"] == 0o644 and modes["views"] == 0o755
+    )
+    assert (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.integration
+def test_the_issues_cases_on_the_default_artifact(tmp_path):
+    """The default artifact cut to its untruncated document govreport-09 (hashes and fingerprint
+    redone) loads, re-tokenised with Gemma's tokenizer; the issue's edits of it do not."""
+    from tests.test_api import default_artifact
+
+    keep = "govreport-09"
+
+    def only(df: pl.DataFrame) -> pl.DataFrame:
+        df = df.filter(pl.col("doc_id") == keep)
+        return df.with_columns(doc_index=pl.lit(0, pl.Int32)) if "doc_index" in df.columns else df
+
+    def one_document(record: dict) -> None:
+        record["documents"] = [d for d in record["documents"] if d["doc_id"] == keep]
+        set_setting("documents", [d for d in record["settings"]["documents"] if d["doc_id"] == keep])(record)
+
+    cut = craft(
+        default_artifact(), tmp_path / "cut", documents=only, tokens=only, spans=only, manifest=one_document
+    )
+    assert load_artifact(cut).checked["tokenizer"] == "re-tokenised with gemma3-270m's tokenizer"
+    cases = {
+        "moved": (
+            remerged(cut, tmp_path / "moved", key_end_over_the_next_tokens()),
+            "column char_end: before",
+        ),
+        "K": (craft(cut, tmp_path / "K", manifest=set_setting("K", 2048)), "position K=2048"),
+        "d": (craft(cut, tmp_path / "d", manifest=set_setting("d", 512)), "at position K\\+d=1536"),
+        "flag": (
+            craft(cut, tmp_path / "flag", documents=cell("truncated", 0, True)),
+            "as long as its source",
+        ),
+    }
+    for root, message in cases.values():
+        with pytest.raises(PipelineError, match=message):
+            load_artifact(root)
