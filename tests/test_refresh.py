@@ -51,6 +51,13 @@ def test_refresh_reproduces_on_any_launcher_and_detects_a_changed_number(
     recorded.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with pytest.raises(PipelineError, match=r"tiny: longppl is .* recorded .*relative tolerance 0\.0001"):
         refresh.run(refresh_config(tiny_artifact, None, recorded, models=models))
+    rows[0]["corpus"]["longppl"] /= 1.001
+    rows[1]["artifact"]["contents"] = "f" * 64  # the same numbers, recorded as scored on other tables
+    recorded.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    other = r"recorded result.*scored on contents ffffffffffff, not the pinned"
+    with pytest.raises(PipelineError, match=other) as e:
+        refresh.run(refresh_config(tiny_artifact, None, recorded, models=models))
+    assert "own" in str(e.value) and "tiny" not in str(e.value)
 
 
 def test_refresh_rejects_another_artifact(tiny_artifact, other_model_dir, tmp_path):

@@ -342,9 +342,7 @@ def render(
 class LeaderboardOptions:
     results: str  # the score stage's results file
     out_dir: str
-    artifact: Text | None = (
-        None  # name, fingerprint or contents hash (or a prefix); None: the newest result's
-    )
+    artifact: Text | None = None  # name, fingerprint, contents hash or prefix; None: the newest result's
     benchmarks: str | None = None  # CSV: `model`, then one numeric column per benchmark
     forgetting_results: str | None = None  # None: forgetting.jsonl beside `results`
 
