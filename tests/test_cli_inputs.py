@@ -171,12 +171,14 @@ def load_tokenizer_rows(model_dir) -> range:
 
 def test_refresh_checks_the_record_before_scoring(tiny_artifact, tmp_path):
     """The record lacks a metric; the pinned model does not exist, so scoring would fail otherwise."""
-    record = {"model_name": "tiny", "artifact": {"name": "a", "fingerprint": "f"}, "corpus": {"ppl": 2.0}}
+    artifact = load_artifact(tiny_artifact)
+    pins = {"fingerprint": artifact.manifest["fingerprint"], "contents": artifact.contents}
+    record = {"model_name": "tiny", "artifact": {"name": "a", **pins}, "corpus": {"ppl": 2.0}}
     recorded = tmp_path / "recorded.jsonl"
     recorded.write_text(json.dumps(record) + "\n")
     done = cli(
-        "pipeline.reporting.refresh", f"artifact={tiny_artifact}",
-        f"fingerprint={load_artifact(tiny_artifact).manifest['fingerprint']}", f"recorded={recorded}",
+        "pipeline.reporting.refresh", f"artifact={tiny_artifact}", *(f"{k}={v}" for k, v in pins.items()),
+        f"recorded={recorded}",
         f"models=[{{name: tiny, spec: '{tmp_path / 'missing'}'}}]", f"work_dir={tmp_path / 'work'}",
         f"hydra.run.dir={tmp_path / 'logs'}",
     )  # fmt: skip
