@@ -86,13 +86,23 @@ def draw_ladder(ax: Any, row: dict[str, Any], forgetting: dict[str, Any] | None 
     corpus = rungs[-1]["corpus"]
     ax.set_title(
         f"{row['model_name']}: effective context length {text} tokens at {effective['tolerance']:.0%} "
-        f"tolerance ({effective['confidence']:.0%} interval {interval})\n{row['artifact']['name']}: "
+        f"tolerance ({effective['confidence']:.0%} interval {interval})\nartifact {row['artifact']['name']}\n"
         f"{corpus['n_documents']} documents, {corpus['n_key_tokens']} key tokens; bootstrap over documents, "
         f"{effective['bootstrap']} resamples, seed {effective['seed']}",
         fontsize=10,
     )
+    plain_numbers(ax)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def plain_numbers(ax: Any) -> None:
+    """Log-axis ticks as plain numbers (60, not 6 x 10^1)."""
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in (ax.yaxis,):
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def ladder_png(row: dict[str, Any], forgetting: dict[str, Any] | None = None) -> bytes:
@@ -136,6 +146,7 @@ def curves_png(rows: list[dict[str, Any]], artifact: str) -> bytes:
     ax.set_xlabel("context limit W in tokens (full context at the right of each curve)")
     ax.set_ylabel("LongPPL / full-context LongPPL")
     ax.set_title(f"context ladder on {artifact}", fontsize=9)
+    plain_numbers(ax)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
