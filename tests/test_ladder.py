@@ -72,6 +72,10 @@ def test_key_sums_and_limited_tokens(other_model_dir, tiny_artifact, tmp_path):
         for nll, doc in zip(rung["key_nll"], rung["documents"], strict=True):
             if doc["n_key_tokens"]:
                 assert math.exp(nll / doc["n_key_tokens"]) == pytest.approx(doc["longppl"], rel=1e-12)
+    for rung in row["rungs"]:
+        assert sum(rung["key_limited"]) == rung["n_key_limited"]
+    redone = effective_length(LadderSums.of_row(row), 0.05, bootstrap=200, seed=0, confidence=0.95)
+    assert redone["effective"] == row["effective"]  # the line alone redoes the bootstrap
     big = row["rungs"][2]  # longer than every document: the full pass itself, limits nothing
     assert big["copied_documents"] == 3 and big["n_key_limited"] == 0 and not big["informative"]
     assert big["corpus"] == row["rungs"][-1]["corpus"]

@@ -45,6 +45,17 @@ class LadderSums:
     key_n: np.ndarray  # (D,) key tokens
     limited: np.ndarray  # (D, R) key tokens whose context the rung limits (0 at full context)
 
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> LadderSums:
+        """The sums a results line of ``ladder.jsonl`` records."""
+        rungs = row["rungs"]
+        return cls(
+            rungs=tuple(r["context_limit"] for r in rungs),
+            key_nll=np.array([r["key_nll"] for r in rungs], dtype=float).T,
+            key_n=np.array([d["n_key_tokens"] for d in rungs[-1]["documents"]], dtype=float),
+            limited=np.array([r["key_limited"] for r in rungs], dtype=np.int64).T,
+        )
+
 
 def within(delta: np.ndarray, informative: np.ndarray, tau: float) -> np.ndarray:
     """The index of the effective length along the last axis: the first informative rung from which

@@ -66,14 +66,16 @@ def ladder_settings(passes: LadderRun, ladder: LadderSettings, scored: dict[str,
 
 
 def rung_lines(passes: LadderRun, statistics: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rung: the score stage's corpus and per-document values, the key tokens' NLL sums per
-    document, the model time, the documents the full pass served, and the rung's statistics."""
+    """Per rung: the score stage's corpus and per-document values; per document, the key tokens'
+    NLL sum and how many of them the rung limits; the model time, the documents the full pass
+    served, and the rung's statistics."""
     return [
         {
             "context_limit": limit,
             "corpus": scored.corpus,
             "documents": scored.documents,
             "key_nll": [float(x) for x in passes.sums.key_nll[:, r]],
+            "key_limited": [int(x) for x in passes.sums.limited[:, r]],
             "copied_documents": passes.copied[r],
             "seconds": round(passes.seconds[r], 3),
             **statistics[r],

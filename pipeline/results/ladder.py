@@ -2,11 +2,12 @@
 This module owns its schema (``LadderLine``): ``ladder_row`` builds a line, ``append`` validates and
 writes it, ``read_rows`` reads and validates a file (``pipeline.results.lines``).
 
-A line holds, per rung (a context limit; null: full context, always last), the score stage's corpus
-and per-document values (as ``scores.jsonl`` holds them) and the key tokens' NLL sums per document
-(so that anyone can redo the bootstrap); the effective context length with its interval; and the
-provenance of ``make score``'s lines (model source with its hash or revision, the artifact's name and
-fingerprint, settings, library versions, date, wall time).
+A line holds, per rung (a context limit; null: full context, always last), the score stage's
+corpus and per-document values (as ``scores.jsonl`` holds them) and, per document, the key tokens'
+NLL sum and how many of them the rung limits (so that anyone can redo the bootstrap:
+``pipeline.ladder.effective.LadderSums.of_row``); the effective context length with its interval;
+and the provenance of ``make score``'s lines (model source with its hash or revision, the artifact's
+name and fingerprint, settings, library versions, date, wall time).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class RungLine(_Part):
     context_limit: Length | None
     corpus: CorpusValues
     documents: list[dict[str, Any]]
-    key_nll: list[Finite]
+    key_nll: list[Finite]  # per document: the key tokens' NLL sum
+    key_limited: list[Length]  # per document: the key tokens whose context the rung limits
     n_key_limited: Length
     informative: bool
     delta: Finite | None = None
