@@ -6,6 +6,10 @@ digit. The ladder's results line and picture go to ``--out`` (docs/ladder by def
 
     make bench-ladder                                   # SmolLM2-135M (docs/ladder-cost.md)
     make bench-ladder ARGS="--model gemma3-270m --report docs/ladder-cost-gemma.md"
+
+``--key-only`` runs no model: it counts, from the tokenization alone, what a rung that computed only
+the key tokens' log-probs could skip and still equal `make score` on them (whole window batches, as the
+score stage forms them, and the first window when it holds no key token), against all of its windows.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.common import ROOT, default_artifact
-from pipeline.models.logprobs import short_windows
+from pipeline.models.logprobs import _batches, short_windows
 from pipeline.provenance import machine
 
 
@@ -89,6 +95,39 @@ def report(args: Any, score_s: float, ladder_s: float, scored: dict, ladder: dic
     ])  # fmt: skip
 
 
+def key_only(model: str, artifact_path: Path, rungs: list[int]) -> str:
+    """What an exact key-only rung could skip: per rung, body tokens in the batches holding a key token."""
+    from pipeline.artifact.reader import iter_documents, open_artifact
+    from pipeline.models.loading import load_model
+    from pipeline.settings import Compute
+    from pipeline.text.alignment import hard_key_mask
+    from pipeline.text.tokenization import encode_with_offsets
+
+    lm = load_model(model, dtype="float32", device="cpu")
+    budget = Compute().window_batch_tokens
+    docs = []
+    for doc in iter_documents(open_artifact(str(artifact_path))):
+        offsets = encode_with_offsets(lm.tokenizer, doc.text).offsets
+        keys = np.flatnonzero(hard_key_mask(offsets, doc.span_starts, doc.span_ends)) + 1  # after the BOS
+        docs.append((len(offsets) + 1, keys))
+    lines = ["| rung | windows | window batches | batches holding a key token | body tokens kept |",
+             "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for w in rungs:
+        windows = batches = holding = kept = total = 0
+        for n, keys in docs:
+            if n <= w:
+                continue
+            groups = _batches(short_windows(n, w - w // 2, w // 2), budget, w + 1)
+            hit = [any(((keys >= x.first) & (keys < x.end)).any() for x in g) for g in groups]
+            sizes = [sum(x.end - x.start + 1 for x in g) for g in groups]
+            windows += 1 + sum(len(g) for g in groups)
+            batches, holding = batches + len(groups), holding + sum(hit)
+            total += w + sum(sizes)
+            kept += w * bool((keys < w).any()) + sum(s for s, h in zip(sizes, hit, strict=True) if h)
+        lines.append(f"| {w} | {windows} | {batches} | {holding} | {kept / total:.0%} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -97,7 +136,11 @@ def main() -> None:
     parser.add_argument("--artifact", type=Path, default=default_artifact())
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "ladder")
     parser.add_argument("--report", type=Path, default=ROOT / "docs" / "ladder-cost.md")
+    parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")
     args = parser.parse_args()
+    if args.key_only:
+        print(key_only(args.model, args.artifact, [512, 1024, 2048, 4096]))
+        return
     before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         score_s, _ = command("pipeline.score", args.model, args.artifact, f"results={tmp}/scores.jsonl")
