@@ -15,6 +15,7 @@ from pipeline.ladder.effective import LadderSums, effective_length, within
 from pipeline.results import ladder as ladder_results
 from pipeline.score.__main__ import run as run_score
 from tests.conftest import build_tokenizer, compose_config, save_tiny_model
+from tests.test_key_spans_artifact import spans_artifact  # noqa: F401 (a fixture)
 
 MODEL = ["model=local", "dtype=float64", "device=cpu", "progress=false", "head_chunk=16"]
 
@@ -80,6 +81,14 @@ def test_key_sums_and_limited_tokens(other_model_dir, tiny_artifact, tmp_path):
     assert big["copied_documents"] == 3 and big["n_key_limited"] == 0 and not big["informative"]
     assert big["corpus"] == row["rungs"][-1]["corpus"]
     assert row["rungs"][0]["n_key_limited"] == row["rungs"][-1]["corpus"]["n_key_tokens"] > 0
+
+
+def test_key_spans_artifact(spans_artifact, other_model_dir, tmp_path):  # noqa: F811 (the fixture)
+    """Key spans alone: PPL and LongPPL per rung, LongPPL-soft null with the reason, as `make score`."""
+    row = ladder(other_model_dir, spans_artifact, tmp_path, "ladder=[32]")
+    scored = score(other_model_dir, spans_artifact, tmp_path, "context_limit=32")
+    assert row["rungs"][0]["corpus"] == scored["corpus"] and scored["corpus"]["longppl_soft"] is None
+    assert "longppl_soft" in row["rungs"][-1]["corpus"]["unavailable"]
 
 
 # ----------------------------------------------------------------------------------------------
