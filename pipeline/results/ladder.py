@@ -12,14 +12,12 @@ name and fingerprint, settings, library versions, date, wall time).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline import __version__
-from pipeline.provenance import json_sha256, library_versions
+from pipeline.provenance import json_sha256
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per_model
 from pipeline.results.scores import ArtifactRef, CorpusValues
@@ -93,8 +91,8 @@ def ladder_row(
     plot: str | None,
 ) -> dict[str, Any]:
     """One results line. ``base`` is the full rung's ``scores.jsonl`` line (``score_row``): its model,
-    artifact and model name are the ladder's; ``result_id`` hashes the model, the artifact's
-    fingerprint and the settings."""
+    artifact, model name, date, versions and libraries are the ladder's; ``result_id`` hashes the
+    model, the artifact's fingerprint and the settings."""
     identity = {"model": base["model"], "artifact": base["artifact"]["fingerprint"], "settings": settings}
     return {
         "schema": SCHEMA,
@@ -106,10 +104,8 @@ def ladder_row(
         "rungs": rungs,
         "effective": effective,
         "plot": plot,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **{k: base[k] for k in ("date", "pipeline_version", "libraries")},
         "wall_seconds": round(seconds, 2),
-        "pipeline_version": __version__,
-        "libraries": library_versions(),
     }
 
 
