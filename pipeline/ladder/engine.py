@@ -66,7 +66,9 @@ def default_ladder(artifact: KeyTokenArtifact, longest: int) -> tuple[int, ...]:
     return tuple(rungs)
 
 
-def check_rungs(lm: LoadedModel, rungs: tuple[int, ...], sequences: list[ModelSequence]) -> None:
+def check_rungs(
+    lm: LoadedModel, rungs: tuple[int, ...], docs: list[ArtifactDocument], sequences: list[ModelSequence]
+) -> None:
     """Every rung and every whole document must fit the model's context (the full rung needs them)."""
     context = lm.context_length
     if context is None or not sequences:
@@ -79,12 +81,12 @@ def check_rungs(lm: LoadedModel, rungs: tuple[int, ...], sequences: list[ModelSe
             + (" (with the BOS)" if n_prefix else "")
             + f": use rungs of at most {context - n_prefix} tokens"
         )
-    for s in sequences:
+    for doc, s in zip(docs, sequences, strict=True):
         if len(s.seq) > context:
             raise PipelineError(
-                f"a document has {len(s.seq)} tokens for {lm.source.spec}, more than its context of "
-                f"{context}: the ladder's full-context rung needs every document whole (use an artifact "
-                "of shorter documents, or `make score ... context_limit=<tokens>` for single limits)"
+                f"document '{doc.doc_id}' has {len(s.seq)} tokens for {lm.source.spec}, more than its "
+                f"context of {context}: the ladder's full-context rung needs every document whole (use an "
+                "artifact of shorter documents, or `make score ... context_limit=<tokens>` for single limits)"
             )
 
 
@@ -120,7 +122,7 @@ def run_ladder(
     # With a context limit the score stage takes the whole text, however long (checked below).
     sequences = [model_sequence(lm, doc, replace(settings, context_limit=2)) for doc in docs]
     proper = ladder.ladder or default_ladder(artifact, max(len(s.seq) for s in sequences))
-    check_rungs(lm, proper, sequences)
+    check_rungs(lm, proper, docs, sequences)
     rungs: tuple[Rung, ...] = (*proper, None)
     tally = _Tally(len(rungs))
     bar = tqdm(total=len(docs) * len(rungs), desc="document x rung", unit="pass", disable=not progress)
