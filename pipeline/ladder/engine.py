@@ -48,7 +48,6 @@ class LadderRun:
     sums: LadderSums
     seconds: list[float]  # per rung, model time
     copied: list[int]  # per rung, documents whose sequence fits it (the full pass's log-probs)
-    sequence_tokens: list[int] = field(default_factory=list)  # per document, tokens with the BOS
 
 
 def default_ladder(artifact: KeyTokenArtifact, longest: int) -> tuple[int, ...]:
@@ -141,7 +140,7 @@ def run_ladder(
         key_n=np.array([s.key.n for s in tally.scores[-1]]),
         limited=np.array(tally.limited, dtype=np.int64),
     )
-    return LadderRun(rungs, results, sums, tally.seconds, tally.copied, [len(s.seq) for s in sequences])
+    return LadderRun(rungs, results, sums, tally.seconds, tally.copied)
 
 
 def ladder_document(
