@@ -39,11 +39,12 @@ def member_sums(sums: LadderSums, limit: int | None) -> LadderSums | None:
 
 
 def bounds(reading: dict, limit: int | None) -> tuple[float, float]:
-    """What the effective length says, as an interval of lengths: exact, above a rung, at most a rung."""
+    """What the effective length says, as an interval of lengths: exact, above a rung, at most a rung.
+    A member limited to W tokens uses at most W: that bounds a right-censored length from above."""
     if reading is None:
         return 0.0, float(limit)
     if reading["censored"] == "right":
-        return reading["top"] + 0.5, math.inf
+        return reading["top"] + 0.5, math.inf if limit is None else float(limit)
     if reading["censored"] == "left":
         return 0.0, float(reading["length"])
     return float(reading["length"]), float(reading["length"])
