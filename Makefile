@@ -26,7 +26,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens import-official import-official-all score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin
+.PHONY: setup keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin
 
 setup: $(STAMP)
 
@@ -61,6 +61,11 @@ import-official-all: $(STAMP)
 # ARGS="hydra/launcher=slurm" as Slurm jobs (README).
 score: $(STAMP)
 	$(BIN)/python -m pipeline.score $(if $(or $(findstring $(comma),$(MODEL)),$(filter -m --multirun,$(ARGS))),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(filter-out -m --multirun,$(ARGS))
+
+# The context ladder: the score stage at growing context limits (each rung is `make score ...
+# context_limit=W`) and the effective context length. MODEL as for `make score`.
+ladder: $(STAMP)
+	$(BIN)/python -m pipeline.ladder $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
 
 # The forgetting curve (Liu et al., EMNLP 2024). MODEL: an embedded short name selects its conf/model/
 # group; anything else (directory, .gguf, Hub id) is model=local model.spec=$(MODEL).
@@ -137,6 +142,10 @@ bench-forgetting: $(STAMP)
 
 bench-longce: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.longce_cost $(ARGS)
+
+# The ladder against one `make score` on the default artifact (SmolLM2), one run each (docs/ladder.md).
+bench-ladder: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.ladder_cost $(ARGS)
 
 bench-stage2: $(STAMP)
 	$(BIN)/python -m bench.stage2_overhead $(ARGS)

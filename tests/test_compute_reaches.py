@@ -91,6 +91,16 @@ def test_score(spy, tiny_artifact, other_model_dir, tmp_path):
     }
 
 
+def test_ladder(spy, tiny_artifact, other_model_dir, tmp_path):
+    from pipeline.ladder.__main__ import run
+
+    base = ["model=local", f"model.spec={other_model_dir}", f"artifact={tiny_artifact}", "device=cpu"]
+    out = [f"results={tmp_path / 'l.jsonl'}", f"plot_dir={tmp_path}", "progress=false", "ladder=[16]"]
+    row = run(compose_config("ladder", [*base, *out, "bootstrap=10", *overrides(spy)]))
+    check(spy)
+    assert [row["settings"][k] for k in ("head_chunk", "vocab_tile", "window_batch_tokens")] == [7, 123, 321]
+
+
 def test_forgetting_curve(spy, tiny_model_dir, write_corpus, tmp_path):
     from pipeline.cli import FORGETTING_CONF, compose
     from pipeline.forgetting.__main__ import run

@@ -63,10 +63,16 @@ def _context_marks(ax: Any, settings: dict[str, Any], points: list[dict[str, Any
 
 def forgetting_png(row: dict[str, Any]) -> bytes:
     """The PNG of one results row."""
+    fig = figure(FIGSIZE)
+    draw_forgetting(fig.add_subplot(), row)
+    fig.tight_layout()
+    return png(fig)
+
+
+def draw_forgetting(ax: Any, row: dict[str, Any]) -> None:
+    """The curve of one results row on ``ax``, with its title and legend."""
     settings, memory = row["settings"], row["memory"]
     points = [p for p in row["points"] if p["error"] is None]
-    fig = figure(FIGSIZE)
-    ax = fig.add_subplot()
     xs = [p["length"] for p in points]
     log = settings["grid"] == "log"
     fills = (settings["context"] - 3) / 2
@@ -99,8 +105,6 @@ def forgetting_png(row: dict[str, Any]) -> bytes:
     )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
-    return png(fig)
 
 
 def write_plot(row: dict[str, Any], path: Path) -> None:

@@ -11,7 +11,9 @@ result. Writes, byte-identical for the same inputs:
     see ``pipeline.reporting.correlations``.
 
 Models with a forgetting curve (``forgetting.jsonl`` beside the scores file, or
-``forgetting_results=<file>``) get their fine and coarse memory lengths as two more columns.
+``forgetting_results=<file>``) get their fine and coarse memory lengths as two more columns; models
+with a context ladder on the artifact (``ladder.jsonl``, or ``ladder_results=<file>``) their effective
+context length and its interval, and ``ladder.png`` their ladders.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.provenance import file_sha256
-from pipeline.reporting import correlations
+from pipeline.reporting import correlations, ladder_plot
 from pipeline.reporting.common import (
     csv_text,
     display_path,
@@ -42,6 +44,7 @@ from pipeline.reporting.common import (
     png,
 )
 from pipeline.results import forgetting as forgetting_results
+from pipeline.results import ladder as ladder_results
 from pipeline.results.scores import SCORE_HINT, read_scores
 from pipeline.settings import Text, parse
 
@@ -73,6 +76,19 @@ MEMORY_COLUMNS: dict[str, str | None] = {
     "coarse_memory_censored": None,
     "forgetting_result_id": None,
 }
+# Context-ladder columns, shown when an entry's model at full context has a ladder on the artifact.
+LADDER_COLUMNS: dict[str, str | None] = {
+    "effective_length": "effective length",
+    "effective_interval": "interval",
+    "effective_length_censored": None,  # right: not within tolerance below full context; left: lowest rung
+    "effective_tolerance": None,
+    "ladder_result_id": None,
+}
+LADDER_NOTE = (
+    "Effective length: the shortest context limit whose LongPPL stays within the tolerance of the "
+    "full-context LongPPL (`make ladder`, newest run per model on this artifact; interval: bootstrap over "
+    "documents; `>`: not within it below full context).\n"
+)
 FORGETTING_NOTE = (
     "Fine/coarse memory: forgetting-curve lengths in tokens (`make forgetting-curve`, newest run per "
     "model; `>`: still met at the largest length measured).\n"
@@ -179,9 +195,11 @@ def _setting_text(value: Any) -> str:
 # Outputs
 
 
-def table(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> list[dict[str, str | None]]:
-    """The leaderboard's cells by column (``COLUMNS``, and ``MEMORY_COLUMNS`` when ``memory`` holds an
-    entry's model): formatted numbers, None where missing."""
+def table(
+    board: pl.DataFrame, memory: dict[str, dict] | None = None, ladder: dict[str, dict] | None = None
+) -> list[dict[str, str | None]]:
+    """The leaderboard's cells by column (``COLUMNS``, ``MEMORY_COLUMNS`` when ``memory`` holds an
+    entry's model, ``LADDER_COLUMNS`` when ``ladder`` does): formatted numbers, None where missing."""
     rows = []
     for i, r in enumerate(board.iter_rows(named=True), start=1):
         cells: dict[str, str | None] = {
@@ -193,7 +211,7 @@ def table(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> list[di
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
         cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "contents", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None
-        rows.append(cells | memory_cells(memory_of(r, memory)))
+        rows.append(cells | memory_cells(memory_of(r, memory)) | ladder_cells(memory_of(r, ladder)))
     return rows
 
 
@@ -215,7 +233,7 @@ def forgetting_memory(path: str | Path | None) -> dict[str, dict]:
 
 
 def memory_of(r: dict, memory: dict[str, dict] | None) -> dict | None:
-    """An entry's memory lengths: only for the model at full context (no ``context_limit``)."""
+    """An entry's memory lengths (or ladder): only for the model at full context (no ``context_limit``)."""
     return (memory or {}).get(r["model_name"]) if r["context_limit"] is None else None
 
 
@@ -237,13 +255,35 @@ def memory_cells(m: dict | None) -> dict[str, str | None]:
     }
 
 
-def columns(board: pl.DataFrame, memory: dict[str, dict] | None) -> dict[str, str | None]:
-    shown = any(memory_of(r, memory) for r in board.iter_rows(named=True))
-    return COLUMNS | MEMORY_COLUMNS if shown else COLUMNS
+def ladder_cells(row: dict | None) -> dict[str, str | None]:
+    if row is None:
+        return dict.fromkeys(LADDER_COLUMNS)
+    e = row["effective"]
+    length = e["top"] if e["censored"] == "right" else e["length"]
+    interval = ladder_results.reading_text(e)[1]
+    cells = (
+        fmt(length, "d", missing=None),
+        interval,
+        e["censored"],
+        format(e["tolerance"], "g"),
+        row["result_id"],
+    )
+    return dict(zip(LADDER_COLUMNS, cells, strict=True))
+
+
+def columns(
+    board: pl.DataFrame, memory: dict[str, dict] | None, ladder: dict[str, dict] | None = None
+) -> dict[str, str | None]:
+    rows = list(board.iter_rows(named=True))
+    shown = COLUMNS | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
+    return shown | (LADDER_COLUMNS if any(memory_of(r, ladder) for r in rows) else {})
 
 
 def leaderboard_markdown(
-    board: pl.DataFrame, source: str | Path | None = None, memory: dict[str, dict] | None = None
+    board: pl.DataFrame,
+    source: str | Path | None = None,
+    memory: dict[str, dict] | None = None,
+    ladder: dict[str, dict] | None = None,
 ) -> str:
     """The leaderboard as Markdown: a header naming the artifact, then the table."""
     top = newest(board)
@@ -255,10 +295,12 @@ def leaderboard_markdown(
     ]
     if source is not None:
         lines.append(f"Scores: {md_code(display_path(source))} (sha256 `{file_sha256(source)}`).\n")
-    shown = {k: v for k, v in columns(board, memory).items() if v is not None}
+    shown = {k: v for k, v in columns(board, memory, ladder).items() if v is not None}
     if "fine_memory" in shown:
         lines.append(FORGETTING_NOTE)
-    cells = table(board, memory)
+    if "effective_length" in shown:
+        lines.append(LADDER_NOTE)
+    cells = table(board, memory, ladder)
     rows = [[markdown_cell(row, k) for k in shown] for row in cells]
     notes = sorted(set(board["unavailable"].drop_nulls().to_list())) if "unavailable" in board.columns else []
     notes = [f"n/a: {md_text(n)}" for n in notes]
@@ -279,13 +321,19 @@ def markdown_cell(row: dict[str, str | None], key: str) -> str:
             return "incomplete"
         censored = row.get(f"{key}_censored") == "true"
         return "" if row[key] is None else (">" if censored else "") + row[key]
+    if key == "effective_length":
+        return ladder_results.length_text(row[key] and int(row[key]), row["effective_length_censored"], None)
+    if key in LADDER_COLUMNS:
+        return row[key] or ""
     return "n/a" if row[key] is None else md_text(row[key])
 
 
-def leaderboard_csv(board: pl.DataFrame, memory: dict[str, dict] | None = None) -> str:
+def leaderboard_csv(
+    board: pl.DataFrame, memory: dict[str, dict] | None = None, ladder: dict[str, dict] | None = None
+) -> str:
     """The leaderboard rows as CSV, floats with a fixed number of decimals, missing values empty."""
-    names = list(columns(board, memory))
-    return csv_text(names, [[row[k] for k in names] for row in table(board, memory)])
+    names = list(columns(board, memory, ladder))
+    return csv_text(names, [[row[k] for k in names] for row in table(board, memory, ladder)])
 
 
 def leaderboard_png(board: pl.DataFrame) -> bytes:
@@ -311,26 +359,33 @@ def render(
     artifact: str | None = None,
     source: str | Path | None = None,
     forgetting: str | Path | None = None,
+    ladder: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write the leaderboard (and correlations, given a benchmarks CSV) into ``out_dir``.
 
     ``df`` is ``read_scores`` output (selection applied here) or ``select`` output; ``source`` is the
     scores file, whose sha256 the Markdown records; ``forgetting`` the forgetting-curve results
-    (memory columns for the models in it). Everything is computed before anything is written;
-    correlation files of an earlier run that this one does not produce are removed. Returns
-    {file name: path}.
+    (memory columns for the models in it); ``ladder`` the context-ladder results (effective-length
+    columns and ``ladder.png`` for the models with a ladder on the artifact). Everything is computed
+    before anything is written; correlation files of an earlier run that this one does not produce
+    are removed. Returns {file name: path}.
     """
     board = select(df, artifact)
     memory = forgetting_memory(forgetting)
+    ladders = ladder_results.newest_on(ladder, board["fingerprint"][0])
     files = {
-        "leaderboard.md": leaderboard_markdown(board, source, memory).encode(),
-        "leaderboard.csv": leaderboard_csv(board, memory).encode(),
+        "leaderboard.md": leaderboard_markdown(board, source, memory, ladders).encode(),
+        "leaderboard.csv": leaderboard_csv(board, memory, ladders).encode(),
         "leaderboard.png": leaderboard_png(board),
     }
+    if ladders:
+        files["ladder.png"] = ladder_plot.curves_png(list(ladders.values()), newest(board)["artifact"])
     if benchmarks_csv is not None:
         files.update(correlations.files(board, benchmarks_csv))
     out = Path(out_dir)
     correlations.remove_stale(out, set(files))
+    if "ladder.png" not in files:  # an earlier run's, of other models or another artifact
+        (out / "ladder.png").unlink(missing_ok=True)
     paths = {}
     for name, data in files.items():
         write_bytes_atomic(out / name, data)
@@ -345,6 +400,7 @@ class LeaderboardOptions:
     artifact: Text | None = None  # name, fingerprint, contents hash or prefix; None: the newest result's
     benchmarks: str | None = None  # CSV: `model`, then one numeric column per benchmark
     forgetting_results: str | None = None  # None: forgetting.jsonl beside `results`
+    ladder_results: str | None = None  # None: ladder.jsonl beside `results`
 
 
 def run(cfg: Any) -> dict[str, Path]:
@@ -359,6 +415,7 @@ def run(cfg: Any) -> dict[str, Path]:
         artifact=options.artifact,
         source=results,
         forgetting=options.forgetting_results or results.with_name("forgetting.jsonl"),
+        ladder=options.ladder_results or results.with_name("ladder.jsonl"),
     )
     print(paths["leaderboard.md"].read_text(encoding="utf-8"))
     if note := other_contents(scores, select(scores, options.artifact)):

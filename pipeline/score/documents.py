@@ -43,6 +43,29 @@ def model_logprobs(
 ) -> ModelTokens:
     """The evaluated model's tokens of ``doc.text`` and their log-probs: the model's part of the
     score, shared by every artifact of the same text (``score_tokens``)."""
+    sequence = model_sequence(lm, doc, settings)
+    return sequence_logprobs(lm, scorer, sequence, settings.context_limit, doc.doc_id)
+
+
+@dataclass
+class ModelSequence:
+    """The evaluated model's tokens of one text as a pass takes them (``model_sequence``)."""
+
+    text: str
+    n_tokens: int  # tokens of the whole text
+    seq: torch.Tensor  # the tokens scored, after the BOS when one is prepended
+    offsets: np.ndarray  # (n, 2) character spans of the text tokens in ``seq``
+    bos: int | None  # the BOS prepended, or None
+    truncated: bool
+
+    @property
+    def n_prefix(self) -> int:
+        return 0 if self.bos is None else 1
+
+
+def model_sequence(lm: LoadedModel, doc: ArtifactDocument, settings: ScoreSettings) -> ModelSequence:
+    """``doc.text`` in the evaluated model's tokens, BOS first when asked; a text longer than the
+    model's context is an error, or its prefix that fits (``allow_truncation``, flagged)."""
     enc = encode_with_offsets(lm.tokenizer, doc.text)
     bos = lm.bos_token_id if settings.add_bos else None
     prefix = [] if bos is None else [bos]
@@ -60,10 +83,23 @@ def model_logprobs(
         truncated = True
         ids, offsets = ids[: limit - len(prefix)], offsets[: limit - len(prefix)]
     seq = torch.tensor(prefix + ids.tolist(), dtype=torch.long)
-    logprobs = context_limited_logprobs(scorer, seq, settings.context_limit, bos_id=bos)[len(prefix) :]
-    check_finite(logprobs[0 if prefix else 1 :], doc.doc_id, lm)
+    return ModelSequence(doc.text, len(enc.ids), seq, offsets, bos, truncated)
+
+
+def sequence_logprobs(
+    lm: LoadedModel, scorer: TargetScorer, sequence: ModelSequence, context_limit: int | None, doc_id: str
+) -> ModelTokens:
+    """The log-probs of a sequence's text tokens with at most ``context_limit`` tokens of context
+    (None: all before them); a non-finite one is an error."""
+    logprobs = context_limited_logprobs(scorer, sequence.seq, context_limit, bos_id=sequence.bos)
+    logprobs = logprobs[sequence.n_prefix :]
+    check_finite(logprobs[0 if sequence.n_prefix else 1 :], doc_id, lm)
     return ModelTokens(
-        doc.text, n_tokens=len(enc.ids), offsets=offsets, logprobs=logprobs, truncated=truncated
+        sequence.text,
+        sequence.n_tokens,
+        offsets=sequence.offsets,
+        logprobs=logprobs,
+        truncated=sequence.truncated,
     )
 
 
@@ -71,29 +107,68 @@ def score_tokens(doc: ArtifactDocument, tokens: ModelTokens, settings: ScoreSett
     """Every metric's sums of one document, from the model's log-probs and the artifact's spans."""
     if tokens.text != doc.text:
         raise PipelineError(f"document '{doc.doc_id}': the log-probs were computed on another text")
-    offsets, logprobs = tokens.offsets, tokens.logprobs
-    scored = ~np.isnan(logprobs)  # without BOS the first token is not predicted
-    nll = -logprobs[scored]
+    return document_score(doc.doc_id, tokens, align_tokens(doc, tokens, settings))
+
+
+@dataclass
+class TokenAlignment:
+    """What one document's sums take from its tokens and the artifact's spans, not from log-probs:
+    the scored tokens; among them the key tokens, the soft weights and each grid pair's key tokens;
+    byte and character counts (``align_tokens``)."""
+
+    scored: np.ndarray  # (n,) bool: tokens with a log-prob (without BOS the first has none)
+    key: np.ndarray  # masks and weights over the scored tokens
+    has_weight: np.ndarray | None  # None: a key_spans artifact (no soft weights, no grid)
+    weights: np.ndarray | None  # the weights where has_weight
+    grid: dict[str, np.ndarray]
+    text_bytes: int
+    key_bytes: int
+    key_chars: int
+    covered_key_chars: int
+
+
+def align_tokens(doc: ArtifactDocument, tokens: ModelTokens, settings: ScoreSettings) -> TokenAlignment:
+    """The evaluator's key spans and soft weights carried onto the model's scored tokens."""
+    offsets = tokens.offsets
+    scored = ~np.isnan(tokens.logprobs)  # without BOS the first token is not predicted
     tok = offsets[scored]
-    result = DocumentScore(doc.doc_id, n_tokens=tokens.n_tokens, truncated=tokens.truncated)
-    result.all.add(nll)
     key = alignment.hard_key_mask(tok, doc.span_starts, doc.span_ends)
-    result.key.add(nll[key])
     lengths = bpb.utf8_lengths(doc.text)
-    result.all.bytes = bpb.text_bytes(lengths, offsets, scored)
-    result.key.bytes = bpb.covered_bytes(lengths, tok[key])
+    has_weight = weights = None
+    grid = {}
     if doc.has_token_values:  # key spans alone (a key_spans artifact): no soft weights, no grid
-        weights = alignment.soft_weights(tok, doc.eval_offsets, doc.soft_weight, len(doc.text))
-        has_weight = ~np.isnan(weights)
-        result.soft.add(nll[has_weight], weights[has_weight])
+        all_weights = alignment.soft_weights(tok, doc.eval_offsets, doc.soft_weight, len(doc.text))
+        has_weight = ~np.isnan(all_weights)
+        weights = all_weights[has_weight]
         for alpha, beta in settings.grid:
             starts, ends = doc.spans_at(alpha, beta)
-            result.grid[grid_label(alpha, beta)] = Sums()
-            result.grid[grid_label(alpha, beta)].add(nll[alignment.hard_key_mask(tok, starts, ends)])
+            grid[grid_label(alpha, beta)] = alignment.hard_key_mask(tok, starts, ends)
     all_key = alignment.hard_key_mask(offsets, doc.span_starts, doc.span_ends)
-    result.key_chars, result.covered_key_chars = alignment.covered_key_chars(
-        offsets, all_key, doc.span_starts, doc.span_ends
-    )
+    key_chars, covered = alignment.covered_key_chars(offsets, all_key, doc.span_starts, doc.span_ends)
+    return TokenAlignment(
+        scored, key, has_weight, weights, grid,
+        text_bytes=bpb.text_bytes(lengths, offsets, scored),
+        key_bytes=bpb.covered_bytes(lengths, tok[key]),
+        key_chars=key_chars,
+        covered_key_chars=covered,
+    )  # fmt: skip
+
+
+def document_score(doc_id: str, tokens: ModelTokens, aligned: TokenAlignment) -> DocumentScore:
+    """Every metric's sums of one document from its log-probs and their alignment."""
+    if not np.array_equal(~np.isnan(tokens.logprobs), aligned.scored):
+        raise PipelineError(f"document '{doc_id}': the log-probs do not match the tokens aligned")
+    nll = -tokens.logprobs[aligned.scored]
+    result = DocumentScore(doc_id, n_tokens=tokens.n_tokens, truncated=tokens.truncated)
+    result.all.add(nll)
+    result.key.add(nll[aligned.key])
+    result.all.bytes, result.key.bytes = aligned.text_bytes, aligned.key_bytes
+    if aligned.has_weight is not None:
+        result.soft.add(nll[aligned.has_weight], aligned.weights)
+    for label, mask in aligned.grid.items():
+        result.grid[label] = Sums()
+        result.grid[label].add(nll[mask])
+    result.key_chars, result.covered_key_chars = aligned.key_chars, aligned.covered_key_chars
     return result
 
 

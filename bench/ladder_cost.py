@@ -1,0 +1,159 @@
+"""The context ladder against one `make score`, one run each, side by side on the default artifact:
+the wall time of each command as a user runs it (model load included), the ladder's model time per
+rung, what the rungs reuse, and whether the ladder's full rung equals `make score`'s result to every
+digit. The ladder's results line and picture go to ``--out`` (docs/ladder by default), the report to
+``--report``.
+
+    make bench-ladder                                   # SmolLM2-135M (docs/ladder-cost.md)
+    make bench-ladder ARGS="--model gemma3-270m --report docs/ladder-cost-gemma.md"
+
+``--key-only`` runs no model: it counts, from the tokenization alone, what a rung that computed only
+the key tokens' log-probs could skip and still equal `make score` on them (whole window batches, as the
+score stage forms them, and the first window when it holds no key token), against all of its windows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import ROOT, default_artifact
+from pipeline.models.logprobs import _batches, short_windows
+from pipeline.provenance import machine
+
+
+def command(module: str, model: str, artifact: Path, *overrides: str) -> tuple[float, str]:
+    """Run one command as `make` does; its wall time and output."""
+    group = ["model=" + model] if (ROOT / "conf" / "model" / f"{model}.yaml").is_file() else ["model=local",
+             f"model.spec={model}"]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", module, *group, f"artifact={artifact}", "progress=false", *overrides],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    if done.returncode:
+        raise SystemExit(f"{module} failed:\n{done.stderr[-3000:]}")
+    return seconds, done.stdout
+
+
+def passes(sequence: int, limit: int | None) -> tuple[int, int]:
+    """Forward passes and tokens through the model's body of one document at one rung, as
+    ``context_limited_logprobs`` runs them (0, 0 where the full pass serves the rung)."""
+    if limit is None:
+        return 1, sequence
+    if sequence <= limit:
+        return 0, 0
+    windows = short_windows(sequence, limit - limit // 2, limit // 2)
+    return 1 + len(windows), limit + sum(w.end - w.start + 1 for w in windows)  # each window: + BOS
+
+
+def report(args: Any, score_s: float, ladder_s: float, scored: dict, ladder: dict, loads: tuple) -> str:
+    """The Markdown report."""
+    lengths = [d["n_tokens"] + 1 for d in scored["documents"]]  # with the BOS
+    full_tokens = sum(lengths)
+    same = ladder["rungs"][-1]["corpus"] == scored["corpus"] and ladder["rungs"][-1]["documents"] == scored[
+        "documents"]  # fmt: skip
+    rows = []
+    for rung in ladder["rungs"]:
+        counted = [passes(n, rung["context_limit"]) for n in lengths]
+        rows.append(
+            f"| {rung['context_limit'] or 'full'} | {rung['seconds']:.1f} | {rung['copied_documents']} | "
+            f"{sum(c[0] for c in counted)} | {sum(c[1] for c in counted) / full_tokens:.2f} |"
+        )
+    n_docs, n_rungs = len(lengths), len(ladder["rungs"])
+    model_s = sum(r["seconds"] for r in ladder["rungs"])
+    return "\n".join([
+        f"# The context ladder against one `make score` ({args.model})\n",
+        f"`make bench-ladder{'' if args.model == 'smollm2-135m' else ' ARGS=...'}` (`bench/ladder_cost.py`), one run "
+        f"each, on {machine()}; load average {loads[0]:.1f} before and {loads[1]:.1f} after (a shared machine: "
+        "wall times are contended).\n",
+        f"Artifact `{ladder['artifact']['name']}` ({n_docs} documents, {full_tokens} tokens with the BOS).\n",
+        "| command | wall time (s) | relative |", "| --- | ---: | ---: |",
+        f"| `make score MODEL={args.model}` | {score_s:.0f} | 1.00 |",
+        f"| `make ladder MODEL={args.model}` ({n_rungs} rungs) | {ladder_s:.0f} | {ladder_s / score_s:.2f} |\n",
+        f"The ladder's full rung equals `make score`'s result to every digit (corpus and every document): "
+        f"**{'yes' if same else 'NO'}**.\n",
+        f"Per rung (model time {model_s:.0f} s in all): the documents the full pass serves (their sequence "
+        "fits the rung: `context_limited_logprobs` would run that very pass), the windows run and "
+        "the tokens through the model's body relative to one full pass:\n",
+        "| rung | model time (s) | documents = full pass | windows (first included) | body tokens / full pass |",
+        "| --- | ---: | ---: | ---: | ---: |", *rows, "",
+        f"Reused across rungs, computed once per document instead of once per rung (as {n_rungs} `make score` "
+        f"runs would): tokenization and the alignment of key spans, soft weights and the grid onto the tokens, "
+        f"and the byte counts ({n_docs} instead of {n_docs * n_rungs} of each); one model load instead of "
+        f"{n_rungs}; {sum(r['copied_documents'] for r in ladder['rungs'])} (document, rung) passes not run.\n",
+    ])  # fmt: skip
+
+
+def key_only(model: str, artifact_path: Path, rungs: list[int]) -> str:
+    """What an exact key-only rung could skip: per rung, body tokens in the batches holding a key token."""
+    from pipeline.artifact.reader import iter_documents, open_artifact
+    from pipeline.models.loading import load_model
+    from pipeline.settings import Compute
+    from pipeline.text.alignment import hard_key_mask
+    from pipeline.text.tokenization import encode_with_offsets
+
+    lm = load_model(model, dtype="float32", device="cpu")
+    budget = Compute().window_batch_tokens
+    docs = []
+    for doc in iter_documents(open_artifact(str(artifact_path))):
+        offsets = encode_with_offsets(lm.tokenizer, doc.text).offsets
+        keys = np.flatnonzero(hard_key_mask(offsets, doc.span_starts, doc.span_ends)) + 1  # after the BOS
+        docs.append((len(offsets) + 1, keys))
+    lines = ["| rung | windows | window batches | batches holding a key token | body tokens kept |",
+             "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for w in rungs:
+        windows = batches = holding = kept = total = 0
+        for n, keys in docs:
+            if n <= w:
+                continue
+            groups = _batches(short_windows(n, w - w // 2, w // 2), budget, w + 1)
+            hit = [any(((keys >= x.first) & (keys < x.end)).any() for x in g) for g in groups]
+            sizes = [sum(x.end - x.start + 1 for x in g) for g in groups]
+            windows += 1 + sum(len(g) for g in groups)
+            batches, holding = batches + len(groups), holding + sum(hit)
+            total += w + sum(sizes)
+            kept += w * bool((keys < w).any()) + sum(s for s, h in zip(sizes, hit, strict=True) if h)
+        lines.append(f"| {w} | {windows} | {batches} | {holding} | {kept / total:.0%} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--artifact", type=Path, default=default_artifact())
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "ladder")
+    parser.add_argument("--report", type=Path, default=ROOT / "docs" / "ladder-cost.md")
+    parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")
+    args = parser.parse_args()
+    if args.key_only:
+        print(key_only(args.model, args.artifact, [512, 1024, 2048, 4096]))
+        return
+    before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        score_s, _ = command("pipeline.score", args.model, args.artifact, f"results={tmp}/scores.jsonl")
+        scored = json.loads(Path(tmp, "scores.jsonl").read_text().splitlines()[-1])
+    results = args.out / "ladder.jsonl"
+    ladder_s, printed = command("pipeline.ladder", args.model, args.artifact, f"results={results}",
+                                f"plot_dir={args.out}")  # fmt: skip
+    print(printed)
+    ladder = json.loads(results.read_text().splitlines()[-1])
+    text = report(args, score_s, ladder_s, scored, ladder, (before, os.getloadavg()[0]))
+    args.report.write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""`make ladder MODEL=...`: ``python -m pipeline.ladder [key=value ...]`` (Hydra overrides of
+``conf/ladder.yaml``): the score stage at each context limit of a ladder and at full context, the
+effective context length, its picture (beside the model's forgetting curve when it has one), the
+results line and the summary."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from pipeline.artifact.reader import open_artifact
+from pipeline.cli import hydra_main
+from pipeline.hub import is_hub_dataset, offline_unless
+from pipeline.ladder.run import ladder_line
+from pipeline.ladder.settings import LadderSettings
+from pipeline.models.loading import ModelChoice, is_local_model
+from pipeline.reporting.common import file_slug
+from pipeline.reporting.ladder_plot import summary_text, write_plot
+from pipeline.results import forgetting as forgetting_results
+from pipeline.results import ladder as results
+from pipeline.settings import Compute, ScoreSettings, parse
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    """The ladder of one model; write the PNG, append the results line, print the summary."""
+    started = time.time()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    choice = ModelChoice.parse(plain["model"])
+    ladder, settings, compute = (
+        parse(LadderSettings, plain),
+        parse(ScoreSettings, plain),
+        parse(Compute, plain),
+    )
+    offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))
+    artifact = open_artifact(str(cfg.artifact))
+    lm = choice.load(compute)
+    row = ladder_line(
+        artifact, lm, ladder, settings, compute,
+        model_name=choice.display_name, progress=bool(cfg.progress), started=started,
+    )  # fmt: skip
+    path = Path(str(cfg.results))
+    name = f"{file_slug(row['model_name'], 'model')}--{file_slug(row['artifact']['name'], 'artifact')}"
+    plot = Path(str(cfg.plot_dir)).absolute() / f"{name}--{row['result_id']}.png"
+    row["plot"] = str(plot)
+    forgetting_path = cfg.forgetting_results or path.with_name("forgetting.jsonl")
+    write_plot(row, forgetting_curve(forgetting_path, row["model_name"]), plot)
+    results.append(path, row)
+    print(summary_text(row, path))
+    return row
+
+
+def forgetting_curve(path: str | Path, model_name: str) -> dict[str, Any] | None:
+    """The model's newest forgetting curve, or None."""
+    if not Path(path).is_file():
+        return None
+    return forgetting_results.newest_per_model(forgetting_results.read_rows(path)).get(model_name)
+
+
+def main() -> None:
+    hydra_main("ladder", run)
+
+
+if __name__ == "__main__":
+    main()
