@@ -168,20 +168,12 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
     everything needed to reproduce them; ``seconds`` is the wall time of the whole run."""
     artifact, settings = result.key_tokens, result.settings
     model = {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if settings["add_bos"] else None}
-    identity = {"model": model, "artifact": result.fingerprint, "settings": settings}
     return {
         "schema_version": RESULTS_VERSION,
-        "result_id": json_sha256(identity)[:16],
+        "result_id": result_id(model, result.fingerprint, settings),
         "model_name": model_name,
         "model": model,
-        "artifact": {
-            "name": result.artifact,
-            "fingerprint": result.fingerprint,
-            "source": artifact.origin or {"path": str(artifact.root)},
-            "kind": artifact.kind,
-            "evaluator": artifact.settings["evaluator"]["spec"],
-            **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
-        },
+        "artifact": artifact_record(artifact),
         "settings": settings,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_seconds": round(seconds, 2),
@@ -189,6 +181,23 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
         "libraries": library_versions(),
         "corpus": result.corpus,
         "documents": result.documents,
+    }
+
+
+def result_id(model: dict[str, Any], fingerprint: str, settings: dict[str, Any]) -> str:
+    """What a result's numbers depend on (the model, the artifact, the settings), hashed."""
+    return json_sha256({"model": model, "artifact": fingerprint, "settings": settings})[:16]
+
+
+def artifact_record(artifact: Any) -> dict[str, Any]:
+    """What a result records of the artifact it was scored against (a ``KeyTokenArtifact``)."""
+    return {
+        "name": artifact.root.name,
+        "fingerprint": artifact.manifest["fingerprint"],
+        "source": artifact.origin or {"path": str(artifact.root)},
+        "kind": artifact.kind,
+        "evaluator": artifact.settings["evaluator"]["spec"],
+        **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
     }
 
 
