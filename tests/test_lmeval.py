@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from pipeline.lmeval import LongPPLLM, LongPPLTask, task_manager  # noqa: E402
 from pipeline.lmeval.results_schema import schema_problems  # noqa: E402
 from pipeline.results.lmeval import read_lmeval_results  # noqa: E402
 from tests.conftest import ROOT, build_model, compose_config  # noqa: E402
+from tests.test_compute_reaches import COMPUTE, check, spy  # noqa: E402, F401  (spy: a fixture)
 from tests.test_key_spans_artifact import spans_artifact  # noqa: E402, F401  (a fixture)
 
 METRICS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bits_per_byte": "bpb",
@@ -129,6 +131,41 @@ def test_a_wrong_pin_another_model_and_a_missing_artifact_are_errors(tiny_artifa
     task = {"task": "y", "class": LongPPLTask, "metadata": {"longppl_artifact": str(tiny_artifact)}}
     with pytest.raises(PipelineError, match="needs the per-token log-probs of --model longppl"):
         evaluate(hf, [task], task_manager(root=tmp_path), limit=1)
+
+
+def test_every_compute_setting_reaches_the_model(spy, tiny_model_dir):  # noqa: F811  (the fixture)
+    """As for every command (tests/test_compute_reaches.py): the loader and every scorer."""
+    model = LongPPLLM(
+        str(tiny_model_dir), device="cpu", dtype="float64", cache_dir=spy["cache_dir"], **COMPUTE
+    )
+    model.token_logprobs("The committee reported the bill.", "doc")
+    check(spy)
+    assert {k: model.get_model_info()["longppl_settings"][k] for k in ("head_chunk", "vocab_tile")} == {
+        "head_chunk": 7,
+        "vocab_tile": 123,
+    }
+
+
+def test_the_answer_is_a_float_that_carries_the_tokens_and_pickles(tiny_lm):
+    import pickle
+
+    value = tiny_lm.token_logprobs("The committee reported the bill.", "doc")
+    again = pickle.loads(pickle.dumps(value))  # --use_cache keeps answers in sqlite, pickled
+    assert isinstance(again, float) and float(again) == float(value) == np.nansum(value.tokens.logprobs)
+    assert np.array_equal(again.tokens.offsets, value.tokens.offsets) and str(value) == str(float(value))
+
+
+def test_the_command_line_defaults_and_the_artifact_flag():
+    from pipeline.lmeval.__main__ import take_artifacts, with_defaults
+
+    assert take_artifacts(["--tasks", "t", "--artifact", "a", "--artifact=b"]) == (
+        ["a", "b"],
+        ["--tasks", "t"],
+    )
+    assert with_defaults(["--tasks", "t"]) == ["--model", "longppl", "--device", "auto", "--tasks", "t"]
+    assert with_defaults(["run", "-M", "hf", "--device=cpu"]) == ["run", "-M", "hf", "--device=cpu"]
+    assert with_defaults(["ls", "tasks"]) == ["ls", "tasks"]
+    assert with_defaults(["--config", "c.yaml"]) == ["--config", "c.yaml"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -335,28 +372,28 @@ def test_the_reader_checks_what_it_reads(tmp_path):
 
 
 @pytest.mark.integration
-def test_smollm2_through_lm_eval_gives_the_numbers_and_the_result_id_of_make_score(tmp_path):
-    """Key tokens of a short GovReport text from the embedded Gemma evaluator; SmolLM2 scored by
-    `make score` and through lm-eval: the same numbers, one leaderboard entry."""
+def test_the_readme_example_gives_the_numbers_and_the_result_id_of_make_score(tmp_path, monkeypatch):
+    """The README's lm-eval example as written (key tokens of a short GovReport text from the embedded
+    Gemma, SmolLM2 through lm-eval), then `make score` on its artifact: the same numbers, the same
+    result id, one leaderboard entry."""
     from pipeline.results.scores import read_scores
     from pipeline.score.__main__ import run
 
-    evaluator = api.load_model("gemma3-270m", dtype="float32", device="cpu")
-    text = json.loads((ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8").readline())["text"]
-    keytokens = api.find_key_tokens(
-        {"govreport-00": text[:3000]}, evaluator.model, evaluator.tokenizer, K=128, d=128
-    )
-    artifact = api.save_key_tokens(keytokens, tmp_path / "short")
-    scores = tmp_path / "results" / "scores.jsonl"
-    cfg = compose_config("score", [f"artifact={artifact}", f"results={scores}", "progress=false"])
-    line = run(cfg)
-    smol = LongPPLLM("smollm2-135m")
-    path = write_results_file(
-        smol, ["longppl_short"], task_manager([artifact], root=tmp_path), tmp_path / "lm"
-    )
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", readme.split("## lm-evaluation-harness", 1)[1], re.S)[1]
+    namespace: dict = {}
+    monkeypatch.chdir(ROOT)
+    exec(compile(code, "README.md", "exec"), namespace)  # the project's own README
+    artifact, results = namespace["artifact"], namespace["results"]
+    results.pop("samples", None)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results, default=handle_non_serializable))
     results = json.loads(path.read_text())
-    assert values(results, "longppl_short") == {m: line["corpus"][ours] for m, ours in METRICS.items()}
+    scores = tmp_path / "scores.jsonl"
+    line = run(compose_config("score", [f"artifact={artifact}", f"results={scores}", "progress=false"]))
+    assert values(results, "longppl_mine") == {m: line["corpus"][ours] for m, ours in METRICS.items()}
     assert line["corpus"]["n_key_tokens"] > 0
     row = read_lmeval_results(path).frame.row(0, named=True)
     assert row["result_id"] == line["result_id"] and row["settings"] == read_scores(scores)["settings"][0]
+    assert row["model_name"] == line["model_name"] == "smollm2-135m"
     assert schema_problems(results) == []

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, ModelChoice, eval_mode, in_memory
 from pipeline.models.logprobs import scorer_for
+from pipeline.results.scores import model_record
 from pipeline.score.documents import ModelTokens, model_logprobs
 from pipeline.score.engine import settings_record
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
@@ -80,6 +81,10 @@ class LongPPLLM(LM):
     ) -> None:
         super().__init__()
         choice_options, self.settings, self.compute = split_options(options, device)
+        if isinstance(pretrained, str) and tokenizer is not None:
+            raise PipelineError(
+                f"tokenizer= goes with a model in memory; {pretrained} is loaded with its own tokenizer"
+            )
         if not isinstance(pretrained, str) and ({"dtype", "cache_dir"} & set(options) or device):
             raise PipelineError(
                 "a model in memory runs in its own dtype and on its own device: convert or move it "
@@ -112,10 +117,9 @@ class LongPPLLM(LM):
     def get_model_info(self) -> dict[str, Any]:
         """Merged into the results file's ``config``: the model's source and the score settings, as
         a `make score` results line records them (``pipeline.results.lmeval`` reads them back)."""
-        bos = self.lm.bos_token_id if self.settings.add_bos else None
         return {
             "longppl_model_name": self.model_name,
-            "longppl_model": {**self.lm.source.to_dict(), "bos_token_id": bos},
+            "longppl_model": model_record(self.lm, self.settings.add_bos),
             "longppl_settings": settings_record(self.settings, self.compute, self.lm, self.scorer),
         }
 

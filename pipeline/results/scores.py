@@ -167,7 +167,7 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
     """One line: the numbers of a ``pipeline.score.engine.ScoreResult`` of the loaded model ``lm`` and
     everything needed to reproduce them; ``seconds`` is the wall time of the whole run."""
     artifact, settings = result.key_tokens, result.settings
-    model = {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if settings["add_bos"] else None}
+    model = model_record(lm, settings["add_bos"])
     return {
         "schema_version": RESULTS_VERSION,
         "result_id": result_id(model, result.fingerprint, settings),
@@ -182,6 +182,11 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
         "corpus": result.corpus,
         "documents": result.documents,
     }
+
+
+def model_record(lm: Any, add_bos: bool) -> dict[str, Any]:
+    """What a result records of the model (a ``LoadedModel``): its source, and the BOS it was given."""
+    return {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if add_bos else None}
 
 
 def result_id(model: dict[str, Any], fingerprint: str, settings: dict[str, Any]) -> str:
