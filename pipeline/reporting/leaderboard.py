@@ -10,6 +10,10 @@ result. Writes, byte-identical for the same inputs:
 ``correlations.md`` / ``correlations.csv`` / ``scatter-<benchmark>.png`` (with ``benchmarks=<csv>``)
     see ``pipeline.reporting.correlations``.
 
+lm-eval results files with LongPPL tasks (`make lm-eval`, ``pipeline.results.lmeval``; ``lm-eval/``
+beside the scores file, or ``lmeval_results=<files or folders>``) are read too, so runs made either
+way mix on one leaderboard.
+
 Models with a forgetting curve (``forgetting.jsonl`` beside the scores file, or
 ``forgetting_results=<file>``) get their fine and coarse memory lengths as two more columns; models
 with a context ladder on the artifact (``ladder.jsonl``, or ``ladder_results=<file>``) their effective
@@ -44,6 +48,7 @@ from pipeline.reporting.common import (
 )
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_results
+from pipeline.results.lmeval import read_lmeval_results
 from pipeline.results.scores import read_scores
 from pipeline.settings import Text, parse
 
@@ -304,19 +309,21 @@ class LeaderboardOptions:
     benchmarks: str | None = None  # CSV: `model`, then one numeric column per benchmark
     forgetting_results: str | None = None  # None: forgetting.jsonl beside `results`
     ladder_results: str | None = None  # None: ladder.jsonl beside `results`
+    # lm-eval results files or folders (`make lm-eval`); None: the folder lm-eval/ beside `results`
+    lmeval_results: str | list[str] | None = None
 
 
 def run(cfg: Any) -> dict[str, Path]:
     """Load, select, render; print the Markdown leaderboard and the written paths."""
     options = parse(LeaderboardOptions, cfg)
     results = Path(options.results)
-    scores = read_scores(results)
+    scores = read_all_results(results, options.lmeval_results)
     paths = render(
         scores,
         Path(options.out_dir),
         None if options.benchmarks is None else Path(options.benchmarks),
         artifact=options.artifact,
-        source=results,
+        source=results if results.is_file() else None,
         forgetting=options.forgetting_results or results.with_name("forgetting.jsonl"),
         ladder=options.ladder_results or results.with_name("ladder.jsonl"),
     )
@@ -326,6 +333,19 @@ def run(cfg: Any) -> dict[str, Path]:
     for path in paths.values():
         print(f"wrote {path}")
     return paths
+
+
+def read_all_results(results: Path, lmeval: str | list[str] | None) -> pl.DataFrame:
+    """The score runs of the results file and of lm-eval results files (``make lm-eval``), in one frame;
+    prints the lm-eval tasks left out (run on part of their documents)."""
+    if lmeval is None:
+        lmeval = [str(results.with_name("lm-eval"))] if results.with_name("lm-eval").is_dir() else []
+    extra = read_lmeval_results(*([lmeval] if isinstance(lmeval, str) else lmeval))
+    for note in extra.skipped:
+        print(f"left out {note}")
+    if not results.is_file() and not extra.frame.is_empty():
+        return extra.frame
+    return pl.concat([read_scores(results), extra.frame])
 
 
 def main() -> None:

@@ -181,28 +181,13 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
     """One line: the numbers of a ``pipeline.score.engine.ScoreResult`` of the loaded model ``lm`` and
     everything needed to reproduce them; ``seconds`` is the wall time of the whole run."""
     artifact, settings = result.key_tokens, result.settings
-    model = {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if settings["add_bos"] else None}
-    identity = {
-        "model": model,
-        "artifact": result.fingerprint,
-        "contents": artifact.contents,
-        "settings": settings,
-    }
+    model = model_record(lm, settings["add_bos"])
     return {
         "schema_version": RESULTS_VERSION,
-        "result_id": json_sha256(identity)[:16],
+        "result_id": result_id(model, result.fingerprint, artifact.contents, settings),
         "model_name": model_name,
         "model": model,
-        "artifact": {
-            "name": result.artifact,
-            "fingerprint": result.fingerprint,
-            "contents": artifact.contents,
-            "checked": artifact.checked,
-            "source": artifact.origin or {"path": str(artifact.root)},
-            "kind": artifact.kind,
-            "evaluator": artifact.settings["evaluator"]["spec"],
-            **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
-        },
+        "artifact": artifact_record(artifact),
         "settings": settings,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_seconds": round(seconds, 2),
@@ -210,6 +195,33 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
         "libraries": library_versions(),
         "corpus": result.corpus,
         "documents": result.documents,
+    }
+
+
+def model_record(lm: Any, add_bos: bool) -> dict[str, Any]:
+    """What a result records of the model (a ``LoadedModel``): its source, and the BOS it was given."""
+    return {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if add_bos else None}
+
+
+def result_id(model: dict[str, Any], fingerprint: str, contents: str | None, settings: dict[str, Any]) -> str:
+    """What a result's numbers depend on (the model, the artifact's settings and tables, the score
+    settings), hashed."""
+    return json_sha256({"model": model, "artifact": fingerprint, "contents": contents, "settings": settings})[
+        :16
+    ]
+
+
+def artifact_record(artifact: Any) -> dict[str, Any]:
+    """What a result records of the artifact it was scored against (a ``KeyTokenArtifact``)."""
+    return {
+        "name": artifact.root.name,
+        "fingerprint": artifact.manifest["fingerprint"],
+        "contents": artifact.contents,
+        "checked": artifact.checked,
+        "source": artifact.origin or {"path": str(artifact.root)},
+        "kind": artifact.kind,
+        "evaluator": artifact.settings["evaluator"]["spec"],
+        **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},
     }
 
 

@@ -1,0 +1,127 @@
+"""`make lm-eval`: ``python -m pipeline.lmeval [--artifact <dir or hf://datasets/...>]... <lm-eval flags>``.
+
+lm-eval's own command line (``lm-eval run``, ``ls``, ``validate``), its flags unchanged
+(``--tasks``, ``--model_args``, ``--output_path``, ``--log_samples``, ``--limit``, ``--batch_size``,
+``--use_cache``, ...), with this project's model and tasks in it, since lm-eval 0.4.13 discovers no
+plugins: the model ``longppl`` is registered, and every ``TaskManager`` lm-eval makes also holds a
+task per key-token artifact (``pipeline.lmeval.tasks``; a user's ``--include_path`` is kept beside
+them). ``--artifact`` (repeatable, ours) adds a task for an artifact outside ``artifacts/keytokens``.
+
+Two defaults differ from the ``lm-eval`` command, and only when the flag is absent (and no
+``--config`` file is given): ``--model longppl`` (lm-eval's is ``hf``) and ``--device auto`` (a GPU
+when there is one, else the CPU; lm-eval's is ``cuda:0``). A problem with the inputs (a missing or
+unreadable artifact, a Hub artifact offline, an unknown task, a bad option) is one ``error:`` line
+with exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import PipelineError
+from pipeline.lmeval import require_lm_eval
+from pipeline.lmeval.tasks import check_artifacts, task_directory
+
+ARTIFACT_FLAG = "--artifact"
+SUBCOMMANDS = ("run", "ls", "validate")
+
+
+def take_artifacts(args: list[str]) -> tuple[list[str], list[str]]:
+    """``--artifact X`` / ``--artifact=X`` pairs taken out of ``args``: (artifacts, the rest)."""
+    artifacts, rest = [], []
+    items = iter(args)
+    for arg in items:
+        if arg == ARTIFACT_FLAG:
+            value = next(items, None)
+            if value is None or value.startswith("-"):
+                raise PipelineError(
+                    f"{ARTIFACT_FLAG} needs a value: a key-token artifact directory or hf://..."
+                )
+            artifacts.append(value)
+        elif arg.startswith(ARTIFACT_FLAG + "="):
+            artifacts.append(arg.partition("=")[2])
+        else:
+            rest.append(arg)
+    return artifacts, rest
+
+
+def has_flag(args: list[str], *names: str) -> bool:
+    return any(a in names or a.split("=", 1)[0] in names for a in args)
+
+
+def with_defaults(args: list[str]) -> list[str]:
+    """``args`` with ``--model longppl`` and ``--device auto`` where a run gives neither (and no
+    ``--config`` file does)."""
+    if (args and args[0] in SUBCOMMANDS[1:]) or has_flag(args, "--config", "-C"):
+        return args
+    added = [] if has_flag(args, "--model", "-M") else ["--model", "longppl"]
+    added += [] if has_flag(args, "--device") else ["--device", "auto"]
+    if args and args[0] == "run":
+        return ["run", *added, *args[1:]]
+    return [*added, *args]
+
+
+@contextmanager
+def with_tasks(directory: Path) -> Iterator[None]:
+    """Every ``TaskManager`` lm-eval makes in the block also indexes ``directory``, first (its
+    ``--include_path`` comes after, so a user's task of the same name wins)."""
+    import lm_eval.tasks
+
+    base = lm_eval.tasks.TaskManager
+
+    class WithLongPPLTasks(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, include_path: Any = None, **kwargs: Any) -> None:
+            extra = [] if include_path is None else include_path
+            paths = [directory, *(extra if isinstance(extra, (list, tuple)) else [extra])]
+            super().__init__(*args, include_path=paths, **kwargs)
+
+    lm_eval.tasks.TaskManager = WithLongPPLTasks
+    try:
+        yield
+    finally:
+        lm_eval.tasks.TaskManager = base
+
+
+def run(args: list[str]) -> None:
+    """lm-eval's command line on ``args`` (the command's arguments) with the LongPPL model and tasks."""
+    artifacts, rest = take_artifacts(args)
+    check_artifacts(artifacts)  # before lm-eval loads: a missing artifact fails at once
+    require_lm_eval()
+    importlib.import_module("pipeline.lmeval.task")  # registers the model, the metrics, the task class
+    from lm_eval.__main__ import cli_evaluate
+
+    directory = task_directory(artifacts)
+    sys.argv = [f"{sys.executable} -m pipeline.lmeval", *with_defaults(rest)]
+    with with_tasks(directory):
+        try:
+            cli_evaluate()
+        except ValueError as exc:
+            if str(exc).startswith("Tasks not found"):
+                raise PipelineError(unknown_tasks(str(exc), directory)) from None
+            raise
+
+
+def unknown_tasks(message: str, directory: Path) -> str:
+    names = sorted(p.stem for p in directory.glob("*.yaml"))
+    ours = ", ".join(names) if names else "none: no artifact under artifacts/keytokens (make keytokens)"
+    return (
+        f"{message.removeprefix('Tasks not found: ')}: no such lm-eval task. LongPPL tasks here: {ours} "
+        f"(and the tag longppl); `python -m pipeline.lmeval ls tasks` lists all"
+    )
+
+
+def main() -> None:
+    try:
+        run(sys.argv[1:])
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""lm-evaluation-harness results files with LongPPL tasks, read as `make score` results are.
+
+`make lm-eval` (``pipeline.lmeval``) writes lm-eval's own results JSON (``--output_path``):
+``results.<task>`` holds the task's metrics (``"longppl,none"``, ``"ppl,none"``, ...), the task's
+config its artifact (``configs.<task>.metadata``: ``longppl_fingerprint``, ``longppl_artifact_record``,
+``longppl_unavailable``), and ``config`` the model and score settings (``longppl_model_name``,
+``longppl_model``, ``longppl_settings``, from the model ``longppl``). ``read_lmeval_results`` gives one
+row per LongPPL task in the frame of ``pipeline.results.scores.read_scores`` (``FRAME_SCHEMA``;
+``line`` null, token counts null: lm-eval keeps only the metrics), validated the same way, so a
+leaderboard mixes runs made either way. The ``result_id`` is `make score`'s for the same model,
+settings and artifact.
+
+A task run on part of its documents (``--limit``: ``n-samples`` effective below original) is not a
+leaderboard entry: it is left out and named in ``skipped``. Files in a directory that are not lm-eval
+results files are passed over; a file named directly must be one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pipeline.errors import PipelineError
+from pipeline.results.scores import FRAME_SCHEMA, METRICS, Bits, Count, Perplexity, result_id
+
+FILTER = "none"  # the tasks' only filter: lm-eval's metric keys are "<metric>,none"
+# The frame's column -> the task's metric in lm-eval
+COLUMNS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bpb": "bits_per_byte",
+           "key_bpb": "key_bits_per_byte"}  # fmt: skip
+RESULTS_KEYS = ("results", "configs", "config", "n-samples")
+
+
+class TaskValues(BaseModel):
+    """One task's metrics and what they were computed against, checked as ``ScoreLine`` checks them."""
+
+    model_config = ConfigDict(strict=True)
+    ppl: Perplexity = None
+    longppl: Perplexity = None
+    longppl_soft: Perplexity = None
+    bpb: Bits = None
+    key_bpb: Bits = None
+    fingerprint: str
+    contents: str | None = None  # the tables' hash (``artifact.contents``); None: written before it
+    artifact: str
+    model_name: str
+    context_limit: Count = None
+    unavailable: dict[str, str] = {}
+
+
+@dataclass
+class LmEvalRows:
+    frame: pl.DataFrame  # FRAME_SCHEMA
+    skipped: list[str]  # "<file> <task>: why"
+
+
+def results_files(location: str | Path) -> list[Path]:
+    """A results file, or the JSON files under a directory (lm-eval's ``--output_path``), sorted."""
+    path = Path(location)
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*.json") if p.is_file())
+    if not path.is_file():
+        raise PipelineError(f"no lm-eval results at {path}: pass a results file or the --output_path folder")
+    return [path]
+
+
+def read_lmeval_results(*locations: str | Path) -> LmEvalRows:
+    """The LongPPL tasks of every lm-eval results file at ``locations`` (files or directories)."""
+    rows, skipped = [], []
+    for location in locations:
+        named = Path(location).is_file()
+        for path in results_files(location):
+            data = load(path, required=named)
+            if data is not None:
+                for task in longppl_tasks(data):
+                    row, why = task_row(path, data, task)
+                    rows += [row] if row else []
+                    skipped += [f"{path} {task}: {why}"] if why else []
+    return LmEvalRows(pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row"), skipped)
+
+
+def load(path: Path, required: bool) -> dict[str, Any] | None:
+    """The results file's JSON; None for another JSON file in a directory (an error if named)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject)
+    except (ValueError, UnicodeDecodeError) as exc:
+        if not required:
+            return None
+        raise PipelineError(f"{path} is not valid JSON ({str(exc).splitlines()[0][:100]})") from None
+    if isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in RESULTS_KEYS):
+        return data
+    if required:
+        raise PipelineError(f"{path} is not an lm-eval results file (no {', '.join(RESULTS_KEYS)})")
+    return None
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def longppl_tasks(data: dict[str, Any]) -> list[str]:
+    """The tasks of a results file that a LongPPL task wrote (their config names an artifact)."""
+    configs = data["configs"]
+    return [
+        t for t in data["results"]
+        if isinstance(configs.get(t), dict) and "longppl_fingerprint" in (configs[t].get("metadata") or {})
+    ]  # fmt: skip
+
+
+def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The task's row of ``FRAME_SCHEMA``, or why it is left out."""
+    counts = data["n-samples"].get(task) or {}
+    if counts.get("effective") != counts.get("original"):
+        return None, f"run on {counts.get('effective')} of {counts.get('original')} documents (--limit)"
+    config, meta = data["config"], data["configs"][task]["metadata"]
+    settings = config.get("longppl_settings") or {}
+    values = {column: data["results"][task].get(f"{metric},{FILTER}") for column, metric in COLUMNS.items()}
+    try:
+        checked = TaskValues(
+            **values,
+            fingerprint=meta["longppl_fingerprint"],
+            artifact=(meta.get("longppl_artifact_record") or {}).get("name"),
+            contents=(meta.get("longppl_artifact_record") or {}).get("contents"),
+            model_name=config.get("longppl_model_name") or data.get("model_name"),
+            context_limit=settings.get("context_limit"),
+            unavailable=meta.get("longppl_unavailable") or {},
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = first["msg"].removeprefix("Value error, ")
+        raise PipelineError(f"{path}: task {task}: {'.'.join(map(str, first['loc']))} {message}") from None
+    return flat_row(data, checked, settings), None
+
+
+def flat_row(data: dict[str, Any], task: TaskValues, settings: dict[str, Any]) -> dict[str, Any]:
+    model = data["config"].get("longppl_model")
+    return {
+        "line": None,
+        "result_id": result_id(model, task.fingerprint, task.contents, settings) if model else None,
+        "model_name": task.model_name,
+        "artifact": task.artifact,
+        "fingerprint": task.fingerprint,
+        "contents": task.contents,
+        "settings": json.dumps(settings, sort_keys=True, separators=(",", ":")),
+        "context_limit": task.context_limit,
+        **{column: getattr(task, column) for column in COLUMNS},
+        "n_tokens": None,
+        "n_key_tokens": None,
+        "key_char_coverage": None,
+        "date": evaluation_date(data.get("date")),
+        "unavailable": "; ".join(v for k, v in task.unavailable.items() if k in METRICS) or None,
+    }
+
+
+def evaluation_date(value: Any) -> datetime | None:
+    """lm-eval's ``date`` (seconds since the epoch, when the evaluation started) as UTC."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    return None
