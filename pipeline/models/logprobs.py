@@ -177,6 +177,11 @@ class TargetScorer:
         with torch.inference_mode():
             logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
         ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
+        if not torch.isfinite(ref).all():
+            raise PipelineError(
+                f"{type(self.model).__name__} gives non-finite log-probs for a {length}-token probe in "
+                f"{logits.dtype} (overflow? float16 overflows where bfloat16 and float32 do not)"
+            )
         tolerance = rounding_tolerance(logits).cpu()
         like = TargetScorer(
             self.model, self.head_chunk, self.vocab_tile, logits.dtype, self.window_batch_tokens

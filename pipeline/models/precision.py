@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -19,3 +20,9 @@ def rounding_tolerance(logits: torch.Tensor) -> torch.Tensor:
     largest = logits.double().abs().amax(dim=1).clamp_min(torch.finfo(logits.dtype).tiny)
     ulp = torch.finfo(logits.dtype).eps * torch.exp2(torch.floor(torch.log2(largest)))
     return 4 * ulp
+
+
+def first_non_finite(values: np.ndarray) -> int | None:
+    """The index of the first NaN or infinite value (overflow in a low precision), None if none."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    return int(bad[0]) if bad.size else None

@@ -13,6 +13,7 @@ from pipeline.artifact.reader import ArtifactDocument
 from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, dtype_name
 from pipeline.models.logprobs import TargetScorer, context_limited_logprobs
+from pipeline.models.precision import first_non_finite
 from pipeline.score import bpb
 from pipeline.score.sums import DocumentScore, Sums, grid_label
 from pipeline.settings import ScoreSettings
@@ -61,7 +62,7 @@ def model_logprobs(
         ids, offsets = ids[: limit - len(prefix)], offsets[: limit - len(prefix)]
     seq = torch.tensor(prefix + ids.tolist(), dtype=torch.long)
     logprobs = context_limited_logprobs(scorer, seq, settings.context_limit, bos_id=bos)[len(prefix) :]
-    check_finite(logprobs[0 if prefix else 1 :], doc.doc_id, lm)
+    check_finite(logprobs, 0 if prefix else 1, doc.doc_id, lm)
     return ModelTokens(
         doc.text, n_tokens=len(enc.ids), offsets=offsets, logprobs=logprobs, truncated=truncated
     )
@@ -97,13 +98,14 @@ def score_tokens(doc: ArtifactDocument, tokens: ModelTokens, settings: ScoreSett
     return result
 
 
-def check_finite(logprobs: np.ndarray, doc_id: str, lm: LoadedModel) -> None:
-    """A NaN or infinite log-prob (overflow in a low precision) is an error, never a skipped token."""
-    bad = np.flatnonzero(~np.isfinite(logprobs))
-    if bad.size:
+def check_finite(logprobs: np.ndarray, first: int, doc_id: str, lm: LoadedModel) -> None:
+    """A NaN or infinite log-prob from token ``first`` on (overflow in a low precision) is an error
+    naming the token, never a skipped token."""
+    at = first_non_finite(logprobs[first:])
+    if at is not None:
         raise PipelineError(
-            f"document '{doc_id}': {lm.source.spec} gives a log-probability of {logprobs[bad[0]]} for one "
-            f"of its tokens (overflow in {dtype_name(lm.dtype)}?): try dtype=float32"
+            f"document '{doc_id}': {lm.source.spec} gives a log-probability of {logprobs[first + at]} for "
+            f"its token {first + at} (overflow in {dtype_name(lm.dtype)}?): try dtype=float32"
         )
 
 

@@ -107,7 +107,9 @@ def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
     }
 
 
-def _weighted_per_document(documents: list[dict[str, Any]], metric: str, weight: str) -> list[tuple[float, int]]:
+def _weighted_per_document(
+    documents: list[dict[str, Any]], metric: str, weight: str
+) -> list[tuple[float, int]]:
     """(per-document value, weight) of the documents that have both, as the official loop keeps them:
     a document without key tokens is left out of LongPPL and kept in PPL."""
     return [(d[metric], d[weight]) for d in documents if d[metric] is not None and d[weight]]
