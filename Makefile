@@ -26,7 +26,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens import-official import-official-all score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin
+.PHONY: setup keytokens import-official import-official-all score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-head bench-checks bench bench-quick bench-dropin
 
 setup: $(STAMP)
 
@@ -143,6 +143,11 @@ bench-stage2: $(STAMP)
 
 bench-attention: $(STAMP)
 	$(BIN)/python -m bench.attention_memory $(ARGS)
+
+# The float32 head of a bfloat16 model: upcast operands against the float32-output GEMM (CUDA only;
+# on a CPU only the upcast path runs). ARGS="--device cuda --positions 2048" on a GPU.
+bench-head: $(STAMP)
+	$(BIN)/python -m bench.head_float32 $(ARGS)
 
 # The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
 bench-checks: $(STAMP)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
+from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.loading import LoadedModel, resolve_head_dtype
 from pipeline.models.placement import execution_device, loaded_weights
 from pipeline.models.precision import rounding_tolerance
@@ -90,6 +91,9 @@ class TargetScorer:
         self.head_dtype = head_dtype or self.head.weight.dtype
         self.input_device = execution_device(model.get_input_embeddings())
         self.window_batch_tokens = window_batch_tokens
+        # A float32 head over 16-bit weights as one GEMM with float32 output where the device has it
+        # (``uses_float32_output``); False: always on upcast operands (benchmarks compare the two).
+        self.float32_output = True
 
     @torch.inference_mode()
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -137,13 +141,33 @@ class TargetScorer:
         weight, bias = self.head.weight, self.head.bias
         if weight.device.type == "meta":
             raise PipelineError("the output head is offloaded: call logit_tiles inside head_ready()")
-        hidden = hidden.to(weight.device, self.head_dtype)
+        hidden = hidden.to(weight.device)
+        mixed = self.uses_float32_output(hidden)
+        if not mixed:
+            hidden = hidden.to(self.head_dtype)
         tile = self.vocab_tile or self.vocab_size
         for v in range(0, self.vocab_size, tile):
             w = slice(v, v + tile)
-            b = None if bias is None else bias[w].to(self.head_dtype)
-            logits = torch.nn.functional.linear(hidden, weight[w].to(self.head_dtype), b)
+            if mixed:
+                logits = float32_logits(hidden, weight[w], None if bias is None else bias[w])
+            else:
+                b = None if bias is None else bias[w].to(self.head_dtype)
+                logits = torch.nn.functional.linear(hidden, weight[w].to(self.head_dtype), b)
             yield v, self.post(logits)
+
+    def uses_float32_output(self, hidden: torch.Tensor) -> bool:
+        """Whether the float32 head runs as a 16-bit GEMM with float32 accumulation and output
+        (``float32_logits``) rather than on upcast operands: a float32 head over 16-bit weights and
+        hidden states of their dtype, where the device has the operation (CUDA) and
+        ``float32_output`` is on."""
+        weight = self.head.weight
+        return (
+            self.float32_output
+            and self.head_dtype == torch.float32
+            and hidden.dtype == weight.dtype
+            and (self.head.bias is None or self.head.bias.dtype == weight.dtype)
+            and float32_output_supported(weight.device, weight.dtype)
+        )
 
     def _tiled(self, hidden: torch.Tensor, targets: torch.Tensor, work_dtype: torch.dtype) -> torch.Tensor:
         """Target log-probs over vocabulary tiles (running max and sum of exponentials), no host sync."""
