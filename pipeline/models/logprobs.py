@@ -29,7 +29,7 @@ from pipeline.errors import PipelineError
 from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.loading import LoadedModel, resolve_head_dtype
 from pipeline.models.placement import execution_device, loaded_weights
-from pipeline.models.precision import rounding_tolerance
+from pipeline.models.precision import full_precision_reductions, rounding_tolerance
 from pipeline.settings import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, DEFAULT_WINDOW_BATCH_TOKENS, Compute
 
 
@@ -194,30 +194,35 @@ class TargetScorer:
 
     def check_against_full_forward(self, length: int = 12) -> None:
         """Guard: the chunked head must reproduce the model's own logits on a short probe, up to
-        rounding (``rounding_tolerance``). The model's logits come from its head in its own dtype;
-        this head is checked in that dtype too (like with like), and in ``head_dtype`` if other."""
+        rounding (``rounding_tolerance``, of a soft-capped head counted from its cap). The model's
+        logits come from its head in its own dtype; this head is checked in that dtype too (like with
+        like), and in ``head_dtype`` if other. 16-bit GEMMs reduce in float32 meanwhile
+        (``full_precision_reductions``), so that each logit is one rounding of its sum."""
         seq = torch.arange(length, dtype=torch.long) * 7919 % self.vocab_size
         positions = torch.arange(length - 1)
-        with torch.inference_mode():
-            logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
-        ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
-        if not torch.isfinite(ref).all():
-            raise PipelineError(
-                f"{type(self.model).__name__} gives non-finite log-probs for a {length}-token probe in "
-                f"{logits.dtype} (overflow? float16 overflows where bfloat16 and float32 do not)"
-            )
-        tolerance = rounding_tolerance(logits).cpu()
-        like = TargetScorer(
-            self.model, self.head_chunk, self.vocab_tile, logits.dtype, self.window_batch_tokens
-        )
-        for scorer in (like, self) if self.head_dtype != logits.dtype else (self,):
-            diff = (scorer.score(seq, positions) - ref).abs()
-            if (diff > tolerance).any():
+        with full_precision_reductions():
+            with torch.inference_mode():
+                logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
+            ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
+            if not torch.isfinite(ref).all():
                 raise PipelineError(
-                    f"{type(self.model).__name__}: chunked log-probs (head in {scorer.head_dtype}) differ "
-                    f"from the model's own logits by {diff.max().item():.2e}, more than rounding explains; "
-                    "its output head does something this pipeline does not know"
+                    f"{type(self.model).__name__} gives non-finite log-probs for a {length}-token probe in "
+                    f"{logits.dtype} (overflow? float16 overflows where bfloat16 and float32 do not)"
                 )
+            tolerance = rounding_tolerance(
+                logits, getattr(self.model.config, "final_logit_softcapping", None)
+            )
+            like = TargetScorer(
+                self.model, self.head_chunk, self.vocab_tile, logits.dtype, self.window_batch_tokens
+            )
+            for scorer in (like, self) if self.head_dtype != logits.dtype else (self,):
+                diff = (scorer.score(seq, positions) - ref).abs()
+                if not (diff <= tolerance.cpu()).all():
+                    raise PipelineError(
+                        f"{type(self.model).__name__}: chunked log-probs (head in {scorer.head_dtype}) "
+                        f"differ from the model's own logits by {diff.max().item():.2e}, more than "
+                        "rounding explains; its output head does something this pipeline does not know"
+                    )
 
 
 def scorer_for(model: LoadedModel | torch.nn.Module, compute: Compute) -> TargetScorer:
