@@ -16,7 +16,7 @@ import pytest
 from pipeline.artifact import schema
 from pipeline.errors import PipelineError
 from pipeline.keytokens import ranks as distributed
-from pipeline.keytokens.ranks import assign, local_gpus
+from pipeline.keytokens.ranks import assign, local_gpus, rank_gpus
 from tests.conftest import ROOT, compose_keytokens, keytokens_overrides, run_keytokens
 
 WORDS = ["federal", "law", "provides", "powers", "president", "congress", "emergency", "report", "statute"]
@@ -121,6 +121,73 @@ def test_each_rank_gets_its_own_slice_of_gpus():
     assert [local_gpus(r, 3, 8) for r in range(3)] == [[0, 1], [2, 3], [4, 5]]
     with pytest.raises(PipelineError, match=r"3 processes per node .* but 2 GPU"):
         local_gpus(2, 3, 2)
+
+
+TASK = {"SLURM_LOCALID": "{r}"}  # a Slurm task's local id
+SRUN = {**TASK, "SLURM_NTASKS_PER_NODE": "4", "SLURM_GPUS_PER_TASK": "1"}
+LAUNCHES = {  # name: (environment of local rank r, visible GPUs, GPUs of ranks 0..3)
+    "srun --ntasks-per-node=4 --gpus-per-task=1": (SRUN, 1, [[0]] * 4),
+    "srun, 4 tasks per node, one GPU bound to each": ({**TASK, "SLURM_NTASKS_PER_NODE": "4"}, 1, [[0]] * 4),
+    "srun --gpus-per-task=1, LOCAL_RANK and LOCAL_WORLD_SIZE exported": (
+        {**SRUN, "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "{r}"},
+        1,
+        [[0]] * 4,
+    ),
+    "srun -n 4 --gpus-per-task=2 (no tasks per node)": (
+        {**TASK, "SLURM_GPUS_PER_TASK": "2"},
+        2,
+        [[0, 1]] * 4,
+    ),
+    "srun, 4 tasks per node seeing all 8 GPUs": (
+        {**TASK, "SLURM_NTASKS_PER_NODE": "4"},
+        8,
+        [[0, 1], [2, 3], [4, 5], [6, 7]],
+    ),
+    "torchrun --nproc_per_node=4 on 8 GPUs": (
+        {"LOCAL_RANK": "{r}", "LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"},
+        8,
+        [[0, 1], [2, 3], [4, 5], [6, 7]],
+    ),
+    "no LOCAL_WORLD_SIZE, 8 GPUs: one per rank": ({"LOCAL_RANK": "{r}"}, 8, [[0], [1], [2], [3]]),
+    "no LOCAL_WORLD_SIZE, one GPU visible": ({"LOCAL_RANK": "{r}"}, 1, [[0]] * 4),
+}
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+def test_each_launcher_gives_each_rank_gpus_it_can_see(launch):
+    """srun's per-task GPUs (one visible GPU per task: cuda:0 for every rank), srun or torchrun over a
+    whole node (equal slices), and no LOCAL_WORLD_SIZE (one GPU per rank, never one that is not visible)."""
+    env, count, want = LAUNCHES[launch]
+    for r in range(4):
+        gpus = rank_gpus({k: v.format(r=r) for k, v in env.items()}, count)
+        assert gpus == want[r] and all(0 <= g < count for g in gpus)
+
+
+def test_torchrun_with_more_processes_than_gpus_is_an_error_inside_slurm_too():
+    env = {"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x", "SLURM_LOCALID": "0"}
+    with pytest.raises(PipelineError, match="NPROC<=2"):
+        rank_gpus(env, 2)
+    with pytest.raises(PipelineError, match="no CUDA GPU is visible"):
+        rank_gpus({"LOCAL_RANK": "0"}, 0)
+
+
+def test_a_slurm_task_with_one_gpu_binds_cuda_0(monkeypatch):
+    """srun --ntasks-per-node=4 --gpus-per-task=1, task 3, RANK and WORLD_SIZE exported by hand: the
+    process sees one GPU, which is its own."""
+    calls = []
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"WORLD_SIZE": "4", **SRUN, "SLURM_LOCALID": "3"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(distributed.torch.cuda, "set_device", lambda d: calls.append(d))
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, **kw: calls.append(backend))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 3)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 4)
+    ranks = distributed.init_ranks(use_cuda=True)
+    assert calls == [distributed.torch.device("cuda", 0), "nccl"]
+    assert ranks.gpus == (0,) and ranks.local_rank == 3
 
 
 def test_ranks_are_bound_to_their_gpu_before_the_process_group(monkeypatch):

@@ -73,17 +73,42 @@ def from_pretrained_placement(
     device: torch.device, device_map: Any | None, gpus: list[int] | None
 ) -> dict[str, Any]:
     """``from_pretrained`` arguments that put the model where it will run. A device map shards it
-    (over ``gpus`` only, when given: one slice per data-parallel rank); one CUDA device gets
-    ``device_map={"": device}``, so the weights go straight to the GPU instead of through host
-    memory; on the CPU nothing (the model is loaded there)."""
+    over ``gpus`` (one slice per data-parallel rank; None: every visible GPU) within ``max_memory``;
+    one CUDA device gets ``device_map={"": device}``, so the weights go straight to the GPU instead
+    of through host memory; on the CPU nothing (the model is loaded there)."""
     if device_map:
         kwargs: dict[str, Any] = {"device_map": device_map}
-        if gpus is not None:
-            kwargs["max_memory"] = {g: torch.cuda.get_device_properties(g).total_memory for g in gpus}
+        if gpus is None and torch.cuda.is_available():
+            gpus = list(range(torch.cuda.device_count()))
+        if gpus:
+            kwargs["max_memory"] = max_memory(gpus)
         return kwargs
     if device.type == "cuda":
         return {"device_map": {"": str(device)}}
     return {}
+
+
+GPU_HEADROOM = 0.10  # of each GPU's total memory kept free of weights, and at least
+GPU_HEADROOM_MIN = 2 * 2**30  # bytes
+HOST_SHARE = 0.90  # of the host's available memory offered to offloaded layers
+
+
+def max_memory(gpus: list[int]) -> dict[int | str, int]:
+    """accelerate's budget for a device map over ``gpus`` (a rank's slice): each GPU's free memory less
+    a headroom of 10% of its total (8 GiB of an 80 GiB H100; at least 2 GiB) for the CUDA context,
+    NCCL, the caching allocator and the activations of a 32k-token forward (a 72B model's MLP alone
+    holds about 6 GiB), and ``cpu``: the slice's share of 90% of the host's available memory, so that
+    layers that do not fit go to host memory before the disk. A dict without ``cpu`` gets no CPU
+    tier from accelerate: what does not fit goes straight to disk."""
+    import psutil
+
+    budget: dict[int | str, int] = {}
+    for g in gpus:
+        free, total = torch.cuda.mem_get_info(g)
+        budget[g] = max(0, free - max(int(total * GPU_HEADROOM), GPU_HEADROOM_MIN))
+    share = len(gpus) / max(torch.cuda.device_count(), len(gpus), 1)
+    budget["cpu"] = int(psutil.virtual_memory().available * HOST_SHARE * share)
+    return budget
 
 
 def describe(model: Any, device: torch.device) -> str:
