@@ -119,3 +119,27 @@ def describe(model: Any, device: torch.device) -> str:
         return str(device)
     places = ["disk" if d == "disk" else str(_as_device(d)) for d in mapping.values()]
     return ",".join(dict.fromkeys(places))
+
+
+def gpu_record(model: torch.nn.Module) -> dict[str, Any]:
+    """What a model's GPU numbers depend on beyond the settings and the library versions: the GPUs
+    it runs on (their names: kernels and rounding differ between models of GPU), the CUDA version and
+    cuBLAS's reduction settings. Empty for a model with no weights on a GPU (the CPU's record is
+    unchanged)."""
+    devices = {p.device for p in model.parameters() if p.device.type == "cuda"}
+    for hook in (getattr(m, "_hf_hook", None) for m in model.modules()):
+        device = getattr(hook, "execution_device", None)
+        if device is not None and _as_device(device).type == "cuda":
+            devices.add(_as_device(device))
+    if not devices:
+        return {}
+    matmul = torch.backends.cuda.matmul
+    return {
+        "gpus": sorted({torch.cuda.get_device_name(d) for d in devices}),
+        "cuda": torch.version.cuda,
+        "matmul": {
+            "allow_tf32": matmul.allow_tf32,
+            "allow_bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
+            "allow_fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
+        },
+    }

@@ -20,6 +20,7 @@ from pipeline.artifact.schema import NEEDS_TOKEN_VALUES, KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, dtype_name, eval_mode
 from pipeline.models.logprobs import TargetScorer, scorer_for
+from pipeline.models.placement import gpu_record
 from pipeline.score.documents import ModelTokens, model_logprobs, score_tokens
 from pipeline.score.sums import corpus_summary
 from pipeline.settings import Compute, ScoreSettings
@@ -142,13 +143,14 @@ def settings_record(
     settings: ScoreSettings, compute: Compute, lm: LoadedModel, scorer: TargetScorer
 ) -> dict[str, Any]:
     """What a result records of how it was computed: the score settings, the head blocks and window
-    batches, the resolved dtypes and where the model ran."""
+    batches, the resolved dtypes and where the model ran (on a GPU: which, ``gpu_record``)."""
     return {
         **settings.record(),
         **compute.record(),
         "dtype": dtype_name(lm.dtype),
         "head_dtype": dtype_name(scorer.head_dtype),
         "device": lm.placement,
+        **gpu_record(lm.model),
     }
 
 
