@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -274,3 +275,35 @@ def test_two_runs_on_one_artifact_and_a_killed_holder(tiny_model_dir, corpus, tm
     done = run_cmd(cmd)
     assert done.returncode == 0, done.stderr[-2000:]
     assert tables(tmp_path / "test") == reference
+
+
+class CountingRanks(distributed.Ranks):
+    """Two ranks without a process group: barriers are counted."""
+
+    def barrier(self) -> None:
+        BARRIERS.append(self.rank)
+
+
+BARRIERS: list[int] = []
+
+
+@pytest.mark.parametrize(
+    ("spec", "waits"), [("/models/llama", False), ("smollm2-135m", True), ("m.gguf", True)]
+)
+def test_ranks_wait_for_rank_0_only_for_a_gguf_evaluator(monkeypatch, tiny_model_dir, spec, waits):
+    """A checkpoint loads on every rank at once; a GGUF file (its one-time conversion into the cache)
+    on rank 0 first, the other ranks once it is done: one barrier each, met by all."""
+    from pipeline.keytokens.run import load_evaluator
+    from pipeline.keytokens.settings import KeyTokenSettings
+    from pipeline.models.loading import ModelChoice
+    from tests.conftest import compose_keytokens
+
+    monkeypatch.setattr(ModelChoice, "load", lambda self, compute, gpus=None: ("loaded", self.spec))
+    settings = KeyTokenSettings.from_config(
+        compose_keytokens(["evaluator=local", f"evaluator.spec={tiny_model_dir}", "device=cpu"])
+    )
+    settings = dataclasses.replace(settings, evaluator=dataclasses.replace(settings.evaluator, spec=spec))
+    BARRIERS.clear()
+    for rank in (0, 1):
+        assert load_evaluator(settings, CountingRanks(rank=rank, world=2)) == ("loaded", spec)
+    assert ([0, 1] if waits else []) == BARRIERS

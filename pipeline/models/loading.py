@@ -133,6 +133,11 @@ def is_local_model(spec: str) -> bool:
     return spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
 
 
+def is_gguf(spec: str) -> bool:
+    """True when loading ``spec`` may convert a GGUF file first (an embedded model or a .gguf file)."""
+    return spec in EMBEDDED_MODELS or spec.endswith(".gguf")
+
+
 def default_cache_dir() -> Path:
     """Where converted GGUF checkpoints live; ``LONGPPL_CACHE`` overrides it."""
     return Path(os.environ.get("LONGPPL_CACHE", Path.home() / ".cache" / "longppl"))
@@ -141,12 +146,7 @@ def default_cache_dir() -> Path:
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    dtypes = {
-        "float32": torch.float32,
-        "float64": torch.float64,
-        "bfloat16": torch.bfloat16,
-        "float16": torch.float16,
-    }
+    dtypes = {dtype: getattr(torch, dtype) for dtype in ("float32", "float64", "bfloat16", "float16")}
     if name not in dtypes:
         raise PipelineError(f"unknown dtype '{name}': use one of auto, {', '.join(dtypes)}")
     return dtypes[name]
