@@ -107,7 +107,9 @@ test: $(STAMP) browser
 
 # The tests that need a CUDA GPU (marker cuda; `make test` skips them with a reason). On a GPU machine,
 # install a CUDA build of torch first, e.g. `make setup TORCH_SPEC="torch==2.13.0 --index-url <CUDA wheels>"`.
+# Without CUDA it fails at once (exit status 2) instead of passing with every test skipped.
 test-gpu: $(STAMP)
+	@$(BIN)/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('error: make test-gpu needs a CUDA GPU and a CUDA build of torch (this one is ' + torch.__version__ + ', torch.cuda.is_available() is False): nothing was tested')" || exit 2
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m cuda -rs $(ARGS)
 
 # tests/test_keytoken_page_browser.py loads the key-token page in headless Chromium (Debian's package, ~400 MB,
