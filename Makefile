@@ -26,7 +26,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup keytokens import-official import-official-all score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-head bench-checks bench bench-quick bench-dropin
+.PHONY: setup rehearse-paper keytokens import-official import-official-all score forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-head bench-checks bench bench-quick bench-dropin
 
 setup: $(STAMP)
 
@@ -47,6 +47,12 @@ ifeq ($(NPROC),1)
 else
 	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.keytokens $(ARGS)
 endif
+
+# The paper's run rehearsed on the CPU with tiny random-weight models at its lengths (32767-token texts,
+# a 128k-vocabulary evaluator in bfloat16 with the float32 head, the import and the official refresh):
+# every code path but the GPU kernels, with each step's time and peak memory (docs/gpu.md).
+rehearse-paper: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rehearse_paper $(ARGS)
 
 # The paper's own key tokens (data/official-key-text) as key_spans artifacts; needs the Hub, or local
 # copies: ARGS="corpus.dataset=DIR corpus.tokenized_with=DIR official.tokenizer=DIR".
