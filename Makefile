@@ -27,7 +27,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin
+.PHONY: setup rehearse-paper setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head
 
 setup: $(STAMP)
 
@@ -56,6 +56,12 @@ ifeq ($(NPROC),1)
 else
 	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.keytokens $(ARGS)
 endif
+
+# The paper's run rehearsed on the CPU with tiny random-weight models at its lengths (32767-token texts,
+# a 128k-vocabulary evaluator in bfloat16 with the float32 head, the import and the official refresh):
+# every code path but the GPU kernels, with each step's time and peak memory (docs/gpu.md).
+rehearse-paper: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rehearse_paper $(ARGS)
 
 # The paper's own key tokens (data/official-key-text) as key_spans artifacts; needs the Hub, or local
 # copies: ARGS="corpus.dataset=DIR corpus.tokenized_with=DIR official.tokenizer=DIR".
@@ -127,7 +133,9 @@ test: $(LMEVAL_STAMP) browser
 
 # The tests that need a CUDA GPU (marker cuda; `make test` skips them with a reason). On a GPU machine,
 # install a CUDA build of torch first, e.g. `make setup TORCH_SPEC="torch==2.13.0 --index-url <CUDA wheels>"`.
+# Without CUDA it fails at once (exit status 2) instead of passing with every test skipped.
 test-gpu: $(STAMP)
+	@$(BIN)/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('error: make test-gpu needs a CUDA GPU and a CUDA build of torch (this one is ' + torch.__version__ + ', torch.cuda.is_available() is False): nothing was tested')" || exit 2
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m cuda -rs $(ARGS)
 
 # tests/test_keytoken_page_browser.py loads the key-token page in headless Chromium (Debian's package, ~400 MB,
@@ -167,6 +175,11 @@ bench-stage2: $(STAMP)
 
 bench-attention: $(STAMP)
 	$(BIN)/python -m bench.attention_memory $(ARGS)
+
+# The float32 head of a bfloat16 model: upcast operands against the float32-output GEMM (CUDA only;
+# on a CPU only the upcast path runs). ARGS="--device cuda --positions 2048" on a GPU.
+bench-head: $(STAMP)
+	$(BIN)/python -m bench.head_float32 $(ARGS)
 
 # The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
 bench-checks: $(STAMP)

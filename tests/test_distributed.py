@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import pytest
 from pipeline.artifact import schema
 from pipeline.errors import PipelineError
 from pipeline.keytokens import ranks as distributed
-from pipeline.keytokens.ranks import assign, local_gpus
+from pipeline.keytokens.ranks import assign, local_gpus, rank_gpus
 from tests.conftest import ROOT, compose_keytokens, keytokens_overrides, run_keytokens
 
 WORDS = ["federal", "law", "provides", "powers", "president", "congress", "emergency", "report", "statute"]
@@ -123,6 +124,73 @@ def test_each_rank_gets_its_own_slice_of_gpus():
         local_gpus(2, 3, 2)
 
 
+TASK = {"SLURM_LOCALID": "{r}"}  # a Slurm task's local id
+SRUN = {**TASK, "SLURM_NTASKS_PER_NODE": "4", "SLURM_GPUS_PER_TASK": "1"}
+LAUNCHES = {  # name: (environment of local rank r, visible GPUs, GPUs of ranks 0..3)
+    "srun --ntasks-per-node=4 --gpus-per-task=1": (SRUN, 1, [[0]] * 4),
+    "srun, 4 tasks per node, one GPU bound to each": ({**TASK, "SLURM_NTASKS_PER_NODE": "4"}, 1, [[0]] * 4),
+    "srun --gpus-per-task=1, LOCAL_RANK and LOCAL_WORLD_SIZE exported": (
+        {**SRUN, "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "{r}"},
+        1,
+        [[0]] * 4,
+    ),
+    "srun -n 4 --gpus-per-task=2 (no tasks per node)": (
+        {**TASK, "SLURM_GPUS_PER_TASK": "2"},
+        2,
+        [[0, 1]] * 4,
+    ),
+    "srun, 4 tasks per node seeing all 8 GPUs": (
+        {**TASK, "SLURM_NTASKS_PER_NODE": "4"},
+        8,
+        [[0, 1], [2, 3], [4, 5], [6, 7]],
+    ),
+    "torchrun --nproc_per_node=4 on 8 GPUs": (
+        {"LOCAL_RANK": "{r}", "LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"},
+        8,
+        [[0, 1], [2, 3], [4, 5], [6, 7]],
+    ),
+    "no LOCAL_WORLD_SIZE, 8 GPUs: one per rank": ({"LOCAL_RANK": "{r}"}, 8, [[0], [1], [2], [3]]),
+    "no LOCAL_WORLD_SIZE, one GPU visible": ({"LOCAL_RANK": "{r}"}, 1, [[0]] * 4),
+}
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+def test_each_launcher_gives_each_rank_gpus_it_can_see(launch):
+    """srun's per-task GPUs (one visible GPU per task: cuda:0 for every rank), srun or torchrun over a
+    whole node (equal slices), and no LOCAL_WORLD_SIZE (one GPU per rank, never one that is not visible)."""
+    env, count, want = LAUNCHES[launch]
+    for r in range(4):
+        gpus = rank_gpus({k: v.format(r=r) for k, v in env.items()}, count)
+        assert gpus == want[r] and all(0 <= g < count for g in gpus)
+
+
+def test_torchrun_with_more_processes_than_gpus_is_an_error_inside_slurm_too():
+    env = {"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x", "SLURM_LOCALID": "0"}
+    with pytest.raises(PipelineError, match="NPROC<=2"):
+        rank_gpus(env, 2)
+    with pytest.raises(PipelineError, match="no CUDA GPU is visible"):
+        rank_gpus({"LOCAL_RANK": "0"}, 0)
+
+
+def test_a_slurm_task_with_one_gpu_binds_cuda_0(monkeypatch):
+    """srun --ntasks-per-node=4 --gpus-per-task=1, task 3, RANK and WORLD_SIZE exported by hand: the
+    process sees one GPU, which is its own."""
+    calls = []
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"WORLD_SIZE": "4", **SRUN, "SLURM_LOCALID": "3"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(distributed.torch.cuda, "set_device", lambda d: calls.append(d))
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, **kw: calls.append(backend))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 3)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 4)
+    ranks = distributed.init_ranks(use_cuda=True)
+    assert calls == [distributed.torch.device("cuda", 0), "nccl"]
+    assert ranks.gpus == (0,) and ranks.local_rank == 3
+
+
 def test_ranks_are_bound_to_their_gpu_before_the_process_group(monkeypatch):
     """Rank 1 of 2 on a 4-GPU node: set_device(cuda:2), then NCCL with device_id=cuda:2."""
     calls = []
@@ -207,3 +275,35 @@ def test_two_runs_on_one_artifact_and_a_killed_holder(tiny_model_dir, corpus, tm
     done = run_cmd(cmd)
     assert done.returncode == 0, done.stderr[-2000:]
     assert tables(tmp_path / "test") == reference
+
+
+class CountingRanks(distributed.Ranks):
+    """Two ranks without a process group: barriers are counted."""
+
+    def barrier(self) -> None:
+        BARRIERS.append(self.rank)
+
+
+BARRIERS: list[int] = []
+
+
+@pytest.mark.parametrize(
+    ("spec", "waits"), [("/models/llama", False), ("smollm2-135m", True), ("m.gguf", True)]
+)
+def test_ranks_wait_for_rank_0_only_for_a_gguf_evaluator(monkeypatch, tiny_model_dir, spec, waits):
+    """A checkpoint loads on every rank at once; a GGUF file (its one-time conversion into the cache)
+    on rank 0 first, the other ranks once it is done: one barrier each, met by all."""
+    from pipeline.keytokens.run import load_evaluator
+    from pipeline.keytokens.settings import KeyTokenSettings
+    from pipeline.models.loading import ModelChoice
+    from tests.conftest import compose_keytokens
+
+    monkeypatch.setattr(ModelChoice, "load", lambda self, compute, gpus=None: ("loaded", self.spec))
+    settings = KeyTokenSettings.from_config(
+        compose_keytokens(["evaluator=local", f"evaluator.spec={tiny_model_dir}", "device=cpu"])
+    )
+    settings = dataclasses.replace(settings, evaluator=dataclasses.replace(settings.evaluator, spec=spec))
+    BARRIERS.clear()
+    for rank in (0, 1):
+        assert load_evaluator(settings, CountingRanks(rank=rank, world=2)) == ("loaded", spec)
+    assert ([0, 1] if waits else []) == BARRIERS

@@ -118,7 +118,10 @@ def test_random_tokens_source(tiny):
 
 def test_grids_and_samples():
     assert grid_lengths("linear", 4, 10) == [2, 5, 7, 10]
-    assert grid_lengths("log", 10, 4094, 8) == [8, 16, 32, 64, 128, 256, 512, 1024, 2047, 4094]
+    # the reference's np.geomspace(8, 4094, 10, dtype=int), which truncates (not 8, 16, 32, ..., 1024)
+    assert grid_lengths("log", 10, 4094, 8) == [8, 15, 31, 63, 127, 255, 511, 1023, 2047, 4094]
+    for n, high in ((32, 20000), (32, 16000), (10, 8192), (7, 100)):
+        assert grid_lengths("log", n, high, 8) == np.unique(np.geomspace(8, high, num=n, dtype=int)).tolist()
     assert grid_lengths("log", 1, 100) == [100] and grid_lengths("linear", 5, 3) == [1, 2, 3]
     source = np.arange(1000)
     a, b = draw_samples(source, 50, 4, 0, "corpus"), draw_samples(source, 50, 4, 0, "corpus")

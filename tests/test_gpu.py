@@ -1,5 +1,7 @@
-"""What only a CUDA GPU can show (`make test-gpu`; skipped elsewhere): a device map split across the GPU
-and the CPU, the bfloat16 self-check with GPU kernels, the attention's memory, NCCL with two ranks."""
+"""What only a CUDA GPU can show (`make test-gpu`, which fails without one; `make test` skips these): a
+device map split across the GPU and the CPU, the bfloat16 self-check with GPU kernels on a model wide
+enough to round differently (and a wrong head that fails it), the float32 head as one GEMM with
+float32 output, the attention's memory, NCCL with two ranks."""
 
 from __future__ import annotations
 
@@ -7,10 +9,13 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig
 
+from pipeline.errors import PipelineError
 from pipeline.models import attention
+from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.logprobs import TargetScorer
+from pipeline.models.precision import full_precision_reductions
 from tests.conftest import build_model, tiny_config
 
 pytestmark = [
@@ -45,29 +50,112 @@ def test_device_map_split_across_gpu_and_cpu(tmp_path, arch, device_map):
     assert (scorer.score(seq, torch.arange(39)) - want).abs().max().item() < 1e-9
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def wide_bfloat16_llama() -> torch.nn.Module:
+    """One layer of Llama-3-8B's width (hidden 4096) over a 32000-entry vocabulary on cuda:0, in
+    bfloat16, its head scaled so that logits reach 8 to 16 (bfloat16 ulps of 0.0625): GEMMs of
+    other shapes than the model's own round its logits differently (a model of hidden size 32 and
+    300 entries rounds alike whatever the shapes, and its check could not fail for rounding)."""
+    config = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=4096,
+        num_hidden_layers=1,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=256,
+    )
+    config._attn_implementation = attention.NAME
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to("cuda", torch.bfloat16).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4)
+    return model
+
+
+SHAPES = [(1, None), (3, 1000), (5, 4096), (11, 32000)]  # (head_chunk, vocab_tile)
+
+
 @pytest.mark.parametrize("head_dtype", [torch.bfloat16, torch.float32])
-def test_bfloat16_self_check_on_gpu(arch, head_dtype):
-    """GPU GEMMs of other shapes round logits differently: the rounding-aware check still passes."""
-    model = build_model(arch, 300, seed=3).to("cuda", torch.bfloat16)
-    TargetScorer(model, head_chunk=5, vocab_tile=64, head_dtype=head_dtype).check_against_full_forward()
+def test_bfloat16_self_check_on_a_wide_model(head_dtype):
+    """GPU GEMMs of other shapes round the logits differently (at least one of these shapes differs
+    from the model's own logits somewhere), and the rounding-aware check passes for every shape."""
+    model = wide_bfloat16_llama()
+    seq = (torch.arange(12) * 7919 % 32000).to("cuda")
+    with full_precision_reductions(), torch.inference_mode():
+        logits = model(input_ids=seq[None], use_cache=False).logits[0, :-1]
+        hidden = model.model(input_ids=seq[None], use_cache=False).last_hidden_state[0, :-1]
+    assert 8 <= logits.float().abs().max().item() < 64
+    differs = []
+    for chunk, tile in SHAPES:
+        like = TargetScorer(model, head_chunk=chunk, vocab_tile=tile, head_dtype=torch.bfloat16)
+        with full_precision_reductions(), torch.inference_mode(), like.head_ready():
+            tiles = torch.cat([t for _, t in like.logit_tiles(hidden[:chunk])], dim=1)
+        differs.append(int((tiles != logits[:chunk]).sum()))
+        TargetScorer(
+            model, head_chunk=chunk, vocab_tile=tile, head_dtype=head_dtype
+        ).check_against_full_forward()
+    assert any(differs), f"every head shape rounded like the model's own logits ({differs}): widen the model"
 
 
-@pytest.mark.parametrize("tokens", [8192, 16384])
-def test_sliding_window_attention_memory_on_gpu(tokens):
-    """No (n x n) mask: peak memory of a forward pass stays far below n^2 bytes."""
-    config = tiny_config("mistral", 300, max_positions=tokens)
+def test_a_wrong_head_fails_the_check_on_a_wide_model():
+    """The negative case: each vocabulary tile shifted by one entry (a tiling bug) fails the check."""
+    scorer = TargetScorer(wide_bfloat16_llama(), head_chunk=5, vocab_tile=4096, head_dtype=torch.bfloat16)
+    real = scorer.logit_tiles
+    scorer.logit_tiles = lambda hidden: ((v, t.roll(1, dims=1)) for v, t in real(hidden))
+    with pytest.raises(PipelineError, match="output head"):
+        scorer.check_against_full_forward()
+
+
+def test_the_float32_head_is_one_gemm_with_float32_output():
+    """On a GPU of compute capability 8.0 and up the float32 head of a bfloat16 model is
+    ``torch.mm(..., out_dtype=torch.float32)``: equal to the GEMM on upcast operands to float32
+    rounding (the products are exact in float32; only the order of the sums differs)."""
+    model = wide_bfloat16_llama()
+    assert float32_output_supported(torch.device("cuda", 0), torch.bfloat16)
+    hidden = torch.randn(64, 4096, device="cuda").to(torch.bfloat16)
+    weight = model.lm_head.weight
+    bias = torch.randn(32000, device="cuda").to(torch.bfloat16)
+    upcast = torch.nn.functional.linear(hidden.float(), weight.float(), bias.float())
+    mixed = float32_logits(hidden, weight, bias)
+    assert mixed.dtype == torch.float32
+    assert (mixed - upcast).abs().max().item() <= 1e-5 * upcast.abs().max().item()
+    scorer = TargetScorer(model, head_dtype=torch.float32)
+    assert scorer.uses_float32_output(hidden)
+    seq = (torch.arange(40) * 7919 % 32000).to("cuda")
+    upcast_scorer = TargetScorer(model, head_dtype=torch.float32)
+    upcast_scorer.float32_output = False
+    got, want = scorer.score(seq, torch.arange(39)), upcast_scorer.score(seq, torch.arange(39))
+    assert (got - want).abs().max().item() < 1e-4
+
+
+def peak_forward_bytes(model, tokens: int) -> int:
+    """Peak memory allocated by one forward pass of ``tokens`` tokens above what was allocated before
+    it, after a warm-up pass of the same length (kernels, cuBLAS's workspace and the allocator's
+    blocks exist before the measurement)."""
+    ids = torch.randint(2, 300, (1, tokens), device="cuda")
+    with torch.inference_mode():
+        model.model(input_ids=ids, use_cache=False)  # warm-up
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        model.model(input_ids=ids, use_cache=False)
+        torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def test_sliding_window_attention_memory_on_gpu(monkeypatch):
+    """No (n x n) mask: peak memory grows linearly with n (x2 per doubling plus a constant, never the
+    x4 of a quadratic term) and stays far below the n^2 bytes of one dense boolean mask. The
+    pipeline's own query blocks (512), not the tests' 8-token ones (conftest)."""
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 512)
+    config = tiny_config("mistral", 300, max_positions=32768)
     config.sliding_window, config.num_hidden_layers = 512, 1
     config._attn_implementation = attention.NAME
     model = AutoModelForCausalLM.from_config(config).to("cuda").eval()
-    ids = torch.randint(2, 300, (1, tokens), device="cuda")
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    with torch.inference_mode():
-        model.model(input_ids=ids, use_cache=False)
-    torch.cuda.synchronize()
-    assert torch.cuda.max_memory_allocated() - before < tokens * tokens // 8
+    peaks = {n: peak_forward_bytes(model, n) for n in (8192, 16384, 32768)}
+    print({n: f"{peak / 2**20:.1f} MiB" for n, peak in peaks.items()})
+    assert peaks[16384] < 2.5 * peaks[8192] and peaks[32768] < 2.5 * peaks[16384]
+    assert peaks[32768] < 32768 * 32768 // 8
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")

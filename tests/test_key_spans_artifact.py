@@ -21,7 +21,7 @@ from pipeline.artifact.writer import write_artifact
 from pipeline.errors import PipelineError
 from pipeline.reporting import keytoken_page, leaderboard, publish, refresh
 from pipeline.results.scores import read_scores
-from pipeline.score.sums import official_mean
+from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from tests.conftest import compose_config
 from tests.test_score import score
 
@@ -99,8 +99,11 @@ def test_publish_and_page(spans_artifact, tmp_path):
 
 def test_refresh_against_expected_values_in_the_official_aggregate(tiny_artifact, other_model_dir, tmp_path):
     row = score(other_model_dir, tiny_artifact, tmp_path)
-    mean = official_mean(row["documents"])
-    assert mean["ppl"] >= row["corpus"]["ppl"]  # a mean of exponentials: never below the pooled value
+    mean = official_aggregate(row["documents"])
+    # exp of the token-weighted mean log: the pooled value up to the weight of the unscored first token
+    # (none here: BOS), so equal to rounding; the older arithmetic mean is never below it
+    assert mean["ppl"] == pytest.approx(row["corpus"]["ppl"], rel=1e-9)
+    assert official_aggregate_before_a7082c3(row["documents"])["ppl"] >= mean["ppl"]
 
     def config(ppl: float, longppl: float):
         expected = f"{{ppl: {ppl}, longppl: {longppl}}}"
@@ -113,7 +116,7 @@ def test_refresh_against_expected_values_in_the_official_aggregate(tiny_artifact
                 "contents=null",
                 f"recorded={tmp_path / 'none.jsonl'}",
                 f"models=[{model}]",
-                "aggregate=documents",
+                "aggregate=official",
                 "tolerance=0.01",
                 "settings.dtype=float64",
                 "+settings.head_chunk=16",

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from pipeline import files
 from pipeline.artifact import reader as artifacts
@@ -300,3 +301,68 @@ def test_document_ids_never_place_pages_outside_the_views(run_stage1, write_corp
     assert page_name("../../escape").startswith("escape-") and len(page_name("x" * 300)) < 100
     index = (root / "views" / "index.html").read_text()
     assert index.count("<a href=") == 6 and ">../../escape</a>" in index
+
+
+def test_a_float16_overflow_is_an_error_naming_the_document_and_the_token(
+    tiny_model_dir, tokenizer, write_corpus, tmp_path
+):
+    """One token's embedding is beyond float16's range (65504): in float32 the model runs, in float16
+    its hidden states turn NaN (on the CPU every position: masked attention weights of 0 times NaN
+    values), and stage 1 stops at the first NaN log-prob with one line naming the document and the
+    token; nothing is written."""
+    from transformers import AutoModelForCausalLM
+
+    ids = tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+    probe = {k * 7919 % len(tokenizer) for k in range(12)}  # the self-check's tokens: left alone
+    token = next(i for i in ids[8:] if i not in probe and i not in tokenizer(TEXTS[2])["input_ids"])
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[token] *= 1e6
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    corpus = write_corpus([{"id": "ok", "text": TEXTS[2]}, {"id": "overflows", "text": TEXTS[0]}])
+    overrides = keytokens_overrides(tmp_path / "model", corpus, tmp_path / "out", "max_tokens=400")
+    run_keytokens(compose_keytokens([*overrides, "dtype=float32", "name=fp32"]))  # finite in float32
+    with pytest.raises(PipelineError) as info:
+        run_keytokens(compose_keytokens([*overrides, "dtype=float16"]))
+    assert re.fullmatch(
+        r"document 'overflows': the evaluator's long-context log-prob of token \d+ \(characters \d+-\d+\) "
+        r"is nan: overflow in a 16-bit dtype\? .*; the run stops before writing this document",
+        str(info.value),
+    )
+    assert not (tmp_path / "out" / "test" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("bos", [True, False])
+@pytest.mark.parametrize("which", ["long", "short"])
+def test_a_non_finite_logprob_names_its_token(tokenizer, which, bos):
+    """A model whose final hidden state is NaN at position 20 of the long pass (or of each short
+    window): the error names the first token whose log-prob reads it, in the text's tokens."""
+    from pipeline.definition import KeyTokenDefinition
+    from pipeline.keytokens.documents import Prepared
+    from pipeline.keytokens.tables import keytoken_tables
+    from pipeline.models.logprobs import TargetScorer
+    from pipeline.text.corpus import Document
+    from tests.conftest import build_model
+
+    enc = tokenizer(TEXTS[0], add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = np.array(enc["input_ids"]), np.array(enc["offset_mapping"])
+    item = Prepared(0, Document("d", TEXTS[0]), TEXTS[0], ids, offsets, "tokenizer", False)
+    n_seq, K, d, prefix = len(ids) + bos, 16, 8, int(bos)
+    model = build_model("llama", len(tokenizer))
+
+    def nan_at_20(module, args, output):
+        if (output.shape[1] == n_seq) == (which == "long") and output.shape[1] > 20:
+            output[:, 20] = np.nan
+        return output
+
+    model.model.norm.register_forward_hook(nan_at_20)
+    rule = KeyTokenDefinition(K=K, d=d, alpha=0.5, beta=-30.0, short_window_bos=bos)
+    # long: position 20 predicts sequence token 21; short: in the first window (start d, its BOS
+    # too), position 20 predicts sequence token d + 21 - prefix
+    token = (21 if which == "long" else d + 21 - prefix) - prefix
+    with pytest.raises(PipelineError) as info:
+        keytoken_tables(TargetScorer(model, head_chunk=16), item, rule, bos_id=0 if bos else None)
+    start, end = offsets[token]
+    where = f"token {token} (characters {start}-{end}) is nan"
+    assert str(info.value).startswith(f"document 'd': the evaluator's {which}-context log-prob of {where}")

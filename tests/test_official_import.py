@@ -16,7 +16,7 @@ from pipeline.artifact.schema import KEY_SPANS
 from pipeline.errors import PipelineError
 from pipeline.official.run import run as import_official
 from pipeline.official.span_files import merge_overlaps, parse_spans, read_span_folder
-from pipeline.score.sums import official_mean
+from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from tests.conftest import ROOT, compose_config
 
@@ -164,15 +164,53 @@ def test_imported_artifact_passes_the_check_and_scores_as_the_official_package(
         assert ours["n_key_tokens"] == (theirs["n_key_token"] or 0) and ours["n_tokens"] == theirs["n_token"]
         if theirs["longppl"] is not None:
             assert ours["longppl"] == pytest.approx(float(theirs["longppl"]), rel=1e-4)
-    # the corpus values as the official perplexity.py aggregates them
-    keyed = [o for o in official if o["longppl"] is not None]
-    expected_longppl = sum(o["longppl"] * o["n_key_token"] for o in keyed) / sum(
-        o["n_key_token"] for o in keyed
-    )
-    expected_ppl = sum(o["ppl"] * o["n_token"] for o in official) / sum(o["n_token"] for o in official)
-    mean = official_mean(row["documents"])
-    assert mean["longppl"] == pytest.approx(float(expected_longppl), rel=1e-4)
-    assert mean["ppl"] == pytest.approx(float(expected_ppl), rel=1e-4)
+    # the corpus values as the official perplexity.py combines them (since a7082c3), from its own outputs
+    theirs = perplexity_py(official)
+    assert official_aggregate(as_documents(official)) == pytest.approx(theirs, rel=1e-6)
+    assert official_aggregate(row["documents"]) == pytest.approx(theirs, rel=1e-4)
+    older = official_aggregate_before_a7082c3(row["documents"])
+    assert all(older[m] > theirs[m] * 1.001 for m in theirs)  # the older arithmetic mean: not the same
+    refresh_against(theirs, art.root, tiny_model_dir, tmp_path, "official")  # passes within 1e-4
+    with pytest.raises(PipelineError, match=r"tiny: ppl is .* now, expected .*relative tolerance 0\.0001"):
+        refresh_against(theirs, art.root, tiny_model_dir, tmp_path, "official_before_a7082c3")
+
+
+def perplexity_py(outputs: list[dict]) -> dict[str, float]:
+    """The official perplexity.py's corpus values from compute_longppl's outputs, as its code does them
+    since commit a7082c3: per-document values (float32) combined in log space with weights n_token
+    (PPL) and n_key_token (LongPPL); a document without key tokens is left out of LongPPL only."""
+    keyed = [o for o in outputs if o["longppl"] is not None]
+    out = {}
+    for metric, weight, rows in (("ppl", "n_token", outputs), ("longppl", "n_key_token", keyed)):
+        values = np.stack([o[metric] for o in rows])
+        weights = np.stack([o[weight] for o in rows])
+        out[metric] = float(np.exp((np.log(values) * weights).sum() / weights.sum()))
+    return out
+
+
+def as_documents(outputs: list[dict]) -> list[dict]:
+    """compute_longppl's outputs as the per-document values of a results line."""
+    return [
+        {
+            "ppl": float(o["ppl"]),
+            "n_tokens": o["n_token"],
+            "longppl": None if o["longppl"] is None else float(o["longppl"]),
+            "n_key_tokens": o["n_key_token"] or 0,
+        }
+        for o in outputs
+    ]
+
+
+def refresh_against(expected: dict, artifact: Path, model: Path, tmp_path: Path, aggregate: str) -> None:
+    """A refresh of ``model`` on ``artifact`` against ``expected`` values under ``aggregate``."""
+    from pipeline.reporting import refresh
+
+    values = ", ".join(f"{k}: {v!r}" for k, v in expected.items())
+    pinned = f"{{name: tiny, spec: '{model}', revision: null, expected: {{{values}}}}}"
+    overrides = [f"artifact={artifact}", "fingerprint=null", f"recorded={tmp_path / 'none.jsonl'}"]
+    overrides += [f"models=[{pinned}]", f"aggregate={aggregate}", "tolerance=1e-4", f"work_dir={tmp_path}"]
+    overrides += ["settings.add_bos=false", "settings.dtype=float64", "settings.device=cpu"]
+    refresh.run(compose_config("refresh", overrides))
 
 
 def test_a_shifted_text_fails_the_boundary_check(sources, tokenizer, tmp_path):

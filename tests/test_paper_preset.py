@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from pipeline.keytokens.settings import KeyTokenSettings
 from tests.conftest import compose_keytokens, run_keytokens
@@ -27,7 +28,8 @@ def test_paper_preset_composes_the_official_setup():
     assert (cfg.K, cfg.d, cfg.alpha, cfg.beta, cfg.gamma) == (4096, 1024, 2.0, -2.0, 5.0)
     # the selection is the corpus's, in reference-tokenizer tokens: none per evaluator
     assert (cfg.max_tokens, cfg.min_tokens, cfg.num_documents) == (None, 0, None)
-    settings = KeyTokenSettings.from_config(cfg)
+    assert (cfg.dtype, cfg.device) == ("bfloat16", "cuda")
+    settings = KeyTokenSettings.from_config(compose_keytokens(["preset=paper", "device=cpu"]))
     assert (
         settings.corpus.tokenized_with == "NousResearch/Llama-2-7b-hf"
         and settings.compute.head_dtype == "auto"
@@ -100,3 +102,23 @@ def test_every_evaluator_scores_the_same_texts(
     assert len(kept) == 3 and any(len(i) > 40 for i in kept)  # one row is cut by the reference tokenizer
     assert texts["same"] == texts["other"]
     assert [t for _, t in texts["same"]] == [tokenizer.batch_decode([i[:40]])[0] for i in kept]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+def test_the_paper_preset_without_a_gpu_stops_at_once_unless_the_cpu_is_chosen():
+    """No silent bfloat16 on the CPU: one line, before the corpus or the evaluator loads (offline, a
+    Hub corpus would otherwise fail first); device=cpu is the visible choice."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cmd = [sys.executable, "-m", "pipeline.keytokens", "preset=paper", "evaluator=llama3.1-8b"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and lines == [
+        "error: device=cuda but no CUDA GPU is visible (preset=paper asks for one): pass device=cpu to "
+        "run on the CPU anyway (in dtype=bfloat16: slow, and its rounding is not a GPU's)"
+    ], proc.stderr
+    settings = KeyTokenSettings.from_config(compose_keytokens(["preset=paper", "device=cpu"]))
+    assert (settings.compute.device, settings.compute.dtype) == ("cpu", "bfloat16")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -92,3 +94,60 @@ def test_placement_arguments():
     assert placement.from_pretrained_placement(cuda1, None, None) == {"device_map": {"": "cuda:1"}}
     assert placement.from_pretrained_placement(torch.device("cpu"), None, None) == {}
     assert placement.from_pretrained_placement(torch.device("cpu"), "auto", None) == {"device_map": "auto"}
+
+
+GiB = 2**30
+
+
+@pytest.fixture
+def eight_gpus(monkeypatch):
+    """Eight 80 GiB GPUs with 79 GiB free each, and 500 GiB of available host memory."""
+    import psutil
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda g: (79 * GiB, 80 * GiB))
+    memory = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=500 * GiB))
+
+
+def test_max_memory_leaves_headroom_on_each_gpu_and_offers_the_host(eight_gpus):
+    """A rank's slice of 4 GPUs: each GPU's free memory less 10% of its total (8 GiB), and the
+    slice's half of 90% of the host's available memory; the whole node when no slice is given."""
+    budget = placement.max_memory([4, 5, 6, 7])
+    assert list(budget) == [4, 5, 6, 7, "cpu"]
+    assert all(budget[g] == 79 * GiB - 8 * GiB for g in (4, 5, 6, 7))
+    assert budget["cpu"] == int(500 * GiB * 0.9 * 0.5)
+    kwargs = placement.from_pretrained_placement(torch.device("cuda", 4), "auto", [4, 5, 6, 7])
+    assert kwargs == {"device_map": "auto", "max_memory": budget}
+    everything = placement.from_pretrained_placement(torch.device("cuda", 0), "auto", None)["max_memory"]
+    assert list(everything) == [*range(8), "cpu"] and everything["cpu"] == int(500 * GiB * 0.9)
+
+
+def test_a_small_gpu_keeps_at_least_2_gib_free(monkeypatch, eight_gpus):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda g: (15 * GiB, 16 * GiB))
+    assert placement.max_memory([0])[0] == 13 * GiB
+
+
+def test_what_does_not_fit_the_gpus_goes_to_host_memory_not_disk():
+    """accelerate's device map of a model a little larger than its GPU budget (a tiny Llama on the
+    meta device; accelerate plans for GPU 0 whether or not it is there): with a ``cpu`` entry the
+    rest goes to host memory; with the old budget (every GPU's whole memory, no ``cpu``) it went
+    straight to disk."""
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import tiny_config
+
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(tiny_config("llama", 4000))
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    layers = ["LlamaDecoderLayer"]
+    with warnings.catch_warnings():  # the offloaded layers' 32-byte buffers do not fit either
+        warnings.simplefilter("ignore")
+        old = infer_auto_device_map(model, max_memory={0: size}, no_split_module_classes=layers)
+        new = infer_auto_device_map(
+            model, max_memory={0: size, "cpu": 10 * size}, no_split_module_classes=layers
+        )
+    assert "disk" in old.values()
+    assert set(new.values()) == {0, "cpu"}

@@ -137,7 +137,7 @@ def test_reports_bad_settings(tiny_artifact, tmp_path):
     refresh = bad_settings("pipeline.reporting.refresh", tmp_path / "r", "tolerance=0,0.1", "aggregate=mean")
     assert refresh == {
         "setting tolerance=0: Input should be greater than 0",
-        "setting aggregate='mean': Input should be 'pooled' or 'documents'",
+        "setting aggregate='mean': Input should be 'pooled', 'official' or 'official_before_a7082c3'",
     }
     show = bad_settings(
         "pipeline.reporting.keytoken_page", tmp_path / "s", f"artifact={tiny_artifact}", "all=maybe"

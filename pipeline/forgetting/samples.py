@@ -34,8 +34,10 @@ class Sample:
 
 def grid_lengths(grid: str, n: int, max_length: int, min_length: int = 8) -> list[int]:
     """The test lengths: linear ``max*k//n`` for k = 1..n (the paper's l/n, 2l/n, ..., l) or ``n``
-    log-spaced lengths from ``min_length`` to ``max`` (the reference's geomspace); duplicates
-    after rounding are dropped."""
+    log-spaced lengths from ``min_length`` to ``max`` as the reference computes them,
+    ``np.geomspace(min, max, n, dtype=int)``: the points truncated to integers (8, 15, 31, 63, ...,
+    1023, 2047, 4094 for 8 to 4094, n = 10), so curves compare point by point with its published
+    ones; duplicates are dropped (the reference's ``np.unique``). n = 1 is ``max`` alone."""
     if grid not in GRIDS:
         raise PipelineError(f"grid={grid!r}: use linear or log")
     if n < 1:
@@ -46,8 +48,8 @@ def grid_lengths(grid: str, n: int, max_length: int, min_length: int = 8) -> lis
         lengths = [max_length * k // n for k in range(1, n + 1)]
     else:
         low = min(max(1, min_length), max_length)
-        points = np.geomspace(low, max_length, num=n) if n > 1 else np.array([max_length])
-        lengths = np.rint(points).astype(int).tolist()
+        points = np.geomspace(low, max_length, num=n, dtype=int) if n > 1 else np.array([max_length])
+        lengths = points.tolist()
     return sorted({x for x in lengths if x >= 1})
 
 

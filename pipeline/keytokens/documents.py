@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from pipeline.artifact.schema import settings_fingerprint
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.keytokens.settings import Documents
 from pipeline.models.loading import LoadedModel, dtype_name, resolve_head_dtype
+from pipeline.models.placement import gpu_record
 from pipeline.provenance import library_versions, text_sha256
 from pipeline.settings import Compute
 from pipeline.text.corpus import CorpusSpec, Document
@@ -113,9 +115,11 @@ def settings_record(
     """The manifest's ``settings``: what the numbers depend on, and where the inputs came from. The
     dtypes and the device type are the resolved ones (``dtype=auto`` runs in bfloat16 on CUDA and
     float32 on a CPU: a run resumed elsewhere must not mix them); the device index is not (ranks run
-    on different GPUs of one kind), it is in the manifest's ``run``."""
+    on different GPUs of one kind), it is in the manifest's ``run``. A 16-bit or GPU run records what
+    else its numbers depend on (``numerics_record``)."""
     head_dtype = resolve_head_dtype(compute.head_dtype, lm.dtype, lm.device)
     return {
+        **numerics_record(lm, compute, head_dtype),
         **definition.record(),
         "max_tokens": documents.max_tokens,
         "min_tokens": documents.min_tokens,
@@ -129,6 +133,21 @@ def settings_record(
         "documents": [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared],
         "libraries": {k: v for k, v in library_versions().items() if k in ("torch", "transformers")},
     }
+
+
+def numerics_record(lm: LoadedModel, compute: Compute, head_dtype: torch.dtype) -> dict[str, Any]:
+    """``numerics``: what the numbers of a run in a 16-bit dtype or on a GPU depend on beyond its
+    settings, so that a run resumed with other kernels stops (``ArtifactWriter``) instead of mixing
+    them. In 16 bits the head's blocks and the window batches are GEMM shapes, which round
+    differently (0.06 nats per bfloat16 ulp of a logit of 8 to 16, against LSD thresholds); on a GPU
+    the GPU's name, CUDA and cuBLAS's reductions choose the kernels (``gpu_record``). A CPU run in
+    float32 or float64 records none of it (its blocks move log-probs by float32 rounding at most,
+    tests/test_numerics_record.py), so its fingerprint is unchanged."""
+    sixteen_bit = min(lm.dtype.itemsize, head_dtype.itemsize) < 4
+    gpu = gpu_record(lm.model)
+    if not (sixteen_bit or gpu):
+        return {}
+    return {"numerics": {**compute.record(), **gpu}}
 
 
 def document_records(prepared: list[Prepared]) -> list[dict[str, Any]]:

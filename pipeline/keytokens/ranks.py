@@ -1,5 +1,5 @@
-"""Data parallelism for the keytokens stage: ranks from ``torchrun``, GPU binding, deterministic document
-assignment, barriers.
+"""Data parallelism for the keytokens stage: ranks from ``torchrun`` (or Slurm's ``srun`` with the
+process-group variables exported), GPU binding, deterministic document assignment, barriers.
 
 With ``torchrun --nproc_per_node=N`` every rank scores its own documents and writes its own parts;
 rank 0 writes the tables and the manifest once every rank has finished. Without torchrun there is
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -56,12 +57,11 @@ def init_ranks(use_cuda: bool) -> Ranks:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Ranks()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = int(_first(os.environ, "LOCAL_RANK", "SLURM_LOCALID") or 0)
     gpus: list[int] = []
     kwargs: dict[str, Any] = {}
     if use_cuda:
-        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        gpus = local_gpus(local_rank, per_node, torch.cuda.device_count())
+        gpus = rank_gpus(os.environ, torch.cuda.device_count())
         device = torch.device("cuda", gpus[0])
         torch.cuda.set_device(device)
         kwargs["device_id"] = device
@@ -71,6 +71,34 @@ def init_ranks(use_cuda: bool) -> Ranks:
     return Ranks(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local_rank, gpus=tuple(gpus))
 
 
+def _first(env: Mapping[str, str], *names: str) -> str | None:
+    return next((env[name] for name in names if env.get(name)), None)
+
+
+def rank_gpus(env: Mapping[str, str], count: int) -> list[int]:
+    """This rank's GPUs among the ``count`` it sees, from its launcher's environment.
+
+    The local rank is ``LOCAL_RANK`` (torchrun) or ``SLURM_LOCALID`` (srun), the processes per node
+    ``LOCAL_WORLD_SIZE`` or ``SLURM_NTASKS_PER_NODE``. A Slurm task (not under torchrun) that was given
+    its own GPUs (``--gpus-per-task``: ``SLURM_GPUS_PER_TASK``, or fewer GPUs visible than tasks on
+    the node) takes every GPU it sees; otherwise a rank takes its equal slice of the node's GPUs
+    (``local_gpus``), one GPU per rank when the processes per node are not known."""
+    local_rank = int(_first(env, "LOCAL_RANK", "SLURM_LOCALID") or 0)
+    known = _first(env, "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE")
+    per_node = int(known) if known else None
+    if count < 1:
+        raise PipelineError("no CUDA GPU is visible to this process: use device=cpu")
+    slurm_task = "SLURM_LOCALID" in env and "TORCHELASTIC_RUN_ID" not in env
+    own = env.get("SLURM_GPUS_PER_TASK") or (per_node is not None and per_node > count)
+    if slurm_task and own:
+        return list(range(count))
+    if per_node is None:
+        if count == 1:
+            return [0]
+        per_node = count
+    return local_gpus(local_rank, per_node, count)
+
+
 def local_gpus(local_rank: int, per_node: int, count: int) -> list[int]:
     """A rank's equal slice of its node's ``count`` GPUs, with ``per_node`` ranks per node: with 8
     GPUs and 2 ranks, rank 1 gets 4-7 (GPUs left over by an uneven split stay unused)."""
@@ -78,6 +106,11 @@ def local_gpus(local_rank: int, per_node: int, count: int) -> list[int]:
         raise PipelineError(
             f"{per_node} processes per node (NPROC) but {count} GPU(s) visible: each process needs at "
             f"least one GPU; use NPROC<={count}, or device=cpu"
+        )
+    if not 0 <= local_rank < per_node:
+        raise PipelineError(
+            f"local rank {local_rank} of {per_node} processes per node: set LOCAL_WORLD_SIZE (or "
+            "SLURM_NTASKS_PER_NODE) to the number of processes on each node"
         )
     share = count // per_node
     return list(range(local_rank * share, (local_rank + 1) * share))

@@ -25,7 +25,7 @@ from pipeline.keytokens import ranks as distributed
 from pipeline.keytokens.documents import Prepared, Selection, document_records, select
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.models.loading import LoadedModel, is_local_model
+from pipeline.models.loading import LoadedModel, is_gguf, is_local_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
 from pipeline.text.corpus import load_corpus
@@ -101,17 +101,19 @@ def wants_cuda(device: str) -> bool:
 
 
 def load_evaluator(settings: KeyTokenSettings, ranks: distributed.Ranks) -> LoadedModel:
-    """Load the evaluator; with several ranks, rank 0 first (it converts a GGUF once for all), and
-    each rank on its own slice of the node's GPUs (one GPU, or several with device_map=auto)."""
+    """Load the evaluator on each rank's own slice of the node's GPUs (one GPU, or several with
+    device_map=auto), all ranks at once; a GGUF evaluator (its one-time conversion into the cache)
+    on rank 0 first, the others once it is done."""
     gpus, compute = None, settings.compute
     if ranks.gpus:
         gpus = list(ranks.gpus)
         if not settings.evaluator.device_map:
             compute = dataclasses.replace(compute, device=f"cuda:{gpus[0]}")
-    if not ranks.is_main:
+    converts = is_gguf(settings.evaluator.spec)  # the same on every rank: they all meet the barrier
+    if converts and not ranks.is_main:
         ranks.barrier()
     lm = settings.evaluator.load(compute, gpus=gpus)
-    if ranks.is_main:
+    if converts and ranks.is_main:
         ranks.barrier()
     return lm
 

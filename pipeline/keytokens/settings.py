@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import torch
 from omegaconf import OmegaConf
 from pydantic import Field
 from pydantic.dataclasses import dataclass
@@ -59,6 +60,12 @@ class KeyTokenSettings:
             documents=parse(Documents, plain),
             output=parse(Output, plain),
         )
+        if settings.compute.device.startswith("cuda") and not torch.cuda.is_available():
+            raise PipelineError(
+                f"device={settings.compute.device} but no CUDA GPU is visible (preset=paper asks for one): "
+                f"pass device=cpu to run on the CPU anyway (in dtype={settings.compute.dtype}: slow, and "
+                "its rounding is not a GPU's)"
+            )
         max_tokens, K = settings.documents.max_tokens, settings.definition.K
         if max_tokens is not None and max_tokens < K:
             raise PipelineError(

@@ -139,7 +139,8 @@ def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) ->
         window = attention_mask
         blocks = [(a, min(a + QUERY_BLOCK, q_len)) for a in range(0, q_len, QUERY_BLOCK)]
         spans = [window.span(a, b) for a, b in blocks]
-        masks = [window.band(a, b, query.device).expand(query.shape[0], -1, -1, -1) for a, b in blocks]
+        # one block's band at a time: O(QUERY_BLOCK x (QUERY_BLOCK + size)), never all of them at once
+        masks = (window.band(a, b, query.device).expand(query.shape[0], -1, -1, -1) for a, b in blocks)
     elif attention_mask is None or attention_mask.dtype != torch.bool or q_len <= QUERY_BLOCK:
         if softcap is None:
             return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

@@ -136,15 +136,15 @@ def is_local_model(spec: str) -> bool:
     return spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
 
 
+def is_gguf(spec: str) -> bool:
+    """True when loading ``spec`` may convert a GGUF file first (an embedded model or a .gguf file)."""
+    return spec in EMBEDDED_MODELS or spec.endswith(".gguf")
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    dtypes = {
-        "float32": torch.float32,
-        "float64": torch.float64,
-        "bfloat16": torch.bfloat16,
-        "float16": torch.float16,
-    }
+    dtypes = {dtype: getattr(torch, dtype) for dtype in ("float32", "float64", "bfloat16", "float16")}
     if name not in dtypes:
         raise PipelineError(f"unknown dtype '{name}': use one of auto, {', '.join(dtypes)}")
     return dtypes[name]

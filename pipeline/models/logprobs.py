@@ -26,10 +26,11 @@ import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
+from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.loading import LoadedModel, resolve_head_dtype
 from pipeline.models.pairing import check_token_ids, embedding_rows
 from pipeline.models.placement import execution_device, loaded_weights
-from pipeline.models.precision import rounding_tolerance
+from pipeline.models.precision import full_precision_reductions, rounding_tolerance
 from pipeline.settings import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, DEFAULT_WINDOW_BATCH_TOKENS, Compute
 
 
@@ -92,6 +93,9 @@ class TargetScorer:
         self.input_device = execution_device(model.get_input_embeddings())
         self.embedding_rows = embedding_rows(model)
         self.window_batch_tokens = window_batch_tokens
+        # A float32 head over 16-bit weights as one GEMM with float32 output where the device has it
+        # (``uses_float32_output``); False: always on upcast operands (benchmarks compare the two).
+        self.float32_output = True
 
     @torch.inference_mode()
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -141,13 +145,33 @@ class TargetScorer:
         weight, bias = self.head.weight, self.head.bias
         if weight.device.type == "meta":
             raise PipelineError("the output head is offloaded: call logit_tiles inside head_ready()")
-        hidden = hidden.to(weight.device, self.head_dtype)
+        hidden = hidden.to(weight.device)
+        mixed = self.uses_float32_output(hidden)
+        if not mixed:
+            hidden = hidden.to(self.head_dtype)
         tile = self.vocab_tile or self.vocab_size
         for v in range(0, self.vocab_size, tile):
             w = slice(v, v + tile)
-            b = None if bias is None else bias[w].to(self.head_dtype)
-            logits = torch.nn.functional.linear(hidden, weight[w].to(self.head_dtype), b)
+            if mixed:
+                logits = float32_logits(hidden, weight[w], None if bias is None else bias[w])
+            else:
+                b = None if bias is None else bias[w].to(self.head_dtype)
+                logits = torch.nn.functional.linear(hidden, weight[w].to(self.head_dtype), b)
             yield v, self.post(logits)
+
+    def uses_float32_output(self, hidden: torch.Tensor) -> bool:
+        """Whether the float32 head runs as a 16-bit GEMM with float32 accumulation and output
+        (``float32_logits``) rather than on upcast operands: a float32 head over 16-bit weights and
+        hidden states of their dtype, where the device has the operation (CUDA) and
+        ``float32_output`` is on."""
+        weight = self.head.weight
+        return (
+            self.float32_output
+            and self.head_dtype == torch.float32
+            and hidden.dtype == weight.dtype
+            and (self.head.bias is None or self.head.bias.dtype == weight.dtype)
+            and float32_output_supported(weight.device, weight.dtype)
+        )
 
     def _tiled(self, hidden: torch.Tensor, targets: torch.Tensor, work_dtype: torch.dtype) -> torch.Tensor:
         """Target log-probs over vocabulary tiles (running max and sum of exponentials), no host sync."""
@@ -174,25 +198,35 @@ class TargetScorer:
 
     def check_against_full_forward(self, length: int = 12) -> None:
         """Guard: the chunked head must reproduce the model's own logits on a short probe, up to
-        rounding (``rounding_tolerance``). The model's logits come from its head in its own dtype;
-        this head is checked in that dtype too (like with like), and in ``head_dtype`` if other."""
+        rounding (``rounding_tolerance``, of a soft-capped head counted from its cap). The model's
+        logits come from its head in its own dtype; this head is checked in that dtype too (like with
+        like), and in ``head_dtype`` if other. 16-bit GEMMs reduce in float32 meanwhile
+        (``full_precision_reductions``), so that each logit is one rounding of its sum."""
         seq = torch.arange(length, dtype=torch.long) * 7919 % self.vocab_size
         positions = torch.arange(length - 1)
-        with torch.inference_mode():
-            logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
-        ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
-        tolerance = rounding_tolerance(logits).cpu()
-        like = TargetScorer(
-            self.model, self.head_chunk, self.vocab_tile, logits.dtype, self.window_batch_tokens
-        )
-        for scorer in (like, self) if self.head_dtype != logits.dtype else (self,):
-            diff = (scorer.score(seq, positions) - ref).abs()
-            if (diff > tolerance).any():
+        with full_precision_reductions():
+            with torch.inference_mode():
+                logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
+            ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)
+            if not torch.isfinite(ref).all():
                 raise PipelineError(
-                    f"{type(self.model).__name__}: chunked log-probs (head in {scorer.head_dtype}) differ "
-                    f"from the model's own logits by {diff.max().item():.2e}, more than rounding explains; "
-                    "its output head does something this pipeline does not know"
+                    f"{type(self.model).__name__} gives non-finite log-probs for a {length}-token probe in "
+                    f"{logits.dtype} (overflow? float16 overflows where bfloat16 and float32 do not)"
                 )
+            tolerance = rounding_tolerance(
+                logits, getattr(self.model.config, "final_logit_softcapping", None)
+            )
+            like = TargetScorer(
+                self.model, self.head_chunk, self.vocab_tile, logits.dtype, self.window_batch_tokens
+            )
+            for scorer in (like, self) if self.head_dtype != logits.dtype else (self,):
+                diff = (scorer.score(seq, positions) - ref).abs()
+                if not (diff <= tolerance.cpu()).all():
+                    raise PipelineError(
+                        f"{type(self.model).__name__}: chunked log-probs (head in {scorer.head_dtype}) "
+                        f"differ from the model's own logits by {diff.max().item():.2e}, more than "
+                        "rounding explains; its output head does something this pipeline does not know"
+                    )
 
 
 def scorer_for(model: LoadedModel | torch.nn.Module, compute: Compute) -> TargetScorer:

@@ -73,17 +73,42 @@ def from_pretrained_placement(
     device: torch.device, device_map: Any | None, gpus: list[int] | None
 ) -> dict[str, Any]:
     """``from_pretrained`` arguments that put the model where it will run. A device map shards it
-    (over ``gpus`` only, when given: one slice per data-parallel rank); one CUDA device gets
-    ``device_map={"": device}``, so the weights go straight to the GPU instead of through host
-    memory; on the CPU nothing (the model is loaded there)."""
+    over ``gpus`` (one slice per data-parallel rank; None: every visible GPU) within ``max_memory``;
+    one CUDA device gets ``device_map={"": device}``, so the weights go straight to the GPU instead
+    of through host memory; on the CPU nothing (the model is loaded there)."""
     if device_map:
         kwargs: dict[str, Any] = {"device_map": device_map}
-        if gpus is not None:
-            kwargs["max_memory"] = {g: torch.cuda.get_device_properties(g).total_memory for g in gpus}
+        if gpus is None and torch.cuda.is_available():
+            gpus = list(range(torch.cuda.device_count()))
+        if gpus:
+            kwargs["max_memory"] = max_memory(gpus)
         return kwargs
     if device.type == "cuda":
         return {"device_map": {"": str(device)}}
     return {}
+
+
+GPU_HEADROOM = 0.10  # of each GPU's total memory kept free of weights, and at least
+GPU_HEADROOM_MIN = 2 * 2**30  # bytes
+HOST_SHARE = 0.90  # of the host's available memory offered to offloaded layers
+
+
+def max_memory(gpus: list[int]) -> dict[int | str, int]:
+    """accelerate's budget for a device map over ``gpus`` (a rank's slice): each GPU's free memory less
+    a headroom of 10% of its total (8 GiB of an 80 GiB H100; at least 2 GiB) for the CUDA context,
+    NCCL, the caching allocator and the activations of a 32k-token forward (a 72B model's MLP alone
+    holds about 6 GiB), and ``cpu``: the slice's share of 90% of the host's available memory, so that
+    layers that do not fit go to host memory before the disk. A dict without ``cpu`` gets no CPU
+    tier from accelerate: what does not fit goes straight to disk."""
+    import psutil
+
+    budget: dict[int | str, int] = {}
+    for g in gpus:
+        free, total = torch.cuda.mem_get_info(g)
+        budget[g] = max(0, free - max(int(total * GPU_HEADROOM), GPU_HEADROOM_MIN))
+    share = len(gpus) / max(torch.cuda.device_count(), len(gpus), 1)
+    budget["cpu"] = int(psutil.virtual_memory().available * HOST_SHARE * share)
+    return budget
 
 
 def describe(model: Any, device: torch.device) -> str:
@@ -94,3 +119,27 @@ def describe(model: Any, device: torch.device) -> str:
         return str(device)
     places = ["disk" if d == "disk" else str(_as_device(d)) for d in mapping.values()]
     return ",".join(dict.fromkeys(places))
+
+
+def gpu_record(model: torch.nn.Module) -> dict[str, Any]:
+    """What a model's GPU numbers depend on beyond the settings and the library versions: the GPUs
+    it runs on (their names: kernels and rounding differ between models of GPU), the CUDA version and
+    cuBLAS's reduction settings. Empty for a model with no weights on a GPU (the CPU's record is
+    unchanged)."""
+    devices = {p.device for p in model.parameters() if p.device.type == "cuda"}
+    for hook in (getattr(m, "_hf_hook", None) for m in model.modules()):
+        device = getattr(hook, "execution_device", None)
+        if device is not None and _as_device(device).type == "cuda":
+            devices.add(_as_device(device))
+    if not devices:
+        return {}
+    matmul = torch.backends.cuda.matmul
+    return {
+        "gpus": sorted({torch.cuda.get_device_name(d) for d in devices}),
+        "cuda": torch.version.cuda,
+        "matmul": {
+            "allow_tf32": matmul.allow_tf32,
+            "allow_bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
+            "allow_fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
+        },
+    }

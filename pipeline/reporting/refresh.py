@@ -10,8 +10,9 @@ parallel processes, ``launcher=slurm`` as cluster jobs. Each of PPL, LongPPL and
 match its recorded value within the stated relative tolerance; otherwise the refresh fails, naming the
 model and the metric. A model may instead give ``expected`` values (e.g. a paper's table): only those
 metrics are compared, on the corpus values the refresh's ``aggregate`` names (``pooled``: this
-project's; ``documents``: per-document values weighted by token counts, as the official
-``perplexity.py``).
+project's; ``official``: the per-document values combined as the official ``perplexity.py`` does since
+its commit a7082c3, whose README table the official refreshes pin; ``official_before_a7082c3``: the
+arithmetic mean of the code before it, that of the paper's Table 5).
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ from pipeline.errors import PipelineError
 from pipeline.files import strict_json
 from pipeline.models.loading import ModelChoice
 from pipeline.results import scores as results
-from pipeline.score.sums import official_mean
+from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from pipeline.settings import Text, parse
 
-AGGREGATES = ("pooled", "documents")
+# How a result's per-document values combine into the corpus values a refresh compares (None: the
+# corpus values as recorded, this project's pooled ones).
+AGGREGATES = {
+    "pooled": None,
+    "official": official_aggregate,
+    "official_before_a7082c3": official_aggregate_before_a7082c3,
+}
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
@@ -64,7 +71,7 @@ class Refresh:
     models: list[dict[str, Any]]
     fingerprint: Text | None = None
     contents: Text | None = None
-    aggregate: Literal[AGGREGATES] = "pooled"
+    aggregate: Literal[tuple(AGGREGATES)] = "pooled"
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     record: bool = False
     launcher: str | None = None
@@ -138,9 +145,8 @@ def score_all(refresh: Refresh, models: list[PinnedModel]) -> list[dict[str, Any
 
 def corpus_values(row: dict[str, Any], aggregate: str) -> dict[str, Any]:
     """A result's corpus values under the refresh's ``aggregate``."""
-    if aggregate == "documents":
-        return {**row["corpus"], **official_mean(row["documents"])}
-    return row["corpus"]
+    combine = AGGREGATES[aggregate]
+    return {**row["corpus"], **combine(row["documents"])} if combine else row["corpus"]
 
 
 def compare(

@@ -13,6 +13,7 @@ from pipeline.artifact.reader import ArtifactDocument
 from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, dtype_name
 from pipeline.models.logprobs import TargetScorer, context_limited_logprobs
+from pipeline.models.precision import first_non_finite
 from pipeline.score import bpb
 from pipeline.score.sums import DocumentScore, Sums, grid_label
 from pipeline.settings import ScoreSettings
@@ -93,7 +94,7 @@ def sequence_logprobs(
     (None: all before them); a non-finite one is an error."""
     logprobs = context_limited_logprobs(scorer, sequence.seq, context_limit, bos_id=sequence.bos)
     logprobs = logprobs[sequence.n_prefix :]
-    check_finite(logprobs[0 if sequence.n_prefix else 1 :], doc_id, lm)
+    check_finite(logprobs, 0 if sequence.n_prefix else 1, doc_id, lm)
     return ModelTokens(
         sequence.text,
         sequence.n_tokens,
@@ -172,13 +173,14 @@ def document_score(doc_id: str, tokens: ModelTokens, aligned: TokenAlignment) ->
     return result
 
 
-def check_finite(logprobs: np.ndarray, doc_id: str, lm: LoadedModel) -> None:
-    """A NaN or infinite log-prob (overflow in a low precision) is an error, never a skipped token."""
-    bad = np.flatnonzero(~np.isfinite(logprobs))
-    if bad.size:
+def check_finite(logprobs: np.ndarray, first: int, doc_id: str, lm: LoadedModel) -> None:
+    """A NaN or infinite log-prob from token ``first`` on (overflow in a low precision) is an error
+    naming the token, never a skipped token."""
+    at = first_non_finite(logprobs[first:])
+    if at is not None:
         raise PipelineError(
-            f"document '{doc_id}': {lm.source.spec} gives a log-probability of {logprobs[bad[0]]} for one "
-            f"of its tokens (overflow in {dtype_name(lm.dtype)}?): try dtype=float32"
+            f"document '{doc_id}': {lm.source.spec} gives a log-probability of {logprobs[first + at]} for "
+            f"its token {first + at} (overflow in {dtype_name(lm.dtype)}?): try dtype=float32"
         )
 
 

@@ -21,6 +21,7 @@ from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, dtype_name, eval_mode
 from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.models.pairing import worse_than_uniform
+from pipeline.models.placement import gpu_record
 from pipeline.score.documents import ModelTokens, model_logprobs, score_tokens
 from pipeline.score.sums import corpus_summary
 from pipeline.settings import Compute, ScoreSettings
@@ -148,13 +149,14 @@ def settings_record(
     settings: ScoreSettings, compute: Compute, lm: LoadedModel, scorer: TargetScorer
 ) -> dict[str, Any]:
     """What a result records of how it was computed: the score settings, the head blocks and window
-    batches, the resolved dtypes and where the model ran."""
+    batches, the resolved dtypes and where the model ran (on a GPU: which, ``gpu_record``)."""
     return {
         **settings.record(),
         **compute.record(),
         "dtype": dtype_name(lm.dtype),
         "head_dtype": dtype_name(scorer.head_dtype),
         "device": lm.placement,
+        **gpu_record(lm.model),
     }
 
 

@@ -107,13 +107,40 @@ def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
     }
 
 
-def official_mean(documents: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The corpus values as the official ``perplexity.py`` reports them: per-document PPL weighted by
-    the document's token count, per-document LongPPL by its key-token count (not the exponential of
-    the pooled mean NLL that ``corpus_summary`` gives; by Jensen's inequality never smaller)."""
+def _weighted_per_document(
+    documents: list[dict[str, Any]], metric: str, weight: str
+) -> list[tuple[float, int]]:
+    """(per-document value, weight) of the documents that have both, as the official loop keeps them:
+    a document without key tokens is left out of LongPPL and kept in PPL."""
+    return [(d[metric], d[weight]) for d in documents if d[metric] is not None and d[weight]]
+
+
+OFFICIAL_WEIGHTS = (("ppl", "n_tokens"), ("longppl", "n_key_tokens"))
+
+
+def official_aggregate(documents: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The corpus values as the official ``perplexity.py`` reports them since its commit a7082c3 ("fix
+    bug in calculating ppl"; README table at 1decd2a, the commit of the shipped span files): the
+    per-document values combined as exp(sum_i n_i ln v_i / sum_i n_i), with n_i the document's tokens
+    for PPL (all of them, the unscored first one too) and its key tokens for LongPPL. That is the
+    exponential of the token-weighted mean NLL, within about 1e-10 of ``corpus_summary``'s pooled
+    value on the paper's documents (the weights are n_i, not the n_i - 1 tokens scored without BOS)."""
     out: dict[str, float | None] = {}
-    for metric, weight in (("ppl", "n_tokens"), ("longppl", "n_key_tokens")):
-        pairs = [(d[metric], d[weight]) for d in documents if d[metric] is not None and d[weight]]
+    for metric, weight in OFFICIAL_WEIGHTS:
+        pairs = _weighted_per_document(documents, metric, weight)
+        total = sum(w for _, w in pairs)
+        out[metric] = math.exp(sum(w * math.log(v) for v, w in pairs) / total) if total else None
+    return out
+
+
+def official_aggregate_before_a7082c3(documents: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The corpus values of the paper's Table 5 and of the official README before commit a7082c3
+    (e.g. Qwen2-7B: LongPPL 2.99 / 2.73 / 2.29, PPL 4.97): the token-weighted *arithmetic* mean of the
+    per-document values, sum_i n_i v_i / sum_i n_i (same weights as ``official_aggregate``); by
+    Jensen's inequality never below it. Compare the paper's printed table with this one only."""
+    out: dict[str, float | None] = {}
+    for metric, weight in OFFICIAL_WEIGHTS:
+        pairs = _weighted_per_document(documents, metric, weight)
         total = sum(w for _, w in pairs)
         out[metric] = sum(v * w for v, w in pairs) / total if total else None
     return out

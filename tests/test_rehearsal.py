@@ -1,0 +1,98 @@
+"""The rehearsal of the paper's run (`make rehearse-paper`, bench/rehearse_paper.py) fails when a paper
+setting is broken: its checks on the configs, an artifact's settings and its texts, run here on small
+inputs (the rehearsal itself takes minutes and is its own make target)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from bench.rehearsal_checks import (
+    OFFICIAL_SCORING,
+    PAPER,
+    PAPER_CONFIG,
+    RehearsalFailure,
+    check_texts,
+    check_values,
+)
+from tests.conftest import compose_config
+
+
+def composed(name: str, overrides: list[str]) -> dict:
+    return OmegaConf.to_container(compose_config(name, overrides), resolve=True)
+
+
+def test_the_configs_are_the_paper_run():
+    from bench.rehearse_paper import preflight
+
+    preflight([])
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ("short_window_bos=true", "short_window_bos=True (the paper's: False)"),
+        ("corpus.max_ids=32768", "corpus.max_ids=32768 (the paper's: 32767)"),
+        ("K=2048", "K=2048 (the paper's: 4096)"),
+        ("max_tokens=32768", "max_tokens=32768 (the paper's: None)"),
+        ("device=auto", "device='auto' (the paper's: 'cuda')"),
+    ],
+)
+def test_a_broken_preset_setting_fails_the_rehearsal(override, problem):
+    from bench.rehearse_paper import preflight
+
+    with pytest.raises(
+        RehearsalFailure,
+        match="preset=paper is not the paper's run: .*" + problem.replace("(", r"\(").replace(")", r"\)"),
+    ):
+        preflight([override])
+
+
+def test_a_broken_official_refresh_fails_it():
+    refresh = composed("refresh", ["refresh=official-llama3.1-8b"])
+    check_values(refresh, OFFICIAL_SCORING, "refresh")
+    for override, problem in (
+        ("aggregate=official_before_a7082c3", "aggregate='official_before_a7082c3'"),
+        ("settings.add_bos=true", "settings.add_bos=True"),
+    ):
+        broken = composed("refresh", ["refresh=official-llama3.1-8b", override])
+        with pytest.raises(RehearsalFailure, match=problem):
+            check_values(broken, OFFICIAL_SCORING, "refresh")
+
+
+def test_an_artifact_with_other_settings_fails_it():
+    settings = {
+        **{k: v for k, v in PAPER.items() if "." not in k},
+        "corpus": {"min_tokenized_len": 16384, "max_ids": 32767},
+    }
+    check_values(settings, PAPER, "the artifact")
+    with pytest.raises(RehearsalFailure, match=r"the artifact is not the paper's run: short_window_bos=True"):
+        check_values({**settings, "short_window_bos": True}, PAPER, "the artifact")
+    with pytest.raises(RehearsalFailure, match=r"alpha=2 \(the paper's: 2.0\)"):  # an int is not the float
+        check_values({**settings, "alpha": 2}, PAPER, "the artifact")
+    assert PAPER_CONFIG["corpus.limit"] == 50 and PAPER_CONFIG["device"] == "cuda"
+
+
+def test_a_32768_token_text_fails_it(tokenizer):
+    """Rows of 33000 reference ids (and a short one, dropped): texts of input_ids[:32767] pass, texts
+    of input_ids[:32768] (one token more than the official max_length - 1) fail, naming the cut."""
+    rng = np.random.default_rng(0)
+    words = [i for i in range(3, len(tokenizer)) if tokenizer.decode([i]).strip().isalpha()]
+    rows = [{"input_ids": rng.choice(words, 33000).tolist()} for _ in range(3)]
+    rows.insert(1, {"input_ids": rows[0]["input_ids"][:100]})
+    for row in rows:
+        row["tokenized_len"] = len(row["input_ids"])
+    kept = [rows[0], rows[2], rows[3]]
+
+    def texts(n: int) -> dict[str, str]:
+        return {f"d{i}": tokenizer.batch_decode([row["input_ids"][:n]])[0] for i, row in enumerate(kept)}
+
+    check_texts(texts(32767), rows, tokenizer, limit=3)
+    with pytest.raises(
+        RehearsalFailure,
+        match=r"document 'd0' is input_ids\[:32768\] decoded: the paper's texts are input_ids\[:32767\]",
+    ):
+        check_texts(texts(32768), rows, tokenizer, limit=3)
+    with pytest.raises(RehearsalFailure, match="the artifact has 2 documents, the paper's selection 3"):
+        check_texts(dict(list(texts(32767).items())[:2]), rows, tokenizer, limit=3)
