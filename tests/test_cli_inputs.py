@@ -147,7 +147,8 @@ def test_unknown_top_level_keys_are_refused(tmp_path):
     )
     assert set(messages(done.stderr).values()) == {
         "setting +artefact: this command has no setting artefact, so nothing would read it (known: "
-        "artifact, benchmarks, default_artifact, forgetting_results, out_dir, results)"
+        "artifact, benchmarks, default_artifact, forgetting_results, ladder_results, lmeval_results, "
+        "out_dir, results)"
     }
 
 

@@ -157,6 +157,7 @@ def test_top1_counts_hits():
         post=lambda x: x,
         linear=True,
         head_dtype=torch.float32,
+        float32_output=True,
     )
     with torch.no_grad():
         scorer.head.weight.copy_(torch.tensor([[1.0, 0], [0, 1], [2, 0], [0, 2], [-1, -1]]))
@@ -165,6 +166,7 @@ def test_top1_counts_hits():
 
     scorer.logit_tiles = functools.partial(TargetScorer.logit_tiles, scorer)  # the real tiling, on this head
     scorer.head_ready = functools.partial(TargetScorer.head_ready, scorer)
+    scorer.uses_float32_output = functools.partial(TargetScorer.uses_float32_output, scorer)
     hidden = torch.tensor([[1.0, 0], [0, 1], [-1, -1]])
     assert top1_hits(scorer, hidden, torch.tensor([2, 1, 4])).tolist() == [True, False, True]
 
