@@ -92,8 +92,14 @@ def ladder_row(
 ) -> dict[str, Any]:
     """One results line. ``base`` is the full rung's ``scores.jsonl`` line (``score_row``): its model,
     artifact, model name, date, versions and libraries are the ladder's; ``result_id`` hashes the
-    model, the artifact's fingerprint and the settings."""
-    identity = {"model": base["model"], "artifact": base["artifact"]["fingerprint"], "settings": settings}
+    model, the artifact's fingerprint and contents hash, and the settings."""
+    artifact = base["artifact"]
+    identity = {
+        "model": base["model"],
+        "artifact": artifact["fingerprint"],
+        "contents": artifact.get("contents"),
+        "settings": settings,
+    }
     return {
         "schema": SCHEMA,
         "result_id": json_sha256(identity)[:16],
@@ -128,11 +134,15 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return [obj for _, obj, _ in found]
 
 
-def newest_on(path: str | Path | None, fingerprint: str) -> dict[str, dict[str, Any]]:
-    """The newest ladder per model name on the artifact with this fingerprint; {} without a file."""
+def newest_on(path: str | Path | None, fingerprint: str, contents: str | None) -> dict[str, dict[str, Any]]:
+    """The newest ladder per model name on the artifact with this identity (fingerprint and contents
+    hash, as the leaderboard's board); {} without a file."""
     if path is None or not Path(path).is_file():
         return {}
-    rows = [r for r in read_rows(path) if r["artifact"]["fingerprint"] == fingerprint]
+    rows = [
+        r for r in read_rows(path)
+        if r["artifact"]["fingerprint"] == fingerprint and r["artifact"].get("contents") == contents
+    ]  # fmt: skip
     return newest_per_model(rows)
 
 
