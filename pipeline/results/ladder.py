@@ -17,10 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.provenance import json_sha256
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per_model
-from pipeline.results.scores import ArtifactRef, CorpusValues
+from pipeline.results.scores import ArtifactRef, CorpusValues, result_id
 
 SCHEMA = "context-ladder/1"
 RUN_HINT = "run `make ladder MODEL=...` first"
@@ -94,15 +93,9 @@ def ladder_row(
     artifact, model name, date, versions and libraries are the ladder's; ``result_id`` hashes the
     model, the artifact's fingerprint and contents hash, and the settings."""
     artifact = base["artifact"]
-    identity = {
-        "model": base["model"],
-        "artifact": artifact["fingerprint"],
-        "contents": artifact.get("contents"),
-        "settings": settings,
-    }
     return {
         "schema": SCHEMA,
-        "result_id": json_sha256(identity)[:16],
+        "result_id": result_id(base["model"], artifact["fingerprint"], artifact.get("contents"), settings),
         "model_name": base["model_name"],
         "model": base["model"],
         "artifact": base["artifact"],
