@@ -27,7 +27,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup rehearse-paper setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head
+.PHONY: setup rehearse-paper setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence
 
 setup: $(STAMP)
 
@@ -104,6 +104,10 @@ leaderboard-refresh: $(STAMP)
 leaderboard-refresh-official: $(STAMP)
 	status=0; for e in $(OFFICIAL_EVALUATORS); do \
 	  $(BIN)/python -m pipeline.reporting.refresh refresh=official-$$e $(ARGS) || status=1; done; exit $$status
+
+# Two artifacts: the same bytes, the same artifact (docs/reproducibility.md), and their values side by side.
+compare-artifacts: $(STAMP)
+	$(BIN)/python -m pipeline.reporting.compare $(ARGS)
 
 show: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.keytoken_page $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
@@ -188,6 +192,11 @@ bench-checks: $(STAMP)
 # The lm-eval route (`make lm-eval`) against `make score` on the default artifact: wall time, one run each.
 bench-lmeval: $(LMEVAL_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.lmeval_route $(ARGS)
+
+# How far apart two stage-1 runs' values are: the default artifact against artifacts made elsewhere
+# (ARGS="--other DIR") and against runs with other summation orders (docs/reproducibility.md).
+bench-equivalence: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.equivalence $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.compare_official $(ARGS)

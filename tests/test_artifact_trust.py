@@ -264,6 +264,7 @@ def test_forged_results_never_take_the_genuine_artifacts_place(tiny_artifact, ot
             f"artifact={forged_dir}",
             f"fingerprint={genuine.manifest['fingerprint']}",
             f"contents={genuine.contents}",
+            "discrete=null",
             f"recorded={tmp_path / 'recorded.jsonl'}",
             f"models=[{{name: tiny, spec: '{other_model_dir}', revision: null}}]",
         ],

@@ -175,6 +175,7 @@ def test_refresh_checks_the_record_before_scoring(tiny_artifact, tmp_path):
     artifact = load_artifact(tiny_artifact)
     pins = {"fingerprint": artifact.manifest["fingerprint"], "contents": artifact.contents}
     record = {"model_name": "tiny", "artifact": {"name": "a", **pins}, "corpus": {"ppl": 2.0}}
+    pins["discrete"] = artifact.identity.discrete
     recorded = tmp_path / "recorded.jsonl"
     recorded.write_text(json.dumps(record) + "\n")
     done = cli(

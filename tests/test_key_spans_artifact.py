@@ -114,6 +114,7 @@ def test_refresh_against_expected_values_in_the_official_aggregate(tiny_artifact
                 f"artifact={tiny_artifact}",
                 "fingerprint=null",
                 "contents=null",
+                "discrete=null",
                 f"recorded={tmp_path / 'none.jsonl'}",
                 f"models=[{model}]",
                 "aggregate=official",

@@ -261,7 +261,9 @@ def test_leaderboard_shows_the_effective_length(other_model_dir, tiny_model_dir,
     assert limited["effective_length"] == ""  # a context-limited entry: none
     assert png_height(paths["ladder.png"].read_bytes()) == 500
     forged = tmp_path / "forged.jsonl"  # the same ladder recorded on other tables: not this board's
-    forged.write_text(json.dumps(row | {"artifact": row["artifact"] | {"contents": "0" * 64}}) + "\n")
+    identity = json.loads(json.dumps(row["artifact"]["identity"]))
+    next(iter(identity["documents"].values()))["keys"] = "0" * 32  # other key spans
+    forged.write_text(json.dumps(row | {"artifact": row["artifact"] | {"identity": identity}}) + "\n")
     other = leaderboard.render(read_scores(scores), tmp_path / "other", ladder=forged)
     assert "effective length" not in other["leaderboard.md"].read_text()
     plain = leaderboard.render(read_scores(scores), tmp_path / "out")  # no ladder file: no column, no plot

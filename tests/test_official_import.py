@@ -207,7 +207,7 @@ def refresh_against(expected: dict, artifact: Path, model: Path, tmp_path: Path,
 
     values = ", ".join(f"{k}: {v!r}" for k, v in expected.items())
     pinned = f"{{name: tiny, spec: '{model}', revision: null, expected: {{{values}}}}}"
-    overrides = [f"artifact={artifact}", "fingerprint=null", "contents=null"]
+    overrides = [f"artifact={artifact}", "fingerprint=null", "contents=null", "discrete=null"]
     overrides += [f"recorded={tmp_path / 'none.jsonl'}"]
     overrides += [f"models=[{pinned}]", f"aggregate={aggregate}", "tolerance=1e-4", f"work_dir={tmp_path}"]
     overrides += ["settings.add_bos=false", "settings.dtype=float64", "settings.device=cpu"]

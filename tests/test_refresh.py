@@ -21,6 +21,7 @@ def refresh_config(artifact, model_dir, recorded, *extra, models=None):
             f"artifact={artifact}",
             f"fingerprint={loaded.manifest['fingerprint']}",
             f"contents={loaded.contents}",
+            f"discrete={loaded.identity.discrete}",
             f"recorded={recorded}",
             f"models={models}",
             f"work_dir={recorded.parent / 'work'}",
@@ -52,9 +53,10 @@ def test_refresh_reproduces_on_any_launcher_and_detects_a_changed_number(
     with pytest.raises(PipelineError, match=r"tiny: longppl is .* recorded .*relative tolerance 0\.0001"):
         refresh.run(refresh_config(tiny_artifact, None, recorded, models=models))
     rows[0]["corpus"]["longppl"] /= 1.001
-    rows[1]["artifact"]["contents"] = "f" * 64  # the same numbers, recorded as scored on other tables
+    doc = next(iter(rows[1]["artifact"]["identity"]["documents"]))
+    rows[1]["artifact"]["identity"]["documents"][doc]["keys"] = "f" * 32  # recorded on other key spans
     recorded.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    other = r"recorded result.*scored on contents ffffffffffff, not the pinned"
+    other = rf"recorded result of own .*scored on another artifact .*key tokens or key spans differ in {doc}"
     with pytest.raises(PipelineError, match=other) as e:
         refresh.run(refresh_config(tiny_artifact, None, recorded, models=models))
     assert "own" in str(e.value) and "tiny" not in str(e.value)

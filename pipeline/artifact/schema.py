@@ -30,16 +30,17 @@ directory and renamed, so a part is complete or absent) and ``run.json`` holds t
 fingerprint that a resumed run must match (``pipeline.artifact.writer``). Every file is written
 atomically (``pipeline.files``).
 
-An artifact's identity is two hashes: the *fingerprint* (``settings_fingerprint``: what its numbers
-depend on, settings only) and the *contents* (``contents_sha256``: the tables' values, however Parquet
-stored them). Results record both, so results computed on other tables never pass for this artifact's.
+An artifact has two identities (``pipeline.artifact.identity``): its exact *contents*
+(``contents_sha256``: the tables' values, however Parquet stored them; a copy or a Hub download must
+match it), and *the same artifact* (``Identity``: the *fingerprint*, ``settings_fingerprint``, what its
+numbers depend on; the discrete contents; per-token values within a measured tolerance), which a run
+of stage 1 on another machine keeps. Results record both.
 
 Writing is ``pipeline.artifact.writer``; reading, with every check, ``pipeline.artifact.reader``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,10 +48,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from pipeline.artifact.identity import Identity, artifact_identity, tables_sha256
 from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256
 
@@ -161,36 +161,9 @@ def key_spans_identity(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def contents_sha256(tables: dict[str, pa.Table]) -> str:
-    """The contents hash of an artifact's tables (``KINDS`` order, each cast to its schema): for each
-    table and each column, in schema order, the names, the row count, the null mask and the values
-    (integers as little-endian int64, floats as float64, booleans as bytes, strings as their int64
-    UTF-8 lengths then bytes; nulls as zeros). Independent of Parquet's encoding, compression and
-    chunking: the same values always give the same hash."""
-    digest = hashlib.sha256(b"longppl-artifact-contents-1")
-    for name, table in tables.items():
-        table = table.cast(TABLES[name])
-        digest.update(f"\0{name}\0{table.num_rows}".encode())
-        for field_, column in zip(table.schema, table.columns, strict=True):
-            digest.update(f"\0{field_.name}\0".encode())
-            for part in _column_bytes(column.combine_chunks()):
-                digest.update(part)
-    return digest.hexdigest()
-
-
-def _column_bytes(array: pa.Array) -> list[bytes | memoryview]:
-    """One column's canonical bytes: its null mask, then its values with nulls as zeros."""
-    nulls = np.packbits(np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool))
-    kind = array.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        text = array.fill_null("").cast(pa.large_string())
-        lengths = np.asarray(pc.binary_length(text).to_numpy(), dtype="<i8")
-        offsets = np.frombuffer(text.buffers()[1], dtype="<i8")[text.offset : text.offset + len(text) + 1]
-        data = text.buffers()[2]
-        body = memoryview(data)[offsets[0] : offsets[-1]] if data is not None and len(text) else b""
-        return [nulls.tobytes(), lengths.tobytes(), body]
-    values = array.fill_null(False if pa.types.is_boolean(kind) else 0).to_numpy(zero_copy_only=False)
-    dtype = "<f8" if pa.types.is_floating(kind) else "u1" if pa.types.is_boolean(kind) else "<i8"
-    return [nulls.tobytes(), np.asarray(values).astype(dtype).tobytes()]
+    """The exact contents hash of an artifact's tables (in their kind's order), each cast to its schema
+    (``identity.tables_sha256``)."""
+    return tables_sha256({name: table.cast(TABLES[name]) for name, table in tables.items()})
 
 
 def table_from_columns(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
@@ -222,6 +195,11 @@ class KeyTokenArtifact:
     def contents(self) -> str:
         """The contents hash of its tables (``contents_sha256``): with the fingerprint, its identity."""
         return contents_sha256({name: getattr(self, name) for name in KINDS[self.kind]})
+
+    @cached_property
+    def identity(self) -> Identity:
+        """What makes another run's artifact *the same artifact* as this one (``artifact.identity``)."""
+        return artifact_identity(self)
 
     @property
     def has_token_values(self) -> bool:

@@ -46,6 +46,8 @@ def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
         f"LSD         median {q[0]:.3f}, p90 {q[1]:.3f}, p99 {q[2]:.3f}, p99.9 {q[3]:.3f}",
         f"wall time   {seconds:.0f} s (peak memory {peak_gb:.2f} GB)",
         f"output      {root}",
+        f"identity    fingerprint {art.manifest['fingerprint'][:12]}, discrete {art.identity.discrete[:12]} "
+        f"(the same on any machine), contents {art.contents[:12]} (these bytes)",
         f"checked     tokenizer: {art.checked['tokenizer']}; sources: {art.checked['sources']}",
     ]
     lines += [f"skipped     {skip['doc_id']}: {skip['reason']}" for skip in manifest.get("skipped", [])]

@@ -1,5 +1,6 @@
-"""Which results make one leaderboard: one artifact identity (fingerprint and contents hash), the
-newest result per model and settings, and entry names that tell two entries of one model apart."""
+"""Which results make one leaderboard: one artifact (the same artifact, ``results.scores.same_artifact``:
+its fingerprint and identity, or its exact contents for results before schema 4), the newest result per
+model and settings, and entry names that tell two entries of one model apart."""
 
 from __future__ import annotations
 
@@ -10,26 +11,28 @@ import polars as pl
 
 from pipeline.errors import PipelineError
 from pipeline.reporting.common import newest
-from pipeline.results.scores import SCORE_HINT
+from pipeline.results.scores import SCORE_HINT, same_artifact
 
 
 def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
     """The leaderboard of one artifact: newest result per (model, settings), sorted by LongPPL.
 
-    An artifact is its fingerprint and its contents hash (results before schema 3 have none: they
-    stand apart), so results on other tables under the same name and fingerprint never join its
-    board. ``artifact`` is an artifact name, a fingerprint, or a unique prefix of a fingerprint or
-    of a contents hash; None picks the artifact of the newest result (a name or fingerprint: its
-    newest result's contents). Adds ``entry``: the model name, ``@ctx<N>`` for a context limit, and
-    the differing settings in brackets where that still leaves two entries with one name.
+    An artifact is its fingerprint and its identity as the same artifact (``same_artifact``: the same
+    discrete contents and values within the measured tolerance, so a regeneration on another machine
+    joins the board; results before schema 4 match only their exact contents hash), so results on other
+    tables under the same name and fingerprint never join its board. ``artifact`` is an artifact name, a
+    fingerprint, or a unique prefix of a fingerprint, a discrete hash or a contents hash; None picks the
+    artifact of the newest result (a name or fingerprint: its newest result's). Adds ``entry``: the
+    model name, ``@ctx<N>`` for a context limit, and the differing settings in brackets where that still
+    leaves two entries with one name.
     """
     if df.is_empty():
         raise PipelineError(f"no scores to show: {SCORE_HINT}")
     ordered = df.drop("entry", strict=False).sort(["date", "line"], nulls_last=False)
     fingerprint = pick_fingerprint(ordered, artifact)
     rows = ordered.filter(pl.col("fingerprint") == fingerprint)
-    contents = pick_contents(rows, artifact)
-    rows = rows.filter(pl.col("contents").eq_missing(contents))
+    reference = pick_reference(rows, artifact)
+    rows = rows.filter(pl.Series([same_artifact(r, reference) for r in rows.iter_rows(named=True)]))
     rows = rows.unique(subset=["model_name", "settings"], keep="last", maintain_order=True)
     rows = rows.with_columns(pl.Series("entry", entry_names(rows), dtype=pl.String))
     return rows.select("entry", *ordered.columns).sort(["longppl", "entry"], nulls_last=True)
@@ -44,9 +47,9 @@ def pick_fingerprint(ordered: pl.DataFrame, artifact: str | None) -> str:
     if not named.is_empty():
         return named["fingerprint"][-1]
     prefixed = sorted(set(ordered.filter(pl.col("fingerprint").str.starts_with(key))["fingerprint"]))
-    by_contents = ordered.filter(pl.col("contents").str.starts_with(key))
-    if key and not prefixed and len(set(by_contents["contents"])) == 1:
-        return by_contents["fingerprint"][-1]
+    by_hash = ordered.filter(hash_prefix(key))
+    if key and not prefixed and len(set(by_hash["fingerprint"])) == 1:
+        return by_hash["fingerprint"][-1]
     if key and len(prefixed) == 1:
         return prefixed[0]
     known = ordered.unique(subset=["fingerprint"], keep="last", maintain_order=True)
@@ -59,26 +62,36 @@ def pick_fingerprint(ordered: pl.DataFrame, artifact: str | None) -> str:
     )
 
 
-def pick_contents(rows: pl.DataFrame, artifact: str | None) -> str | None:
-    """The contents hash that ``artifact`` names among one fingerprint's results (a unique prefix of
-    one), else that of the newest of them."""
+def hash_prefix(key: str) -> pl.Expr:
+    """Rows whose contents hash or discrete hash starts with ``key``."""
+    discrete = pl.col("identity").str.json_path_match("$.discrete")
+    return pl.col("contents").str.starts_with(key).fill_null(False) | discrete.str.starts_with(key).fill_null(
+        False
+    )
+
+
+def pick_reference(rows: pl.DataFrame, artifact: str | None) -> dict[str, Any]:
+    """The result whose artifact the board shows, among one fingerprint's results: the newest of those
+    whose contents or discrete hash ``artifact`` prefixes, else the newest."""
     key = str(artifact or "")
-    named = sorted({c for c in rows["contents"].drop_nulls() if key and c.startswith(key)})
-    return named[0] if len(named) == 1 else rows["contents"][-1]
+    named = rows.filter(hash_prefix(key)) if key else rows.clear()
+    return (named if not named.is_empty() else rows).row(-1, named=True)
 
 
 def other_contents(df: pl.DataFrame, board: pl.DataFrame) -> str | None:
-    """A note when results under the board's fingerprint were scored on other tables (not shown)."""
+    """A note when results under the board's fingerprint were scored on another artifact (not shown)."""
     top = newest(board)
     same = df.filter(pl.col("fingerprint") == top["fingerprint"])
-    others = same.filter(~pl.col("contents").eq_missing(top["contents"]))
+    others = same.filter(
+        pl.Series([not same_artifact(r, top) for r in same.iter_rows(named=True)], dtype=pl.Boolean)
+    )
     if others.is_empty():
         return None
     hashes = ", ".join(sorted({(c or "unrecorded")[:12] for c in others["contents"]}))
     return (
-        f"note: {others.height} results under fingerprint {top['fingerprint'][:12]} were scored on other "
-        f"contents ({hashes}; results before schema 3 record none) and are not shown: pass "
-        "artifact=<contents prefix> to show them"
+        f"note: {others.height} results under fingerprint {top['fingerprint'][:12]} were scored on another "
+        f"artifact (contents {hashes}; other key tokens, or values beyond the tolerance; results before "
+        "schema 3 record none) and are not shown: pass artifact=<contents prefix> to show them"
     )
 
 

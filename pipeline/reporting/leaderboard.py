@@ -280,7 +280,7 @@ def render(
     """
     board = select(df, artifact)
     memory = forgetting_memory(forgetting)
-    ladders = ladder_results.newest_on(ladder, board["fingerprint"][0], board["contents"][0])
+    ladders = ladder_results.newest_on(ladder, newest(board))
     files = {
         "leaderboard.md": leaderboard_markdown(board, source, memory, ladders).encode(),
         "leaderboard.csv": leaderboard_csv(board, memory, ladders).encode(),

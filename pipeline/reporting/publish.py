@@ -34,7 +34,8 @@ CITATION = """@inproceedings{fang2025wrong,
 
 def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
     """The card's YAML metadata: license, one ``datasets`` config per table, the key-token settings,
-    the artifact's fingerprint and contents hash (its identity on leaderboards)."""
+    the artifact's fingerprint, contents hash (its exact bytes) and discrete hash (the same artifact,
+    regenerated on any machine)."""
     manifest = artifact.manifest
     s = manifest["settings"]
     evaluator = s["evaluator"]
@@ -55,6 +56,7 @@ def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
             "schema_version": manifest["schema_version"],
             "fingerprint": manifest["fingerprint"],
             "contents": artifact.contents,
+            "discrete": artifact.identity.discrete,
             "evaluator": evaluator["spec"],
             "kind": artifact_kind(manifest),
             "evaluator_revision": evaluator.get("revision") or evaluator.get("file_sha256"),
@@ -84,8 +86,11 @@ texts, so any model, with any tokenizer, can be scored against them.
 
 {table_rows(manifest, tables)}
 {origin(manifest)}`manifest.json` records every setting, library versions and the sha256 of each file.
-Fingerprint {md_code(manifest["fingerprint"])}, contents {md_code(artifact.contents)}: results record
-both, and only results that name both were computed on these tables.
+Fingerprint {md_code(manifest["fingerprint"])}, contents {md_code(artifact.contents)}: a download must
+match both (the exact bytes). Discrete hash {md_code(artifact.identity.discrete)}: the texts, tokens and
+key spans, which `make keytokens` with these settings reproduces on any machine, with per-token values
+within a measured tolerance (results record the artifact's identity; `make compare-artifacts` compares
+two).
 
 Score a model against it with the LongPPL pipeline:
 

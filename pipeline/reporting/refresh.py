@@ -1,9 +1,13 @@
 """Reproducible leaderboard refreshes (`make leaderboard-refresh`).
 
 A refresh (a file of the group ``conf/refresh/``, chosen with ``refresh=<name>``; ``embedded`` by
-default) pins the artifact (path or ``hf://datasets/...@revision``, its fingerprint and its contents
-hash: a forged artifact with the genuine settings has other contents), the models
-(spec and revision) and the score settings, and points at recorded results. Every model is scored
+default) pins the artifact (path or ``hf://datasets/...@revision``, its fingerprint, and its discrete
+hash or its exact contents hash: a forged artifact with the genuine settings has others), the models
+(spec and revision) and the score settings, and points at recorded results. The artifact must be *the
+same artifact* as the one each recorded result was scored on (``pipeline.artifact.identity``: the
+recorded line carries its discrete hashes and value summaries), so ``make keytokens`` on another
+machine followed by a refresh reproduces the record; otherwise the refresh names the documents whose
+key spans, tokens or values differ. Every model is scored
 again by the score stage, as one Hydra multirun over the pinned models (each a ``model`` group option
 written for the run), so on any launcher: one after another by default, ``launcher=joblib`` in
 parallel processes, ``launcher=slurm`` as cluster jobs. Each of PPL, LongPPL and LongPPL-soft must
@@ -29,7 +33,9 @@ import pydantic.dataclasses
 from omegaconf import OmegaConf
 from pydantic import Field
 
+from pipeline.artifact.identity import Identity, differences
 from pipeline.artifact.reader import normalized_location, open_artifact
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.cli import CONF_DIR, hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import strict_json
@@ -70,7 +76,8 @@ class Refresh:
     tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     models: list[dict[str, Any]]
     fingerprint: Text | None = None
-    contents: Text | None = None
+    contents: Text | None = None  # the exact contents hash (a Hub revision's bytes); None: not pinned
+    discrete: Text | None = None  # the discrete hash (the same artifact, regenerated anywhere)
     aggregate: Literal[tuple(AGGREGATES)] = "pooled"
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     record: bool = False
@@ -168,23 +175,47 @@ def compare(
     return problems
 
 
-def check_identity(refresh: Refresh) -> None:
-    """The pinned artifact must be the one the record was computed on, by fingerprint (its settings)
-    and by contents hash (its tables); checked before scoring."""
+def check_identity(refresh: Refresh) -> KeyTokenArtifact:
+    """The pinned artifact must be the one the record was computed on, by fingerprint (its settings),
+    by discrete hash (its texts, tokens and key spans) and, where pinned, by exact contents hash (its
+    bytes, for a Hub revision); checked before scoring. Returns the artifact."""
     artifact = open_artifact(refresh.artifact, verify_hashes=False)
-    found = {"fingerprint": artifact.manifest["fingerprint"], "contents": artifact.contents}
+    found = {
+        "fingerprint": artifact.manifest["fingerprint"],
+        "discrete": artifact.identity.discrete,
+        "contents": artifact.contents,
+    }
+    if not (refresh.discrete or refresh.contents):
+        print(f"note: the refresh pins no discrete or contents hash; artifact {refresh.artifact} has {found}")
     for key, value in found.items():
         pinned = getattr(refresh, key)
-        if not pinned:
-            print(f"note: the refresh pins no {key}; artifact {refresh.artifact} has {value}")
-        elif value != pinned:
+        if not pinned and key == "fingerprint":
+            print(f"note: the refresh pins no fingerprint; artifact {refresh.artifact} has {value}")
+        elif pinned and value != pinned:
             raise PipelineError(
                 f"artifact {refresh.artifact} has {key} {value[:12]}, the refresh pins {pinned[:12]}: it is "
-                "not the artifact the leaderboard was computed on"
+                f"not the artifact the leaderboard was computed on{_which_documents(refresh, artifact, key)}"
             )
+    return artifact
 
 
-def recorded_values(refresh: Refresh, models: list[PinnedModel]) -> dict[str, dict[str, Any]]:
+def _which_documents(refresh: Refresh, artifact: KeyTokenArtifact, key: str) -> str:
+    """For a discrete mismatch, what differs from the first recorded result that records an identity
+    (the documents whose key spans, tokens or values differ); empty without one."""
+    path = Path(refresh.recorded)
+    if key != "discrete" or refresh.record or not path.is_file():
+        return ""
+    for _, obj, _ in results.read_lines(path):
+        record = obj.get("artifact") or {}
+        if record.get("identity") is not None:
+            expected = Identity.from_record(str(record.get("fingerprint")), record["identity"])
+            return "; " + "; ".join(differences(artifact.identity, expected))
+    return ""
+
+
+def recorded_values(
+    refresh: Refresh, models: list[PinnedModel], artifact: KeyTokenArtifact
+) -> dict[str, dict[str, Any]]:
     """What each model must reproduce, by name: its ``expected`` values, else the corpus values of its
     recorded result (none when recording). Checked before any scoring, so a record that cannot be
     compared fails at once."""
@@ -193,21 +224,18 @@ def recorded_values(refresh: Refresh, models: list[PinnedModel]) -> dict[str, di
     if refresh.record or not compared:
         return values
     recorded = recorded_rows(Path(refresh.recorded))
-    return values | {name: recorded_value(refresh, recorded, name) for name in compared}
+    return values | {name: recorded_value(refresh, recorded, name, artifact) for name in compared}
 
 
-def recorded_value(refresh: Refresh, recorded: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+def recorded_value(
+    refresh: Refresh, recorded: dict[str, dict[str, Any]], name: str, artifact: KeyTokenArtifact
+) -> dict[str, Any]:
     """One model's recorded corpus values under the refresh's aggregate, with every metric."""
     if name not in recorded:
         raise PipelineError(
             f"no recorded result for {name} in {refresh.recorded}: record it with record=true"
         )
-    contents = (recorded[name].get("artifact") or {}).get("contents")
-    if refresh.contents and contents != refresh.contents:
-        raise PipelineError(
-            f"the recorded result of {name} in {refresh.recorded} was scored on contents "
-            f"{str(contents)[:12]}, not the pinned {refresh.contents[:12]}: record it again with record=true"
-        )
+    check_recorded_artifact(refresh, name, recorded[name].get("artifact") or {}, artifact)
     try:
         values = corpus_values(recorded[name], refresh.aggregate)
         missing = next((f"corpus.{m}" for m in results.METRICS if m not in values), None)
@@ -219,6 +247,32 @@ def recorded_value(refresh: Refresh, recorded: dict[str, dict[str, Any]], name: 
             f"{refresh.aggregate} compares: record it again with record=true"
         )
     return values
+
+
+def check_recorded_artifact(
+    refresh: Refresh, name: str, record: dict[str, Any], artifact: KeyTokenArtifact
+) -> None:
+    """The recorded result of ``name`` must have been scored on the same artifact as ``artifact``: by
+    its identity (schema 4: the documents whose key spans, tokens or values differ are named), else by
+    its exact contents hash."""
+    where = f"the recorded result of {name} in {refresh.recorded}"
+    fix = "record it again with record=true"
+    if record.get("identity") is None:
+        if record.get("contents") != artifact.contents:
+            raise PipelineError(
+                f"{where} was scored on contents {str(record.get('contents'))[:12]}, not artifact "
+                f"{refresh.artifact}'s {artifact.contents[:12]} (it records no identity to compare "
+                f"within the tolerance): {fix}"
+            )
+        return
+    try:
+        expected = Identity.from_record(str(record.get("fingerprint")), record["identity"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PipelineError(f"{where} has a malformed artifact.identity ({exc}): {fix}") from None
+    if problems := differences(artifact.identity, expected):
+        raise PipelineError(
+            f"{where} was scored on another artifact than {refresh.artifact}: " + "; ".join(problems)
+        )
 
 
 def check_model(
@@ -234,8 +288,8 @@ def check_model(
 def run(cfg: Any) -> list[dict[str, Any]]:
     refresh = parse(Refresh, cfg)
     models = refresh.pinned()
-    check_identity(refresh)
-    expected = recorded_values(refresh, models)  # before the (long) scoring
+    artifact = check_identity(refresh)
+    expected = recorded_values(refresh, models, artifact)  # before the (long) scoring
     fresh_rows = score_all(refresh, models)
     if refresh.record:
         recorded_path = Path(refresh.recorded)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per_model
-from pipeline.results.scores import ArtifactRef, CorpusValues, result_id
+from pipeline.results.scores import ArtifactRef, CorpusValues, result_id, same_artifact
 
 SCHEMA = "context-ladder/1"
 RUN_HINT = "run `make ladder MODEL=...` first"
@@ -127,16 +127,13 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return [obj for _, obj, _ in found]
 
 
-def newest_on(path: str | Path | None, fingerprint: str, contents: str | None) -> dict[str, dict[str, Any]]:
-    """The newest ladder per model name on the artifact with this identity (fingerprint and contents
-    hash, as the leaderboard's board); {} without a file."""
+def newest_on(path: str | Path | None, artifact: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The newest ladder per model name on the same artifact as ``artifact`` (a record with its
+    fingerprint, contents and identity, as the leaderboard's board: ``scores.same_artifact``); {}
+    without a file."""
     if path is None or not Path(path).is_file():
         return {}
-    rows = [
-        r for r in read_rows(path)
-        if r["artifact"]["fingerprint"] == fingerprint and r["artifact"].get("contents") == contents
-    ]  # fmt: skip
-    return newest_per_model(rows)
+    return newest_per_model([r for r in read_rows(path) if same_artifact(r["artifact"], artifact)])
 
 
 def length_text(length: int | None, censored: str | None, top: int | None) -> str:

@@ -48,6 +48,7 @@ class TaskValues(BaseModel):
     key_bpb: Bits = None
     fingerprint: str
     contents: str | None = None  # the tables' hash (``artifact.contents``); None: written before it
+    identity: dict[str, Any] | None = None  # ``artifact.identity`` (the same artifact); None: before it
     artifact: str
     model_name: str
     context_limit: Count = None
@@ -127,6 +128,7 @@ def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any
             fingerprint=meta["longppl_fingerprint"],
             artifact=(meta.get("longppl_artifact_record") or {}).get("name"),
             contents=(meta.get("longppl_artifact_record") or {}).get("contents"),
+            identity=(meta.get("longppl_artifact_record") or {}).get("identity"),
             model_name=config.get("longppl_model_name") or data.get("model_name"),
             context_limit=settings.get("context_limit"),
             unavailable=meta.get("longppl_unavailable") or {},
@@ -147,6 +149,9 @@ def flat_row(data: dict[str, Any], task: TaskValues, settings: dict[str, Any]) -
         "artifact": task.artifact,
         "fingerprint": task.fingerprint,
         "contents": task.contents,
+        "identity": json.dumps(task.identity, sort_keys=True, separators=(",", ":"))
+        if task.identity
+        else None,
         "settings": json.dumps(settings, sort_keys=True, separators=(",", ":")),
         "context_limit": task.context_limit,
         **{column: getattr(task, column) for column in COLUMNS},

@@ -9,7 +9,11 @@ Lines carry ``schema_version`` (``RESULTS_VERSION``); a line without it is versi
 bits per byte (its ``bpb`` and ``key_bpb`` read as missing). From version 3 a line names the contents
 it was scored on (``artifact.contents``, ``pipeline.artifact.schema.contents_sha256``) beside the
 fingerprint, and what was checked against the artifact's inputs (``artifact.checked``); older lines
-read with ``contents`` missing (they cannot say which tables they were scored on). A line of a newer
+read with ``contents`` missing (they cannot say which tables they were scored on). From version 4 a
+line also carries the artifact's identity as *the same artifact* (``artifact.identity``:
+``pipeline.artifact.identity.Identity.record``, the discrete hash and per-document hashes and value
+summaries), so results scored on an equivalent artifact regenerated on another machine are compared
+and shown with it (``same_artifact``); older lines match only their exact contents. A line of a newer
 version is an error.
 """
 
@@ -25,13 +29,15 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
 
 from pipeline import __version__
+from pipeline.artifact.identity import Identity, differences
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
 # Tokenizer-independent forms (``pipeline.score.bpb``): all text, and the key tokens' characters.
 BPB_METRICS = {"bpb": "bits/byte", "key_bpb": "key bits/byte"}
-RESULTS_VERSION = 3  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes); 3: artifact.contents
+RESULTS_VERSION = 4  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes); 3: artifact.contents;
+# 4: artifact.identity
 SCORE_HINT = "run `make score MODEL=...` first"
 
 
@@ -118,6 +124,7 @@ class ArtifactRef(_Part):
     name: str
     fingerprint: str
     contents: str | None = None  # from schema 3: the contents hash of the tables scored
+    identity: dict[str, Any] | None = None  # from schema 4: ``Identity.record`` of the artifact scored
 
 
 class CorpusValues(_Part):
@@ -151,7 +158,20 @@ class ScoreLine(_Part):
             raise ValueError(
                 "`artifact.contents` is missing (a result of schema 3 names the tables it scored)"
             )
+        if self.schema_version >= 4:
+            _check_identity(self.artifact)
         return self
+
+
+def _check_identity(artifact: ArtifactRef) -> None:
+    """A schema-4 line's ``artifact.identity`` must be readable as one (``Identity.from_record``)."""
+    try:
+        Identity.from_record(artifact.fingerprint, artifact.identity)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(
+            f"`artifact.identity` is missing or malformed ({type(exc).__name__}: {exc}; a result of schema "
+            "4 records the identity of the artifact it scored)"
+        ) from None
 
 
 FRAME_SCHEMA: dict[str, Any] = {
@@ -161,6 +181,7 @@ FRAME_SCHEMA: dict[str, Any] = {
     "artifact": pl.String,
     "fingerprint": pl.String,
     "contents": pl.String,  # null for lines before schema 3
+    "identity": pl.String,  # ``artifact.identity`` as JSON; null for lines before schema 4
     "settings": pl.String,
     "context_limit": pl.Int64,
     **dict.fromkeys(METRICS, pl.Float64),
@@ -217,6 +238,7 @@ def artifact_record(artifact: Any) -> dict[str, Any]:
         "name": artifact.root.name,
         "fingerprint": artifact.manifest["fingerprint"],
         "contents": artifact.contents,
+        "identity": artifact.identity.record(),
         "checked": artifact.checked,
         "source": artifact.origin or {"path": str(artifact.root)},
         "kind": artifact.kind,
@@ -240,6 +262,30 @@ def read_scores(path: str | Path) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row")
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def same_artifact(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two results were scored on the same artifact, by their records (``fingerprint``,
+    ``contents`` and ``identity``, a dict or its JSON; a frame row has them): the same fingerprint and,
+    where both record an identity, the same artifact within the tolerance (``identity.differences``),
+    else the same exact contents."""
+    if a.get("fingerprint") != b.get("fingerprint"):
+        return False
+    ids = [_identity(r) for r in (a, b)]
+    if None in ids:
+        return a.get("contents") == b.get("contents")
+    return not differences(ids[0], ids[1])
+
+
+def _identity(record: dict[str, Any]) -> Identity | None:
+    value = record.get("identity")
+    if value is None:
+        return None
+    return Identity.from_record(record["fingerprint"], json.loads(value) if isinstance(value, str) else value)
+
+
 def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
     corpus = line.corpus
     return {
@@ -249,6 +295,7 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "artifact": line.artifact.name,
         "fingerprint": line.artifact.fingerprint,
         "contents": line.artifact.contents,
+        "identity": _json(line.artifact.identity) if line.artifact.identity is not None else None,
         "settings": json.dumps(obj.get("settings") or {}, sort_keys=True, separators=(",", ":")),
         "context_limit": line.settings.context_limit if line.settings else None,
         **{name: getattr(corpus, name) for name in (*METRICS, *BPB_METRICS)},

@@ -63,7 +63,8 @@ def print_result(row: dict[str, Any], path: Path) -> None:
             or "n/a"
         )
         + unavailable_note(c, "grid"),
-        f"artifact      contents {row['artifact']['contents'][:12]}; "
+        f"artifact      discrete {row['artifact']['identity']['discrete'][:12]}, contents "
+        f"{row['artifact']['contents'][:12]}; "
         + "; ".join(f"{k}: {v}" for k, v in sorted(row["artifact"]["checked"].items())),
         f"wall time     {row['wall_seconds']:.0f} s",
         f"appended to   {path}",
