@@ -2,7 +2,7 @@
 
 Times, on one artifact (default: the default artifact), reading it as before the checks (manifest,
 file hashes, Parquet tables), the content checks (``pipeline.artifact.checks``), its contents hash
-(``KeyTokenArtifact.contents``) and the checks against its inputs (``pipeline.artifact.inputs``):
+(``KeyTokenArtifact.contents``), its identity as the same artifact (``artifact_identity``) and the checks against its inputs (``pipeline.artifact.inputs``):
 as the first load on a machine does them (loading the evaluator's tokenizer, re-tokenising every text,
 reading the sources; ``--cold-repeats`` times) and as every later load does (recalling the completed
 check: `make keytokens` completes it when it writes the artifact). Medians of ``--repeats`` runs,
@@ -23,6 +23,7 @@ from pathlib import Path
 from bench.common import default_artifact
 from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
+from pipeline.artifact.identity import artifact_identity
 from pipeline.artifact.reader import read_manifest, read_table
 from pipeline.artifact.schema import KeyTokenArtifact, contents_sha256, declared_tables
 from pipeline.results.scores import read_lines
@@ -74,6 +75,10 @@ def main() -> None:
         "read: manifest, file hashes, tables": (lambda: read_unchecked(root), args.repeats),
         "content checks (artifact.checks)": (lambda: check_artifact(artifact), args.repeats),
         "contents hash (schema.contents_sha256)": (lambda: contents_sha256(tables), args.repeats),
+        "identity (identity.artifact_identity: discrete hash, value summaries)": (
+            lambda: artifact_identity(artifact),
+            args.repeats,
+        ),
         "inputs, first load: tokenizer, re-tokenising, sources": (
             lambda: inputs.check_now(artifact),
             args.cold_repeats,
@@ -99,8 +104,8 @@ def print_table(
     print("|---|---:|---:|---:|")
     for step, (wall, cpu) in medians.items():
         print(f"| {step} | {wall:.4f} | {cpu:.4f} | {share(wall)} |")
-    cold = ("read", "content", "contents hash", "first load")
-    warm = ("read", "content", "contents hash", "later loads")
+    cold = ("read", "content", "contents hash", "identity", "first load")
+    warm = ("read", "content", "contents hash", "identity", "later loads")
     for label, names in (("a first load", cold), ("every later load", warm)):
         wall, cpu = (sum(v[i] for k, v in medians.items() if any(n in k for n in names)) for i in (0, 1))
         print(f"| total, {label} | {wall:.4f} | {cpu:.4f} | {share(wall)} |")

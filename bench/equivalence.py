@@ -1,0 +1,128 @@
+"""How far apart are the values of two stage-1 runs that should give the same artifact? The measurement
+behind ``pipeline.artifact.identity.TOLERANCE`` (docs/reproducibility.md).
+
+Compares, value by value (``identity.compare_tables``: |LCL|, |short|, |LSD| and soft-weight
+differences, median, p99, p99.9 and max; key flags that differ), the default artifact made on this
+machine with:
+
+- artifacts made elsewhere (``--other DIR``, repeatable: e.g. the same `make keytokens` on another CPU);
+- stage 1 run again here on the first ``--documents`` documents with another summation order: one
+  thread instead of two (``OMP_NUM_THREADS=1``), a smaller ``head_chunk``, ``vocab_tile`` and
+  ``window_batch_tokens``, and two stand-ins for another CPU's kernels: torch's own kernels (softmax,
+  norms, reductions, and with them the GEMMs' dispatch) without SIMD (``ATEN_CPU_CAPABILITY=default``),
+  and MKL's GEMMs on its code path for any x86 CPU (``MKL_CBWR=COMPATIBLE``; ``MKL_ENABLE_INSTRUCTIONS``
+  changes nothing on an AMD CPU: measured). Each runs in its own process, into a temporary directory.
+
+    make bench-equivalence ARGS="--other ../shared/data/cross-machine"
+    .venv/bin/python -m bench.equivalence --documents 2 --variants threads=1 head_chunk=512
+
+Prints a Markdown table (one row per comparison and value column) and, with ``--out``, writes the
+numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ROOT, default_artifact
+from pipeline.artifact.identity import TOLERANCE, compare_tables, differences
+from pipeline.artifact.reader import open_artifact
+
+# Summation orders to try: a name, the stage's overrides and the environment it runs in.
+VARIANTS = {
+    "threads=1": ([], {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
+    "head_chunk=512": (["head_chunk=512"], {}),
+    "vocab_tile=4096": (["vocab_tile=4096"], {}),
+    "window_batch_tokens=2048": (["window_batch_tokens=2048"], {}),
+    "ATEN_CPU_CAPABILITY=default": ([], {"ATEN_CPU_CAPABILITY": "default"}),
+    "MKL_CBWR=COMPATIBLE": ([], {"MKL_CBWR": "COMPATIBLE"}),
+}
+
+
+def run_variant(name: str, documents: int, out: Path) -> tuple[Path, float]:
+    """Stage 1 on the first ``documents`` documents with the variant's overrides; its artifact and
+    the process's CPU seconds."""
+    overrides, env = VARIANTS[name]
+    command = [sys.executable, "-m", "pipeline.keytokens", f"num_documents={documents}"]
+    command += [f"output_dir={out}", f"name={folder(name)}", "progress=false", *overrides]
+    before = os.times()
+    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, **env})
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return out / folder(name), cpu
+
+
+def folder(name: str) -> str:
+    return name.replace("=", "-").lower()
+
+
+def comparison(label: str, base, other) -> dict:
+    """One comparison: the value differences, the key flags and the verdict."""
+    report = compare_tables(base, other)
+    verdict = differences(other.identity, base.identity) if label.startswith("other:") else []
+    return {
+        "label": label,
+        **report,
+        "same_artifact_problems": verdict,
+        "exact": base.contents == other.contents,
+    }
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = [
+        "| compared with the default artifact | documents | column | values | differing | median | p99 | p99.9 | max | key flags differing |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        for name, q in row["columns"].items():
+            flags = sum(row["key_flags_differ"].values())
+            lines.append(
+                f"| {row['label']} | {len(row['documents'])} | {name} | {q['n']} | {q['differing']} | "
+                f"{q['median']:.2g} | {q['p99']:.2g} | {q['p999']:.2g} | {q['max']:.2g} | {flags} |"
+            )
+    worst = {name: max(r["columns"][name]["max"] for r in rows) for name in TOLERANCE}
+    lines.append("")
+    lines.append(
+        "largest difference per column: "
+        + ", ".join(
+            f"{k} {v:.3g} (tolerance {TOLERANCE[k]:g}, {TOLERANCE[k] / v:.0f}x)" for k, v in worst.items()
+        )
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--artifact", default=str(default_artifact()))
+    parser.add_argument("--other", action="append", default=[], help="an artifact made elsewhere")
+    parser.add_argument("--documents", type=int, default=2, help="documents of each variant run")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
+    args = parser.parse_args()
+    base = open_artifact(args.artifact)
+    rows = [comparison(f"other: {path}", base, open_artifact(path)) for path in args.other]
+    with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
+        for name in args.variants:
+            started = time.time()
+            path, cpu = run_variant(name, args.documents, Path(tmp))
+            row = comparison(name, base, open_artifact(path))
+            rows.append(row | {"wall_seconds": round(time.time() - started, 1), "cpu_seconds": round(cpu, 1)})
+            print(f"{name}: {row['columns']['lsd']['max']:.3g} max |LSD| difference", flush=True)
+    print(markdown(rows))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"artifact": str(args.artifact), "rows": rows}, indent=1) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
