@@ -1,7 +1,8 @@
 """The architecture, checked (docs/architecture.md): every module of ``pipeline/`` belongs to a layer
 and imports only from its own layer or below; no import cycle; a stage's command imports from the
-reports layer only the picture or page it writes; modules under 400 lines, functions under 60; no
-issue numbers in the code. Function-level imports count: they hide a cycle, not remove it."""
+reports layer only the picture or page it writes; every package says in its docstring what it holds
+and what it may import; modules under 400 lines, functions under 60; no issue numbers in the code.
+Function-level imports count: they hide a cycle, not remove it."""
 
 from __future__ import annotations
 
@@ -161,3 +162,14 @@ def test_stage_shells_take_from_the_reports_layer_only_what_they_draw():
         reports = {t for t in imports(path, known) if rank(t) == RANKS["reports"]}
         found += [f"{module} -> {t}" for t in sorted(reports - STAGE_SHELL_REPORTS.get(module, set()))]
     assert not found, found
+
+
+def test_every_package_says_what_it_holds_and_what_it_may_import():
+    """Each package's docstring: what it holds (more than a placeholder) and the layers it may import
+    (a sentence naming its own layer's rank: "May import: ...")."""
+    missing = []
+    for init in sorted(PIPELINE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if len(doc) < 80 or "TODO" in doc or "May import:" not in doc:
+            missing.append(str(init.relative_to(ROOT)))
+    assert not missing, missing
