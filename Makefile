@@ -119,7 +119,7 @@ import-official-all: $(STAMP)
 
 # MODEL=a,b (a comma list) is a Hydra multirun over the models (-m in ARGS is put first, where Hydra
 # reads it): one after another, or ARGS="hydra/launcher=joblib" in parallel processes, or
-# ARGS="hydra/launcher=slurm" as Slurm jobs (README).
+# ARGS="hydra/launcher=slurm" as Slurm jobs (docs/gpu.md).
 score: $(STAMP)
 	$(BIN)/python -m pipeline.score $(if $(or $(findstring $(comma),$(MODEL)),$(filter -m --multirun,$(ARGS))),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(filter-out -m --multirun,$(ARGS))
 
@@ -133,8 +133,8 @@ ladder: $(STAMP)
 forgetting-curve: $(STAMP)
 	$(BIN)/python -m pipeline.forgetting $(if $(MODEL),$(if $(wildcard conf/model/$(MODEL).yaml),model=$(MODEL),model=local model.spec=$(MODEL))) $(ARGS)
 
-# lm-eval's own command line with the model `longppl` and a task per key-token artifact (README
-# "lm-evaluation-harness"): MODEL is --model_args pretrained=MODEL, ARTIFACT one more artifact with a task
+# lm-eval's own command line with the model `longppl` and a task per key-token artifact
+# (docs/lm-eval.md): MODEL is --model_args pretrained=MODEL, ARTIFACT one more artifact with a task
 # (a directory or hf://datasets/...@rev), ARGS lm-eval's flags, unchanged.
 lm-eval: $(LMEVAL_STAMP)
 	$(BIN)/python -m pipeline.lmeval $(if $(MODEL),--model_args pretrained=$(MODEL)) $(if $(ARTIFACT),--artifact $(ARTIFACT)) $(ARGS)
