@@ -29,6 +29,9 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: help setup rehearse-paper setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence
 
+# A bare `make` sets up .venv, as before `make help` came first in the file.
+.DEFAULT_GOAL := setup
+
 # `make help`: every target in its group, one line each (README "Make targets"; docs/ for each).
 help:
 	@echo "The two stages (a fresh machine: make keytokens, then make test)"
