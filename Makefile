@@ -27,7 +27,56 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup rehearse-paper setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence
+.PHONY: help setup rehearse-paper setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence
+
+# A bare `make` sets up .venv, as before `make help` came first in the file.
+.DEFAULT_GOAL := setup
+
+# `make help`: every target in its group, one line each (README "Make targets"; docs/ for each).
+help:
+	@echo "The two stages (a fresh machine: make keytokens, then make test)"
+	@echo "  keytokens              stage 1: an evaluator's key tokens of a corpus -> artifacts/keytokens/<name>"
+	@echo "  score                  stage 2: MODEL= (name, directory, .gguf, Hub id) against an artifact"
+	@echo "  import-official        the paper's own key spans as an artifact (EVALUATOR=...; needs the Hub)"
+	@echo "  import-official-all    the same for the paper's three evaluators"
+	@echo "Reports"
+	@echo "  leaderboard            tables and plots of everything scored -> artifacts/leaderboard/"
+	@echo "  leaderboard-refresh    rescore the pinned models and compare with the record"
+	@echo "  leaderboard-refresh-official  the official README's numbers on the imported artifacts (GPUs)"
+	@echo "  compare-artifacts      two artifacts: the same bytes? the same artifact? their values"
+	@echo "  show                   an artifact's key-token pages (ARGS=\"doc_id=<id>\" or all=true)"
+	@echo "  publish                an artifact as a Hub dataset (ARTIFACT= REPO=, DRY_RUN=1 to only write it)"
+	@echo "  lm-eval                LongPPL as lm-evaluation-harness tasks (lm-eval's own flags in ARGS)"
+	@echo "Studies"
+	@echo "  validate               do the paper's claims hold with the embedded models? -> docs/validation.md"
+	@echo "  forgetting-curve       the forgetting curve of MODEL=: fine and coarse memory lengths"
+	@echo "  ladder                 the context ladder of MODEL=: LongPPL at growing context limits"
+	@echo "  finetune               fine-tune MODEL= with LongCE (or CE: ARGS=source=ce) on HF Trainer"
+	@echo "  longce-demo            CE against LongCE on SmolLM2-135M, on the CPU -> docs/longce.md"
+	@echo "  rehearse-paper         the paper's GPU run rehearsed on the CPU with tiny models (docs/gpu.md)"
+	@echo "Benches (each writes or feeds a docs/ page)"
+	@echo "  bench                  against the official longppl 0.3.0 and plain PPL, 1k-32k tokens"
+	@echo "  bench-quick            the same at 4k tokens only"
+	@echo "  bench-dropin           the drop-in compute_longppl against the official one"
+	@echo "  bench-memory           peak memory of stage 1 at 2k/4k/8k-token documents"
+	@echo "  bench-stage2           the score stage against a plain-PPL pass"
+	@echo "  bench-attention        peak memory of sliding-window attention at 8k and 16k"
+	@echo "  bench-head             the float32 head of a bfloat16 model: upcast against float32-output GEMM"
+	@echo "  bench-checks           the artifact checks against the newest score run on it"
+	@echo "  bench-equivalence      how far stage 1 runs elsewhere or in other summation orders differ"
+	@echo "  bench-forgetting       peak memory of one forgetting-curve point against full logits"
+	@echo "  bench-ladder           the context ladder against one make score"
+	@echo "  bench-longce           time and memory per training step: LongCE against CE"
+	@echo "  bench-lmeval           make lm-eval against make score; lm-eval's hf against longppl"
+	@echo "Setup and checks"
+	@echo "  setup                  .venv: CPU torch, the package, pinned dependencies, embedded models"
+	@echo "  setup-lmeval           the optional lm-evaluation-harness extra"
+	@echo "  test                   the test suite (GPU tests skipped)"
+	@echo "  test-gpu               the tests that need a CUDA GPU"
+	@echo "  browser                Chromium for the key-token page's browser test (apt-get, as root)"
+	@echo "  lint                   ruff check and ruff format --check"
+	@echo "  clean-venv             remove .venv"
+	@echo "  help                   this list"
 
 setup: $(STAMP)
 
@@ -73,7 +122,7 @@ import-official-all: $(STAMP)
 
 # MODEL=a,b (a comma list) is a Hydra multirun over the models (-m in ARGS is put first, where Hydra
 # reads it): one after another, or ARGS="hydra/launcher=joblib" in parallel processes, or
-# ARGS="hydra/launcher=slurm" as Slurm jobs (README).
+# ARGS="hydra/launcher=slurm" as Slurm jobs (docs/gpu.md).
 score: $(STAMP)
 	$(BIN)/python -m pipeline.score $(if $(or $(findstring $(comma),$(MODEL)),$(filter -m --multirun,$(ARGS))),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(filter-out -m --multirun,$(ARGS))
 
@@ -87,8 +136,8 @@ ladder: $(STAMP)
 forgetting-curve: $(STAMP)
 	$(BIN)/python -m pipeline.forgetting $(if $(MODEL),$(if $(wildcard conf/model/$(MODEL).yaml),model=$(MODEL),model=local model.spec=$(MODEL))) $(ARGS)
 
-# lm-eval's own command line with the model `longppl` and a task per key-token artifact (README
-# "lm-evaluation-harness"): MODEL is --model_args pretrained=MODEL, ARTIFACT one more artifact with a task
+# lm-eval's own command line with the model `longppl` and a task per key-token artifact
+# (docs/lm-eval.md): MODEL is --model_args pretrained=MODEL, ARTIFACT one more artifact with a task
 # (a directory or hf://datasets/...@rev), ARGS lm-eval's flags, unchanged.
 lm-eval: $(LMEVAL_STAMP)
 	$(BIN)/python -m pipeline.lmeval $(if $(MODEL),--model_args pretrained=$(MODEL)) $(if $(ARTIFACT),--artifact $(ARTIFACT)) $(ARGS)

@@ -1,5 +1,5 @@
 """The Python API: score / find_key_tokens for models in memory, the drop-in compute_longppl, the
-TrainerCallback, and the README's example (integration: the embedded models)."""
+TrainerCallback, and the example of docs/api.md (integration: the embedded models)."""
 
 from __future__ import annotations
 
@@ -233,18 +233,18 @@ def test_compute_longppl_agrees_with_the_official_package_on_a_real_document():
 
 
 @pytest.mark.integration
-def test_the_readme_example_runs():
-    """The README's Python API example, executed as written (from the repository root)."""
+def test_the_documented_example_runs():
+    """The Python API page's example (docs/api.md, its first Python block), executed as written (from
+    the repository root)."""
     import os
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Python API", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)[1]
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", page, re.S)[1]
     namespace: dict = {}
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        exec(compile(code, "README.md", "exec"), namespace)  # the project's own README
+        exec(compile(code, "docs/api.md", "exec"), namespace)  # the project's own documentation
     finally:
         os.chdir(cwd)
     result, out = namespace["result"], namespace["out"]

@@ -176,7 +176,7 @@ def test_flipped_truncated_flag_with_an_edited_key_span(untruncated_artifact, tm
 
 def test_edited_truncated_text_against_its_source(tiny_artifact, tmp_path):
     """A truncated text with one letter changed (its hashes redone) differs from its source, which is
-    at hand; without the source, nothing can tell (the README's "What the checks prove")."""
+    at hand; without the source, nothing can tell (docs/guarantees.md, "What no check can prove")."""
     from tests.test_artifact_checks import changed_text
 
     fix = manifest_text_hash(tmp_path / "changed")

@@ -1,6 +1,8 @@
-"""The architecture, checked (README "Architecture"): every module of ``pipeline/`` belongs to a layer
-and imports only from its own layer or below; no import cycle; modules under 400 lines, functions
-under 60; no issue numbers in the code. Function-level imports count: they hide a cycle, not remove it."""
+"""The architecture, checked (docs/architecture.md): every module of ``pipeline/`` belongs to a layer
+and imports only from its own layer or below; no import cycle; a stage's command imports from the
+reports layer only the picture or page it writes; every package says in its docstring what it holds
+and what it may import; modules under 400 lines, functions under 60; no issue numbers in the code.
+Function-level imports count: they hide a cycle, not remove it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,14 @@ PIPELINE = ROOT / "pipeline"
 LAYERS = [
     (
         "foundation",
-        ("pipeline.errors", "pipeline.files", "pipeline.provenance", "pipeline.hub", "pipeline.cli"),
+        (
+            "pipeline.errors",
+            "pipeline.files",
+            "pipeline.formats",
+            "pipeline.provenance",
+            "pipeline.hub",
+            "pipeline.cli",
+        ),
     ),
     ("settings", ("pipeline.definition", "pipeline.settings")),
     ("inputs", ("pipeline.text", "pipeline.models")),
@@ -46,7 +55,7 @@ def rank(module: str) -> int:
     for name, prefixes in LAYERS:
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return RANKS[name]
-    raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py and the README")
+    raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py and docs/architecture.md")
 
 
 def imports(path: Path, known: dict[str, Path]) -> set[str]:
@@ -132,3 +141,35 @@ def test_sizes_and_no_issue_numbers():
 def test_layers_cover_every_module():
     for module in modules():
         rank(module)  # raises for a module in no layer
+
+
+# What a stage's command (its ``__main__`` shell) may take from the reports layer: the picture or page
+# that the command itself writes, nothing else (number formats and file names are ``pipeline.formats``).
+STAGE_SHELL_REPORTS = {
+    "pipeline.keytokens.__main__": {"pipeline.reporting.keytoken_page"},
+    "pipeline.forgetting.__main__": {"pipeline.reporting.forgetting_plot"},
+    "pipeline.ladder.__main__": {"pipeline.reporting.ladder_plot"},
+}
+
+
+def test_stage_shells_take_from_the_reports_layer_only_what_they_draw():
+    known = modules()
+    stages = {p for name, prefixes in LAYERS if name == "stages" for p in prefixes}
+    found = []
+    for module, path in known.items():
+        if module.removesuffix(".__main__") not in stages or not module.endswith(".__main__"):
+            continue
+        reports = {t for t in imports(path, known) if rank(t) == RANKS["reports"]}
+        found += [f"{module} -> {t}" for t in sorted(reports - STAGE_SHELL_REPORTS.get(module, set()))]
+    assert not found, found
+
+
+def test_every_package_says_what_it_holds_and_what_it_may_import():
+    """Each package's docstring: what it holds (more than a placeholder) and the layers it may import
+    (a sentence naming its own layer's rank: "May import: ...")."""
+    missing = []
+    for init in sorted(PIPELINE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if len(doc) < 80 or "TODO" in doc or "May import:" not in doc:
+            missing.append(str(init.relative_to(ROOT)))
+    assert not missing, missing

@@ -372,18 +372,18 @@ def test_the_reader_checks_what_it_reads(tmp_path):
 
 
 @pytest.mark.integration
-def test_the_readme_example_gives_the_numbers_and_the_result_id_of_make_score(tmp_path, monkeypatch):
-    """The README's lm-eval example as written (key tokens of a short GovReport text from the embedded
-    Gemma, SmolLM2 through lm-eval), then `make score` on its artifact: the same numbers, the same
-    result id, one leaderboard entry."""
+def test_the_documented_example_gives_the_numbers_and_the_result_id_of_make_score(tmp_path, monkeypatch):
+    """The lm-eval page's Python example as written (docs/lm-eval.md, "The Python way": key tokens of a
+    short GovReport text from the embedded Gemma, SmolLM2 through lm-eval), then `make score` on its
+    artifact: the same numbers, the same result id, one leaderboard entry."""
     from pipeline.results.scores import read_scores
     from pipeline.score.__main__ import run
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    code = re.search(r"```python\n(.*?)```", readme.split("## lm-evaluation-harness", 1)[1], re.S)[1]
+    page = (ROOT / "docs" / "lm-eval.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", page.split("## The Python way", 1)[1], re.S)[1]
     namespace: dict = {}
     monkeypatch.chdir(ROOT)
-    exec(compile(code, "README.md", "exec"), namespace)  # the project's own README
+    exec(compile(code, "docs/lm-eval.md", "exec"), namespace)  # the project's own documentation
     artifact, results = namespace["artifact"], namespace["results"]
     results.pop("samples", None)
     path = tmp_path / "results.json"

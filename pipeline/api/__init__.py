@@ -14,6 +14,9 @@ as an artifact). Settings are keyword arguments named as the commands' settings 
 ``ScoreSettings`` objects; bad values are a PipelineError, as on the command line. Also here:
 ``compute_longppl`` (the drop-in for the official package, ``pipeline.api.dropin``),
 ``LongPPLCallback`` (``pipeline.api.callback``) and ``load_model``.
+
+Layer: api. May import: every layer below (foundation, settings, inputs, contract, stages) and the api
+layer (``api``, ``lmeval``); never a report.
 """
 
 from __future__ import annotations

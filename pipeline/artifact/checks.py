@@ -25,7 +25,7 @@ are checked against each other, against the key-token rule and against the finge
 A failure is one PipelineError naming the table, the column, the first bad row and its document.
 Everything is vectorised (numpy): one pass over each column, whatever the number of documents.
 Where the evaluator's tokenizer and the source texts are at hand, ``pipeline.artifact.inputs``
-checks more (the README's "What the checks prove").
+checks more (docs/guarantees.md, "What no check can prove").
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ from omegaconf import OmegaConf
 
 from pipeline.artifact.reader import open_artifact
 from pipeline.cli import hydra_main
+from pipeline.formats import file_slug
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.ladder.run import ladder_line
 from pipeline.ladder.settings import LadderSettings
 from pipeline.models.loading import ModelChoice, is_local_model
-from pipeline.reporting.common import file_slug
 from pipeline.reporting.ladder_plot import summary_text, write_plot
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as results

@@ -16,6 +16,9 @@
 
 The names load lm-eval on first use (importing them registers the model and the metrics in lm-eval,
 after lm-eval's own models); without lm-eval installed that is a PipelineError saying how to install it.
+
+Layer: api. May import: every layer below (foundation, settings, inputs, contract, stages) and the api
+layer (``api``, ``lmeval``); never a report.
 """
 
 from __future__ import annotations

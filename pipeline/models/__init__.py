@@ -1,1 +1,11 @@
-"""TODO"""
+"""Models, whatever their source, and what is computed from them: loading any causal LM and its
+tokenizer with provenance (``loading``; embedded short names, directories, ``.gguf`` files checked
+and converted once by ``gguf``, Hub ids), whether a tokenizer is the model's (``pairing``), where its
+parts compute (``placement``), exact block-sparse attention (``attention``), target log-probs in
+bounded chunks with no full-vocabulary logits (``logprobs``, ``float32_head``), top-1 predictions
+(``top1``) and how far two correct computations may differ (``precision``).
+
+Layer: inputs. May import: the foundation (``errors``, ``files``, ``formats``, ``provenance``,
+``hub``, ``cli``), the settings (``definition``, ``settings``) and the inputs layer (``text``,
+``models``); never the artifact, results, a stage, the API or a report.
+"""

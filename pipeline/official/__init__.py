@@ -4,4 +4,7 @@
 pins the dataset and tokenizers (Hub commit or local copy); ``boundaries`` checks that the spans fit
 the reconstructed texts; ``run`` is the import (`make import-official EVALUATOR=<name>`,
 ``python -m pipeline.official``), which writes a ``key_spans`` artifact (``pipeline.artifact.schema``).
+
+Layer: stages. May import: the foundation, settings, inputs (``text``, ``models``) and contract
+(``artifact``, ``results``) layers and the other stages; never the API or a report.
 """

@@ -1,4 +1,5 @@
-"""What every report shares: number formatting, Markdown and CSV tables, figures, correlations.
+"""What every report shares: percentages, Markdown and CSV tables, figures, correlations (a number's
+fixed format and a file-name slug are ``pipeline.formats``, for the layers below too).
 
 Outputs are byte-identical for the same inputs: fixed float formats, no timestamps, PNGs without
 software metadata.
@@ -15,19 +16,14 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.formats import fmt
+
 FIGSIZE = (7.0, 5.0)
 DPI = 100
 
 
 # ----------------------------------------------------------------------------------------------
 # Numbers and tables
-
-
-def fmt(value: float | None, spec: str = ".4f", missing: str = "n/a") -> str:
-    """A number in a fixed format; ``missing`` for None or NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return missing
-    return format(value, spec)
 
 
 def pct(value: float | None, spec: str = ".1f") -> str:
@@ -80,11 +76,6 @@ def csv_text(header: list[str], rows: list[list[str | None]]) -> str:
     """CSV of text cells (format numbers first); empty or None cells are written empty."""
     cells = [[None if c == "" else c for c in row] for row in rows]
     return pl.DataFrame(cells, schema=dict.fromkeys(header, pl.String), orient="row").write_csv()
-
-
-def file_slug(name: str, fallback: str) -> str:
-    """A file-name-safe form of a name (letters, digits, ``.``, ``_``, ``-``); ``fallback`` if none."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or fallback
 
 
 def display_path(path: str | Path) -> str:

@@ -15,13 +15,13 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import PipelineError
+from pipeline.formats import file_slug
 from pipeline.provenance import file_sha256
 from pipeline.reporting.common import (
     correlate,
     csv_text,
     display_path,
     figure,
-    file_slug,
     labelled_scatter,
     md_code,
     md_table,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.files import write_bytes_atomic
-from pipeline.reporting.common import figure, file_slug, plot_text, png
+from pipeline.formats import file_slug
+from pipeline.reporting.common import figure, plot_text, png
 from pipeline.results.forgetting import memory_text
 
 FIGSIZE = (12.0, 5.0)

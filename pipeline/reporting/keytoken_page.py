@@ -23,7 +23,7 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
-from pipeline.reporting.common import fmt
+from pipeline.formats import fmt
 from pipeline.settings import Text, parse
 
 VIEWS = "views"

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.files import write_bytes_atomic
-from pipeline.reporting.common import figure, fmt, png
+from pipeline.formats import fmt
+from pipeline.reporting.common import figure, png
 from pipeline.reporting.forgetting_plot import draw_forgetting
 from pipeline.results.forgetting import memory_text
 from pipeline.results.ladder import reading_text

@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from pipeline.artifact.reader import open_artifact
 from pipeline.cli import hydra_main
 from pipeline.definition import no_key_reason
+from pipeline.formats import fmt
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import ModelChoice, is_local_model
-from pipeline.reporting.common import fmt
 from pipeline.results import lines
 from pipeline.results.scores import score_row
 from pipeline.score.engine import score

@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.reporting.common import figure, fmt, plot_text, png
+from pipeline.formats import fmt
+from pipeline.reporting.common import figure, plot_text, png
 from pipeline.validation.study import FAMILY_METRICS, QATokens, metric_value
 
 

@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pipeline.formats import fmt
 from pipeline.provenance import machine
-from pipeline.reporting.common import figure, fmt, markdown_templates, md_table, pct, png
+from pipeline.reporting.common import figure, markdown_templates, md_table, pct, png
 
 CURVE_KEYS = (
     "step",

@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pipeline.formats import fmt
 from pipeline.provenance import machine
-from pipeline.reporting.common import fmt, markdown_templates, md_table, pct
+from pipeline.reporting.common import markdown_templates, md_table, pct
 from pipeline.validation.study import FAMILY_METRICS
 
 PAPER_ACCURACY = {"LSD": 0.856, "LSD and LCL": 0.982}  # paper Fig. 4b (Mixtral-8x7B evaluator on LongEval)
