@@ -60,10 +60,6 @@ TOPIC_PAGES = [
     "architecture.md",
 ]  # fmt: skip
 
-# Linked before it is on this branch: the reproducibility page is written in another checkout. A link
-# to it passes while the file is absent; once it is committed, its links are checked like any other.
-NOT_YET_COMMITTED = {"docs/reproducibility.md"}
-
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -118,10 +114,8 @@ def broken_links(found: dict[str, str]) -> list[str]:
                 continue
             path, _, anchor = target.partition("#")
             file = (folder / path).resolve() if path else ROOT / name
-            rel = str(file.relative_to(ROOT)) if file.is_relative_to(ROOT) else str(file)
             if not file.exists():
-                if rel not in NOT_YET_COMMITTED:
-                    broken.append(f"{name}: {target} (no such file)")
+                broken.append(f"{name}: {target} (no such file)")
             elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text(encoding="utf-8")):
                 broken.append(f"{name}: {target} (no such heading)")
     return broken
