@@ -12,11 +12,20 @@ from dataclasses import asdict, fields
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic.dataclasses import dataclass
 
-Positive = Annotated[int, Field(gt=0)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+def _not_bool(value: Any) -> Any:
+    """``True`` is not the number 1 here (``K=True`` is a mistake, not K=1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value} is a boolean, not a number")
+    return value
+
+
+NotBool = BeforeValidator(_not_bool)
+Positive = Annotated[int, NotBool, Field(gt=0)]
+Finite = Annotated[float, NotBool, Field(allow_inf_nan=False)]
 
 # The (alpha, beta) pairs of the paper's Table 2, re-thresholded from stored LSD and LCL.
 PAPER_GRID: tuple[tuple[float, float], ...] = ((2.0, -2.0), (2.0, -1.0), (1.0, -2.0), (1.0, -1.0))
@@ -30,7 +39,7 @@ class KeyTokenDefinition:
     d: Positive = 1024  # sliding-window step: one short pass of K + d tokens scores d tokens
     alpha: Finite = 2.0  # key token: LSD > alpha ...
     beta: Finite = -2.0  # ... and LCL > beta
-    gamma: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 5.0  # soft weight: min(exp(LSD), gamma)
+    gamma: Annotated[Finite, Field(gt=0)] = 5.0  # soft weight: min(exp(LSD), gamma)
     short_window_bos: bool = True  # BOS before every short window (false: the official package)
 
     def record(self) -> dict[str, Any]:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 HUB_DATASET_PREFIX = (
     "hf://datasets/"  # hf://datasets/<org>/<name>[@<revision>]: a key-token artifact on the Hub
 )
+
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 def is_hub_dataset(location: object) -> bool:
@@ -38,6 +43,18 @@ class HubModel:
     problem: str | None = None
     cache_only: bool = False
     unreached: bool = False
+    commit: str | None = None  # the commit the revision resolves to (the Hub's answer, else the cache's)
+
+
+def snapshot_commit(path: object) -> str | None:
+    """The commit of a file in the local Hub cache (``.../snapshots/<commit>/<file>``), or None."""
+    if not isinstance(path, str):
+        return None
+    parts = Path(path).parts
+    if "snapshots" in parts[:-1]:
+        candidate = parts[parts.index("snapshots") + 1]
+        return candidate if COMMIT.match(candidate) else None
+    return None
 
 
 def hub_model(repo_id: str, revision: str | None) -> HubModel:
@@ -56,12 +73,13 @@ def hub_model(repo_id: str, revision: str | None) -> HubModel:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         return HubModel(f"not a Hub id: {exc}")
-    cached = isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    in_cache = snapshot_commit(try_to_load_from_cache(repo_id, "config.json", revision=revision))
+    cached = in_cache is not None
     if hub_offline():
         missing = "HF_HUB_OFFLINE=1 is set and it is not in the local Hub cache"
-        return HubModel(cache_only=True) if cached else HubModel(missing, True, True)
+        return HubModel(cache_only=True, commit=in_cache) if cached else HubModel(missing, True, True)
     try:
-        HfApi().model_info(repo_id, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+        info = HfApi().model_info(repo_id, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
     except GatedRepoError:
         return HubModel("it is gated: accept its terms on its Hub page, then run `hf auth login`")
     except RepositoryNotFoundError:
@@ -70,9 +88,9 @@ def hub_model(repo_id: str, revision: str | None) -> HubModel:
         return HubModel(f"the Hub has no revision {revision!r} of it")
     except Exception as exc:  # no answer: DNS, connection, timeout, a server error
         if cached:
-            return HubModel(cache_only=True)
+            return HubModel(cache_only=True, commit=in_cache)
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         return HubModel(
             f"the Hub could not be reached ({detail}) and it is not in the local Hub cache", unreached=True
         )
-    return HubModel()
+    return HubModel(commit=info.sha)

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
-from pipeline.definition import PAPER_GRID, Positive
+from pipeline.definition import PAPER_GRID, NotBool, Positive
 from pipeline.errors import PipelineError
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ def _as_text(value: Any) -> Any:
 
 
 Text = Annotated[str, BeforeValidator(_as_text)]
-NonNegative = Annotated[int, Field(ge=0)]
+NonNegative = Annotated[int, NotBool, Field(ge=0)]
 DirectoryName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+@=-]*$", max_length=200)]
 
 
@@ -104,7 +104,7 @@ class ScoreSettings:
     """What the score stage's numbers depend on besides the model and the artifact."""
 
     add_bos: bool = True  # prepend the model's BOS so that every text token is predicted
-    context_limit: Annotated[int, Field(ge=2)] | None = None  # at most this many tokens of context
+    context_limit: Annotated[int, NotBool, Field(ge=2)] | None = None  # at most this many tokens of context
     allow_truncation: bool = False  # score the prefix that fits the model's context (flagged)
     grid: Grid = PAPER_GRID  # (alpha, beta) pairs re-thresholded from the stored LSD and LCL
 

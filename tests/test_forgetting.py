@@ -292,7 +292,8 @@ def test_leaderboard_memory_columns(tmp_path):
     scores = write_lines(tmp_path / "scores.jsonl", base_rows())
     memory = {"fine": 512, "fine_censored": False, "coarse": 4094, "coarse_censored": True}
     row = {"schema": forgetting_results.SCHEMA, "result_id": "r1", "model_name": "smollm2-135m"}
-    row.update(date="2026-11-22T05:00:00+00:00", model={}, settings={}, text={}, complete=True)
+    smol = {"spec": "smollm2-135m", "kind": "embedded", "revision": None, "file_sha256": "00" * 32}
+    row.update(date="2026-11-22T05:00:00+00:00", model=smol, settings={}, text={}, complete=True)
     row.update(memory={**memory, "largest_measured": 4094})
     row["points"] = [{"length": 8, "beyond_context": False, "error": "x"}]
     old = {**row, "result_id": "r0", "date": "2026-11-21T05:00:00+00:00"}

@@ -26,7 +26,7 @@ from pipeline.artifact.identity import (
 from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
 from pipeline.reporting import compare, leaderboard, refresh
-from pipeline.results.scores import read_lines, read_scores, same_artifact
+from pipeline.results.scores import RESULTS_VERSION, read_lines, read_scores, same_artifact
 from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 from tests.test_artifact_checks import cell, craft, first_plain_row
 from tests.test_artifact_trust import consistent_forgery, key_end_over_the_next_tokens, remerged
@@ -201,7 +201,7 @@ def test_a_refresh_reproduces_on_a_regenerated_artifact_and_names_moved_key_span
     )
     line = read_lines(recorded)[0][1]
     assert (
-        line["schema_version"] == 4
+        line["schema_version"] == RESULTS_VERSION
         and line["artifact"]["identity"]["discrete"] == load_artifact(tiny_artifact).identity.discrete
     )
     pins = refresh_overrides(tiny_artifact, recorded, other_model_dir)

@@ -36,7 +36,9 @@ def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_pat
     original = score(other_model_dir, tiny_artifact, tmp_path)
     published = score(other_model_dir, folder, tmp_path)
     assert published["corpus"] == original["corpus"]
-    with pytest.raises(PipelineError, match="not empty"):
+    assert publish.run(cfg) == folder  # a rerun (after a failed upload) prepares the folder anew
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(PipelineError, match=r"holds files that `make publish` did not write \(notes\.txt\)"):
         publish.run(cfg)
 
 

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import numbers
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
@@ -44,11 +46,12 @@ from pipeline.models.loading import eval_mode, in_memory, load_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
 from pipeline.results import lines
+from pipeline.results.keys import context_name
 from pipeline.results.scores import score_row
 from pipeline.score import engine
 from pipeline.score.engine import ScoreResult
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
-from pipeline.text.corpus import CorpusSpec, Document
+from pipeline.text.corpus import CorpusSpec, Document, check_unicode
 
 __all__ = [
     "Compute",
@@ -93,16 +96,18 @@ def score(
     (``add_bos``, ``context_limit``, ``allow_truncation``, ``grid``) and of ``Compute`` (``head_dtype``,
     ``head_chunk``, ``vocab_tile``, ``window_batch_tokens``). ``documents``: score only the first N,
     or these ids; ``results_file``: also append the result line there, as `make score` does
-    (``model_name`` names the model on the leaderboard)."""
+    (``model_name`` names the model on the leaderboard; the line records the model's identity, a hash
+    of its parameters and tokenizer, and the documents when they are not all of the artifact's)."""
     started = time.time()
     settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
+    documents = checked_documents(documents)
+    path = None if results_file is None else lines.check_writable(Path(results_file), "results_file")
     artifact = open_artifact(keytokens)
     lm = in_memory(model, tokenizer, model_name)
-    result = engine.score(
-        artifact, lm, settings, compute, documents=checked_documents(documents), progress=progress
-    )
-    if results_file is not None:
-        lines.append(Path(results_file), score_row(lm.source.spec, lm, result, time.time() - started))
+    result = engine.score(artifact, lm, settings, compute, documents=documents, progress=progress)
+    if path is not None:  # a run on part of the documents records them (no leaderboard entry)
+        name = context_name(lm.source.spec, settings.context_limit)
+        lines.append(path, score_row(name, lm, result, time.time() - started))
     for warning in result.warnings:
         warnings.warn(warning, stacklevel=2)
     return result
@@ -171,10 +176,10 @@ def checked_documents(documents: Any) -> int | Sequence[str] | None:
     """None, a positive number, or a list of document ids (str)."""
     if documents is None:
         return None
-    if isinstance(documents, int) and not isinstance(documents, bool):
+    if isinstance(documents, numbers.Integral) and not isinstance(documents, (bool, np.bool_)):
         if documents < 1:
             raise PipelineError(f"documents={documents}: give a positive number, a list of ids, or None")
-        return documents
+        return int(documents)
     ids = None if isinstance(documents, (str, bytes, bool)) else documents
     if not isinstance(ids, (Sequence, set, frozenset)) or not all(isinstance(d, str) for d in ids):
         raise PipelineError(
@@ -201,6 +206,8 @@ def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Documen
             ": decode it first (text.decode('utf-8'))" if isinstance(bad.text, (bytes, bytearray)) else ""
         )
         raise PipelineError(f"text of document '{bad.id}' is {type(bad.text).__name__}, not str{decode}")
+    for doc in documents:
+        check_unicode(doc.text, f"text of document '{doc.id}'")
     return documents
 
 

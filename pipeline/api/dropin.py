@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pydantic.dataclasses
 
 from pipeline.artifact.reader import ArtifactDocument
-from pipeline.definition import KeyTokenDefinition
+from pipeline.definition import Finite, KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
 from pipeline.keytokens.documents import Prepared
 from pipeline.keytokens.tables import keytoken_tables
@@ -34,7 +35,7 @@ from pipeline.models.pairing import check_pairing
 from pipeline.official.span_files import format_spans, merge_overlaps, read_span_file
 from pipeline.score.documents import score_document
 from pipeline.settings import ScoreSettings, parse
-from pipeline.text.corpus import Document
+from pipeline.text.corpus import Document, check_unicode
 from pipeline.text.tokenization import encode_with_offsets
 
 OFFICIAL_SCORING = ScoreSettings(add_bos=False, grid=())  # no special tokens; key spans only
@@ -61,23 +62,29 @@ def compute_longppl(
         raise PipelineError(
             f"text is {type(text).__name__}, not str: pass the text itself (decode bytes first)"
         )
+    check_unicode(text, "text")
+    rule = parse(DropInSettings, {"trunc_len": trunc_len, "sliding_window": sliding_window, "alpha": alpha,
+                                  "beta": beta})  # fmt: skip
     model, tokenizer = loaded(model, tokenizer)
     if evaluator_model is not None:
         evaluator_model, evaluator_tokenizer = loaded(evaluator_model, evaluator_tokenizer)
         check_pairing(
             evaluator_model, evaluator_tokenizer, getattr(evaluator_model, "name_or_path", "evaluator")
         )
-        spans = key_spans(text, evaluator_model, evaluator_tokenizer, trunc_len, sliding_window, alpha, beta)
+        spans = key_spans(text, evaluator_model, evaluator_tokenizer, *rule.values())
         if save_path is not None:
             Path(save_path).write_text(format_spans(spans[:, 0], spans[:, 1]), encoding="utf-8")
     elif save_path is None:
         raise PipelineError("compute_longppl needs an evaluator_model, or save_path with saved key spans")
     else:
         spans, _ = merge_overlaps(read_span_file(save_path))  # the official files may overlap
+        check_spans_fit(spans, text, save_path)
     starts, ends = (pa.array(np.ascontiguousarray(spans[:, i])) for i in (0, 1))
     doc = ArtifactDocument("text", text, None, pa.table({"char_start": starts, "char_end": ends}))
+    lm = in_memory(model, tokenizer)
+    check_fits(lm, text)
     with eval_mode(model):
-        result = score_document(in_memory(model, tokenizer), TargetScorer(model), doc, OFFICIAL_SCORING)
+        result = score_document(lm, TargetScorer(model), doc, OFFICIAL_SCORING)
     n_key = int(result.key.n)
     return {
         "longppl": result.key.perplexity() if n_key else None,
@@ -85,6 +92,42 @@ def compute_longppl(
         "ppl": result.all.perplexity(),
         "n_token": result.n_tokens,
     }
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class DropInSettings:
+    """``compute_longppl``'s settings, checked as the commands check theirs (``True`` is no number)."""
+
+    trunc_len: Positive
+    sliding_window: Positive
+    alpha: Finite
+    beta: Finite
+
+    def values(self) -> tuple[int, int, float, float]:
+        return self.trunc_len, self.sliding_window, self.alpha, self.beta
+
+
+def check_spans_fit(spans: np.ndarray, text: str, save_path: str) -> None:
+    """Saved key spans must lie inside the text: spans past its end were saved for another text."""
+    end = int(spans[:, 1].max()) if len(spans) else 0
+    if end > len(text):
+        raise PipelineError(
+            f"the key spans in {save_path} reach character {end}, past the end of the text ({len(text)} "
+            "characters): they were saved for another text"
+        )
+
+
+def check_fits(lm: Any, text: str) -> None:
+    """The text must fit the model's context: ``compute_longppl`` scores it in one pass, as the
+    official package does (``pipeline.api.score`` takes ``context_limit`` for a sliding window)."""
+    context = lm.context_length
+    n_tokens = len(encode_with_offsets(lm.tokenizer, text).ids)
+    if context is not None and n_tokens > context:
+        raise PipelineError(
+            f"the text has {n_tokens} tokens for {lm.source.spec}, more than its context of {context}: "
+            "compute_longppl scores a text in one pass, as the official package; score a shorter text, or "
+            "use pipeline.api.score(..., context_limit=<tokens>) for a sliding window"
+        )
 
 
 def loaded(model: Any, tokenizer: Any) -> tuple[Any, Any]:

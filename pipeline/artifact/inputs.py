@@ -38,7 +38,7 @@ from pipeline.artifact.checks import FIX, ArtifactProblem
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
-from pipeline.models.gguf import default_cache_dir, gguf_cache_path
+from pipeline.models.gguf import SOURCE_RECORD, check_conversion, default_cache_dir, gguf_cache_path
 from pipeline.models.loading import EMBEDDED_MODELS
 from pipeline.provenance import json_sha256
 from pipeline.text.corpus import CorpusSpec, load_corpus
@@ -198,13 +198,18 @@ def raw_encoding(tokenizer: Any, text: str) -> Encoding:
 
 
 def converted_checkpoint(gguf_name: str, sha: str) -> Path | None:
-    """This machine's cached conversion of the GGUF file named ``gguf_name`` whose sha256 is ``sha``."""
+    """This machine's cached conversion of the GGUF file named ``gguf_name`` whose sha256 is ``sha``; a
+    conversion whose files changed since it was made is an error that names it (``check_conversion``),
+    not a tokenizer that would blame the artifact."""
     target = gguf_cache_path(Path(gguf_name), sha, default_cache_dir())
     try:
-        recorded = json.loads((target / "longppl-source.json").read_text(encoding="utf-8"))
+        recorded = json.loads((target / SOURCE_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return target if isinstance(recorded, dict) and recorded.get("gguf_sha256") == sha else None
+    if not (isinstance(recorded, dict) and recorded.get("gguf_sha256") == sha):
+        return None
+    check_conversion(target)
+    return target
 
 
 def source_texts(settings: dict[str, Any]) -> dict[str, str] | str:

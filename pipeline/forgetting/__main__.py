@@ -17,6 +17,7 @@ from pipeline.models.loading import ModelChoice, is_local_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.reporting.forgetting_plot import plot_name, summary_text, write_plot
 from pipeline.results import forgetting as results
+from pipeline.results.lines import check_writable
 from pipeline.settings import Compute, parse
 from pipeline.text.corpus import CorpusSpec, load_corpus
 
@@ -27,6 +28,7 @@ def run(cfg: Any) -> dict[str, Any]:
     plain = OmegaConf.to_container(cfg, resolve=True)
     options, compute = parse(CurveOptions, plain), parse(Compute, plain)  # before anything loads
     choice = ModelChoice.parse(plain["model"])
+    path = check_writable(Path(str(cfg.results)))  # before any measuring: nothing is lost
     corpus = CorpusSpec.parse(plain["corpus"]) if options.source == "corpus" else None
     offline_unless(not is_local_model(choice.spec), corpus is not None and corpus.needs_network)
     choice.check()
@@ -39,7 +41,6 @@ def run(cfg: Any) -> dict[str, Any]:
     plot = Path(str(cfg.plot_dir)).absolute() / plot_name(row)
     row["plot"] = str(plot)
     write_plot(row, plot)
-    path = Path(str(cfg.results))
     results.append(path, row)
     print(summary_text(row, path))
     failed = [p for p in row["points"] if p["error"] is not None]

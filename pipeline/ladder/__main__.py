@@ -21,6 +21,8 @@ from pipeline.models.loading import ModelChoice, is_local_model
 from pipeline.reporting.ladder_plot import summary_text, write_plot
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as results
+from pipeline.results.keys import model_key
+from pipeline.results.lines import check_writable
 from pipeline.settings import Compute, ScoreSettings, parse
 
 
@@ -34,6 +36,7 @@ def run(cfg: Any) -> dict[str, Any]:
         parse(ScoreSettings, plain),
         parse(Compute, plain),
     )
+    path = check_writable(Path(str(cfg.results)))  # before any scoring: nothing is lost
     offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))
     artifact = open_artifact(str(cfg.artifact))
     lm = choice.load(compute)
@@ -41,22 +44,22 @@ def run(cfg: Any) -> dict[str, Any]:
         artifact, lm, ladder, settings, compute,
         model_name=choice.display_name, progress=bool(cfg.progress), started=started,
     )  # fmt: skip
-    path = Path(str(cfg.results))
     name = f"{file_slug(row['model_name'], 'model')}--{file_slug(row['artifact']['name'], 'artifact')}"
     plot = Path(str(cfg.plot_dir)).absolute() / f"{name}--{row['result_id']}.png"
     row["plot"] = str(plot)
     forgetting_path = cfg.forgetting_results or path.with_name("forgetting.jsonl")
-    write_plot(row, forgetting_curve(forgetting_path, row["model_name"]), plot)
+    write_plot(row, forgetting_curve(forgetting_path, row["model"]), plot)
     results.append(path, row)
     print(summary_text(row, path))
     return row
 
 
-def forgetting_curve(path: str | Path, model_name: str) -> dict[str, Any] | None:
-    """The model's newest forgetting curve, or None."""
+def forgetting_curve(path: str | Path, model: dict[str, Any]) -> dict[str, Any] | None:
+    """The newest forgetting curve of this very model (its identity, not its name), or None."""
     if not Path(path).is_file():
         return None
-    return forgetting_results.newest_per_model(forgetting_results.read_rows(path)).get(model_name)
+    curves = forgetting_results.newest_per_identity(forgetting_results.read_rows(path))
+    return curves.get(model_key(model))
 
 
 def main() -> None:

@@ -12,9 +12,12 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 from pydantic.dataclasses import dataclass
 
-from pipeline.definition import Positive
+from pipeline.definition import NotBool, Positive
 
 TOLERANCES = (0.01, 0.05, 0.1, 0.25)  # the console's and the results line's table of tolerances
+# The most bootstrap resamples: each holds one count per document (8 bytes) and one sum per rung, so
+# 100000 resamples of 50 documents take 40 MB; percentile intervals need a few thousand.
+MAX_BOOTSTRAP = 100_000
 
 
 def _distinct(rungs: tuple[int, ...]) -> tuple[int, ...]:
@@ -23,7 +26,8 @@ def _distinct(rungs: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(rungs))
 
 
-Rungs = Annotated[tuple[Annotated[int, Field(ge=2)], ...], Field(min_length=1), AfterValidator(_distinct)]
+Rung = Annotated[int, NotBool, Field(ge=2)]
+Rungs = Annotated[tuple[Rung, ...], Field(min_length=1), AfterValidator(_distinct)]
 
 
 def _finite(value: float) -> float:
@@ -41,7 +45,7 @@ class LadderSettings:
     ladder: Rungs | None = None
     # A rung is within tolerance when its LongPPL is at most (1 + tolerance) x the full-context LongPPL.
     tolerance: Annotated[float, Field(gt=0), AfterValidator(_finite)] = 0.05
-    bootstrap: Positive = 2000  # resamples of the documents for the interval
-    seed: Annotated[int, Field(ge=0)] = 0  # the resamples' numpy.random.default_rng seed
+    bootstrap: Annotated[int, NotBool, Field(gt=0, le=MAX_BOOTSTRAP)] = 2000  # resamples of the documents
+    seed: Annotated[int, NotBool, Field(ge=0)] = 0  # the resamples' numpy.random.default_rng seed
     confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95  # the interval's coverage
     documents: Positive | None = None  # the first N documents of the artifact; None: all

@@ -87,6 +87,42 @@ def with_tasks(directory: Path) -> Iterator[None]:
         lm_eval.tasks.TaskManager = base
 
 
+@contextmanager
+def longppl_tasks_need_longppl_model() -> Iterator[None]:
+    """In the block, lm-eval's ``evaluate`` first checks that a LongPPL task runs with the model
+    ``longppl`` (only its answers carry the per-token log-probs the task needs): another model is an
+    error before any request runs, not after all of them."""
+    import lm_eval.evaluator
+    from lm_eval.api.model import CachingLM
+
+    from pipeline.lmeval.model import LongPPLLM
+    from pipeline.lmeval.task import LongPPLTask
+
+    base = lm_eval.evaluator.evaluate
+
+    def evaluate(lm: Any, task_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        model = lm.lm if isinstance(lm, CachingLM) else lm  # under --use_cache, lm-eval's CachingLM wraps it
+        ours = sorted(t.config.task for t in tasks_in(task_dict) if isinstance(t, LongPPLTask))
+        if ours and not isinstance(model, LongPPLLM):
+            raise PipelineError(
+                f"task {ours[0]} needs the per-token log-probs of --model longppl, not --model "
+                f"{type(model).__name__}: run the LongPPL tasks with --model longppl (the default)"
+            )
+        return base(lm, task_dict, *args, **kwargs)
+
+    lm_eval.evaluator.evaluate = evaluate
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.evaluate = base
+
+
+def tasks_in(task_dict: Any) -> Iterator[Any]:
+    """Every task of lm-eval's (nested) task dict."""
+    for value in task_dict.values():
+        yield from tasks_in(value) if isinstance(value, dict) else [value]
+
+
 def run(args: list[str]) -> None:
     """lm-eval's command line on ``args`` (the command's arguments) with the LongPPL model and tasks."""
     artifacts, rest = take_artifacts(args)
@@ -97,7 +133,7 @@ def run(args: list[str]) -> None:
 
     directory = task_directory(artifacts)
     sys.argv = [f"{sys.executable} -m pipeline.lmeval", *with_defaults(rest)]
-    with with_tasks(directory):
+    with with_tasks(directory), longppl_tasks_need_longppl_model():
         try:
             cli_evaluate()
         except ValueError as exc:

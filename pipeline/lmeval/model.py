@@ -30,6 +30,8 @@ from tqdm.auto import tqdm
 from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel, ModelChoice, eval_mode, in_memory
 from pipeline.models.logprobs import scorer_for
+from pipeline.provenance import json_sha256
+from pipeline.results.keys import context_name, model_identity
 from pipeline.results.scores import model_record
 from pipeline.score.documents import ModelTokens, model_logprobs
 from pipeline.score.engine import settings_record
@@ -41,6 +43,7 @@ SCORE_OPTIONS = ("add_bos", "context_limit", "allow_truncation")  # the grid is 
 MODEL_OPTIONS = tuple(n for n in field_names(ModelChoice) if n != "spec")
 # lm-eval passes these to every model; documents are scored one at a time, as by `make score`.
 LM_EVAL_OPTIONS = ("batch_size", "max_batch_size")
+CACHE_OWNER = "longppl-cache-owner"  # the key of a --use_cache database that names whose answers it holds
 
 
 class RollingLogLikelihood(float):
@@ -123,6 +126,19 @@ class LongPPLLM(LM):
             "longppl_settings": settings_record(self.settings, self.compute, self.lm, self.scorer),
         }
 
+    def set_cache_hook(self, cache_hook: Any) -> None:
+        """lm-eval's ``--use_cache`` answers a request from its database by the request alone (the text),
+        not by the model: a database holds the answers of one model and its settings only
+        (``check_cache``)."""
+        check_cache(getattr(cache_hook, "dbdict", None), self.cache_key())
+        super().set_cache_hook(cache_hook)
+
+    def cache_key(self) -> str:
+        """What the answers depend on: the model's identity and the score settings."""
+        info = self.get_model_info()
+        model = model_identity(info["longppl_model"])
+        return json_sha256({"model": model, "settings": info["longppl_settings"]})
+
     def token_logprobs(self, text: str, doc_id: str) -> RollingLogLikelihood:
         """The model's tokens of ``text`` and their log-probs, as `make score` computes them."""
         with eval_mode(self.lm.model):
@@ -176,7 +192,25 @@ def display_name(pretrained: Any, choice: dict[str, Any], settings: ScoreSetting
         base = ModelChoice.parse({"spec": pretrained, **choice}).display_name
     else:
         base = lm.source.spec
-    return base + (f"@ctx{settings.context_limit}" if settings.context_limit else "")
+    return context_name(base, settings.context_limit)
+
+
+def check_cache(db: Any, key: str) -> None:
+    """A ``--use_cache`` database must be empty or hold this model's answers (its ``CACHE_OWNER`` entry
+    is ``key``); it is marked as this model's when empty. Another model's (or ``--model hf``'s, or other
+    settings') answers would be returned for this one's: an error, before any request runs."""
+    if db is None:
+        return
+    owner = db.get(CACHE_OWNER)
+    if owner is None and len(db) == 0:
+        db[CACHE_OWNER] = key
+    elif owner != key:
+        whose = "another model or other settings" if owner else "a model other than --model longppl"
+        raise PipelineError(
+            f"the --use_cache database {getattr(db, 'filename', '')} holds the answers of {whose}, which "
+            "lm-eval would return for this one by their texts alone: give each model and setting its own "
+            "--use_cache path"
+        )
 
 
 def request_id(request: Any) -> str:

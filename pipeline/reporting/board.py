@@ -1,6 +1,7 @@
 """Which results make one leaderboard: one artifact (the same artifact, ``results.scores.same_artifact``:
-its fingerprint and identity, or its exact contents for results before schema 4), the newest result per
-model and settings, and entry names that tell two entries of one model apart."""
+its fingerprint and identity, or its exact contents for results before schema 4), only runs on all of
+its documents, the newest result per entry (name, model identity and settings: ``results.keys``), and
+entry names that tell two entries of one name apart."""
 
 from __future__ import annotations
 
@@ -10,32 +11,66 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import PipelineError
+from pipeline.provenance import json_sha256
 from pipeline.reporting.common import newest
+from pipeline.results.keys import context_name
 from pipeline.results.scores import SCORE_HINT, same_artifact
+
+ENTRY_KEY = ["name", "model", "settings"]  # what one entry is: its name, the model's identity, the settings
 
 
 def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
-    """The leaderboard of one artifact: newest result per (model, settings), sorted by LongPPL.
+    """The leaderboard of one artifact: newest result per entry, sorted by LongPPL.
 
     An artifact is its fingerprint and its identity as the same artifact (``same_artifact``: the same
     discrete contents and values within the measured tolerance, so a regeneration on another machine
     joins the board; results before schema 4 match only their exact contents hash), so results on other
     tables under the same name and fingerprint never join its board. ``artifact`` is an artifact name, a
     fingerprint, or a unique prefix of a fingerprint, a discrete hash or a contents hash; None picks the
-    artifact of the newest result (a name or fingerprint: its newest result's). Adds ``entry``: the
-    model name, ``@ctx<N>`` for a context limit, and the differing settings in brackets where that still
-    leaves two entries with one name.
+    artifact of the newest result (a name or fingerprint: its newest result's). A run on part of the
+    artifact's documents (``partial``) is never an entry (``partial_notes`` says which were left out).
+    An entry is one name (with one ``@ctx<N>``: ``keys.context_name``), one model (its identity: weights,
+    tokenizer, Hub commit, not its name or path) and one set of settings; its newest result is shown.
+    Adds ``entry``: the name, and in brackets the settings (and ``model=<hash>``) that differ where that
+    still leaves two entries with one name.
     """
     if df.is_empty():
         raise PipelineError(f"no scores to show: {SCORE_HINT}")
-    ordered = df.drop("entry", strict=False).sort(["date", "line"], nulls_last=False)
+    df = with_keys(df)
+    whole = df.filter(pl.col("partial").is_null())
+    if whole.is_empty():
+        raise PipelineError(
+            "no scores to show: every result was scored on part of its artifact's documents "
+            f"({df['partial'][-1]}), which is no leaderboard entry: score all of them"
+        )
+    ordered = whole.drop("entry", "name", strict=False).sort(["date", "line"], nulls_last=False)
+    names = [context_name(m, c) for m, c in zip(ordered["model_name"], ordered["context_limit"], strict=True)]
+    ordered = ordered.with_columns(pl.Series("name", names, dtype=pl.String))
     fingerprint = pick_fingerprint(ordered, artifact)
     rows = ordered.filter(pl.col("fingerprint") == fingerprint)
     reference = pick_reference(rows, artifact)
     rows = rows.filter(pl.Series([same_artifact(r, reference) for r in rows.iter_rows(named=True)]))
-    rows = rows.unique(subset=["model_name", "settings"], keep="last", maintain_order=True)
+    rows = rows.unique(subset=ENTRY_KEY, keep="last", maintain_order=True)
     rows = rows.with_columns(pl.Series("entry", entry_names(rows), dtype=pl.String))
-    return rows.select("entry", *ordered.columns).sort(["longppl", "entry"], nulls_last=True)
+    shown = [c for c in ordered.columns if c != "name"]
+    return rows.select("entry", *shown).sort(["longppl", "entry"], nulls_last=True)
+
+
+def with_keys(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the columns an entry's key reads (``model``, ``partial``), null where a frame made
+    before them lacks them."""
+    missing = [pl.lit(None, dtype=pl.String).alias(c) for c in ("model", "partial") if c not in df.columns]
+    return df.with_columns(missing) if missing else df
+
+
+def partial_notes(df: pl.DataFrame) -> list[str]:
+    """One line per result left off every board because it scored part of its artifact's documents."""
+    rows = with_keys(df).filter(pl.col("partial").is_not_null()).sort(["date", "line"], nulls_last=False)
+    return [
+        f"left out {'line ' + str(r['line']) if r['line'] is not None else 'a result'} ({r['model_name']}, "
+        f"artifact {r['artifact']}): scored on {r['partial']}, a partial run is no leaderboard entry"
+        for r in rows.iter_rows(named=True)
+    ]
 
 
 def pick_fingerprint(ordered: pl.DataFrame, artifact: str | None) -> str:
@@ -96,12 +131,13 @@ def other_contents(df: pl.DataFrame, board: pl.DataFrame) -> str | None:
 
 
 def entry_names(rows: pl.DataFrame) -> list[str]:
-    """Model names, with the settings that tell apart two entries of one name."""
-    base = [
-        m if c is None else f"{m}@ctx{c}"
-        for m, c in zip(rows["model_name"], rows["context_limit"], strict=True)
-    ]
+    """Model names (one ``@ctx<N>``), with the settings, and ``model=<hash>`` of the model's identity,
+    that tell apart two entries of one name."""
+    base = [context_name(m, c) for m, c in zip(rows["model_name"], rows["context_limit"], strict=True)]
     settings = [json.loads(s) for s in rows["settings"]]
+    models = [json_sha256(m)[:12] if m is not None else "unrecorded" for m in rows["model"]]
+    for i, model in enumerate(models):
+        settings[i]["model"] = model
     names = list(base)
     for label in sorted(set(base)):
         group = [i for i, b in enumerate(base) if b == label]

@@ -32,7 +32,7 @@ from pipeline.cli import hydra_main
 from pipeline.files import write_bytes_atomic
 from pipeline.provenance import file_sha256
 from pipeline.reporting import correlations, ladder_plot
-from pipeline.reporting.board import other_contents, select
+from pipeline.reporting.board import other_contents, partial_notes, select
 from pipeline.reporting.common import (
     csv_text,
     display_path,
@@ -48,6 +48,7 @@ from pipeline.reporting.common import (
 )
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_results
+from pipeline.results.keys import score_key
 from pipeline.results.lmeval import read_lmeval_results
 from pipeline.results.scores import read_scores
 from pipeline.settings import Text, parse
@@ -119,20 +120,21 @@ def table(
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
         cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "contents", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None
-        rows.append(cells | memory_cells(memory_of(r, memory)) | ladder_cells(memory_of(r, ladder)))
+        rows.append(cells | memory_cells(memory_of(r, memory)) | ladder_cells(ladder_of(r, ladder)))
     return rows
 
 
 def forgetting_memory(path: str | Path | None) -> dict[str, dict]:
-    """Per model name, the ``memory`` record (and ``result_id``) of its newest complete forgetting
-    curve; a model without one gets its newest run's ``result_id`` and ``incomplete`` (why); {}
-    without a forgetting results file."""
+    """Per model (its identity, ``keys.model_key``: a curve of another model of the same name is never
+    shown), the ``memory`` record (and ``result_id``) of its newest complete forgetting curve; a model
+    without one gets its newest run's ``result_id`` and ``incomplete`` (why); {} without a forgetting
+    results file."""
     if path is None or not Path(path).is_file():
         return {}
     rows = forgetting_results.read_rows(path)
-    complete = forgetting_results.newest_per_model([row for row in rows if row["complete"]])
+    complete = forgetting_results.newest_per_identity([row for row in rows if row["complete"]])
     memory = {name: {**row["memory"], "result_id": row["result_id"]} for name, row in complete.items()}
-    for name, row in forgetting_results.newest_per_model(rows).items():
+    for name, row in forgetting_results.newest_per_identity(rows).items():
         if name not in memory:
             failed = [p for p in row["points"] if p.get("error") is not None]
             why = f"{len(failed)} of {len(row['points'])} lengths failed (first: {failed[0]['error']})"
@@ -141,8 +143,17 @@ def forgetting_memory(path: str | Path | None) -> dict[str, dict]:
 
 
 def memory_of(r: dict, memory: dict[str, dict] | None) -> dict | None:
-    """An entry's memory lengths (or ladder): only for the model at full context (no ``context_limit``)."""
-    return (memory or {}).get(r["model_name"]) if r["context_limit"] is None else None
+    """An entry's memory lengths: only for the model at full context (no ``context_limit``), by its
+    identity."""
+    if r["context_limit"] is not None or r.get("model") is None:
+        return None
+    return (memory or {}).get(r["model"])
+
+
+def ladder_of(r: dict, ladders: dict[str, dict] | None) -> dict | None:
+    """An entry's ladder: one of the same model with the same settings, at full context (``score_key``)."""
+    key = score_key(r.get("model"), r["settings"])
+    return None if key is None else (ladders or {}).get(key)
 
 
 def memory_cells(m: dict | None) -> dict[str, str | None]:
@@ -184,7 +195,7 @@ def columns(
 ) -> dict[str, str | None]:
     rows = list(board.iter_rows(named=True))
     shown = COLUMNS | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
-    return shown | (LADDER_COLUMNS if any(memory_of(r, ladder) for r in rows) else {})
+    return shown | (LADDER_COLUMNS if any(ladder_of(r, ladder) for r in rows) else {})
 
 
 def leaderboard_markdown(
@@ -281,13 +292,15 @@ def render(
     board = select(df, artifact)
     memory = forgetting_memory(forgetting)
     ladders = ladder_results.newest_on(ladder, newest(board))
+    matched = [ladder_of(r, ladders) for r in board.iter_rows(named=True)]
+    shown = list({r["result_id"]: r for r in matched if r is not None}.values())  # the entries' own ladders
     files = {
         "leaderboard.md": leaderboard_markdown(board, source, memory, ladders).encode(),
         "leaderboard.csv": leaderboard_csv(board, memory, ladders).encode(),
         "leaderboard.png": leaderboard_png(board),
     }
-    if ladders:
-        files["ladder.png"] = ladder_plot.curves_png(list(ladders.values()), newest(board)["artifact"])
+    if shown:
+        files["ladder.png"] = ladder_plot.curves_png(shown, newest(board)["artifact"])
     if benchmarks_csv is not None:
         files.update(correlations.files(board, benchmarks_csv))
     out = Path(out_dir)
@@ -329,6 +342,8 @@ def run(cfg: Any) -> dict[str, Path]:
     )
     print(paths["leaderboard.md"].read_text(encoding="utf-8"))
     if note := other_contents(scores, select(scores, options.artifact)):
+        print(note)
+    for note in partial_notes(scores):
         print(note)
     for path in paths.values():
         print(f"wrote {path}")

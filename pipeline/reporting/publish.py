@@ -23,6 +23,7 @@ from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import md_code
 from pipeline.settings import Text, parse
 
+CARD = "README.md"  # the dataset card
 CITATION = """@inproceedings{fang2025wrong,
   title     = {What is Wrong with Perplexity for Long-context Language Modeling?},
   author    = {Lizhe Fang and Yifei Wang and Zhaoyang Liu and Chenheng Zhang and Stefanie Jegelka
@@ -166,14 +167,22 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     check_repo(repo)
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise PipelineError(f"{out} is not empty: choose another out_dir or delete it")
-    out.mkdir(parents=True, exist_ok=True)
-    for name in [*(f"{t}.parquet" for t in KINDS[artifact.kind]), MANIFEST]:
+    names = [*(f"{t}.parquet" for t in KINDS[artifact.kind]), MANIFEST, CARD]
+    if out.exists() and not out.is_dir():
+        raise PipelineError(f"out_dir={out} is a file: choose a folder")
+    others = sorted(p.name for p in out.iterdir() if p.name not in names) if out.exists() else []
+    if others:
+        raise PipelineError(
+            f"{out} holds files that `make publish` did not write ({', '.join(others[:3])}): choose another "
+            "out_dir or delete it"
+        )
+    out.mkdir(parents=True, exist_ok=True)  # a folder a failed run prepared is prepared anew
+    for name in names[:-1]:
+        (out / name).unlink(missing_ok=True)
         shutil.copy2(artifact.root / name, out / name)
     card = dataset_card(artifact, repo, license_id)
     check_card(card, artifact, license_id)
-    write_bytes_atomic(out / "README.md", card.encode())
+    write_bytes_atomic(out / CARD, card.encode())
     load_artifact(out)  # the copy verifies like the original
     return out
 

@@ -41,6 +41,7 @@ from pipeline.errors import PipelineError
 from pipeline.files import strict_json
 from pipeline.models.loading import ModelChoice
 from pipeline.results import scores as results
+from pipeline.results.keys import context_name, model_identity
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from pipeline.settings import Text, parse
 
@@ -52,6 +53,17 @@ AGGREGATES = {
     "official_before_a7082c3": official_aggregate_before_a7082c3,
 }
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+# The settings a recorded result and its refresh must share (the rest, the head's blocks and the device,
+# move numbers by float rounding, which the tolerance is for).
+COMPARED_SETTINGS = (
+    "add_bos",
+    "context_limit",
+    "allow_truncation",
+    "grid",
+    "documents",
+    "dtype",
+    "head_dtype",
+)
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -93,17 +105,37 @@ class Refresh:
             choice = ModelChoice.parse(fields, prefix=f"models.{i}.")
             if not choice.name:
                 raise PipelineError(f"setting models.{i}: give the model a name (the leaderboard's)")
+            if str(choice.name) in (names := [m.name for m in out]):
+                first = names.index(str(choice.name))
+                raise PipelineError(
+                    f"setting models.{i}: the name {choice.name!r} is already models.{first}'s: give each "
+                    "model its own name (results are matched by it)"
+                )
             out.append(parse(PinnedModel, {"choice": choice, "expected": item.get("expected")}))
         return out
 
 
 def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
-    """The recorded results by model name (validated like any results file)."""
+    """The recorded results by model name (validated like any results file; one line per name)."""
     if not path.is_file():
         raise PipelineError(
             f"no recorded results at {path}: record them with `make leaderboard-refresh ARGS=record=true`"
         )
-    return {obj["model_name"]: obj for _, obj, _ in results.read_lines(path)}
+    return by_name(results.read_lines(path), f"the recorded results {path}")
+
+
+def by_name(found: list[tuple[int, dict[str, Any], Any]], where: str) -> dict[str, dict[str, Any]]:
+    """Result lines by model name without its ``@ctx<N>`` (a pinned model's name); two lines of one
+    name are an error (which one would be compared?)."""
+    rows: dict[str, tuple[int, dict[str, Any]]] = {}
+    for number, obj, _ in found:
+        name = context_name(obj["model_name"], None)
+        if name in rows:
+            raise PipelineError(
+                f"{where} hold two results of {name} (lines {rows[name][0]} and {number}): keep one"
+            )
+        rows[name] = (number, obj)
+    return {name: obj for name, (_, obj) in rows.items()}
 
 
 def write_model_options(models: list[PinnedModel], conf_dir: Path) -> list[str]:
@@ -143,7 +175,7 @@ def score_all(refresh: Refresh, models: list[PinnedModel]) -> list[dict[str, Any
             raise PipelineError(
                 f"the score stage failed (exit status {done.returncode}; its errors are above)"
             )
-        fresh = {obj["model_name"]: obj for _, obj, _ in results.read_lines(scores)}
+        fresh = by_name(results.read_lines(scores), "the refresh's scores")
     missing = [m.name for m in models if m.name not in fresh]
     if missing:
         raise PipelineError(f"the score stage gave no result for {', '.join(missing)}")
@@ -276,13 +308,38 @@ def check_recorded_artifact(
 
 
 def check_model(
-    refresh: Refresh, model: PinnedModel, row: dict[str, Any], expected: dict[str, Any]
+    refresh: Refresh,
+    model: PinnedModel,
+    row: dict[str, Any],
+    expected: dict[str, Any],
+    recorded: dict[str, Any] | None = None,
 ) -> list[str]:
-    """One model's fresh result against its expected values (``recorded_values``)."""
+    """One model's fresh result against its expected values (``recorded_values``); against a recorded
+    result, only when both ran the same model with the same settings (``same_run``)."""
     fresh = corpus_values(row, refresh.aggregate)
     if model.expected is not None:
         return compare(model.name, fresh, expected, refresh.tolerance, list(expected), "expected")
+    if recorded is not None:
+        same_run(refresh, model.name, row, recorded)
     return compare(model.name, fresh, expected, refresh.tolerance)
+
+
+def same_run(refresh: Refresh, name: str, fresh: dict[str, Any], recorded: dict[str, Any]) -> None:
+    """The fresh result and the recorded one must be of the same model (every identifying field both
+    record: weights, tokenizer, Hub commit, GGUF file) with the same settings (``COMPARED_SETTINGS``),
+    else their numbers are no reproduction of each other: an error that says what differs."""
+    now, then = model_identity(fresh.get("model")) or {}, model_identity(recorded.get("model")) or {}
+    differ = [f"model {k}: {then[k]} recorded, {now[k]} now" for k in sorted(now.keys() & then.keys())
+              if now[k] != then[k]]  # fmt: skip
+    settings = (fresh.get("settings") or {}, recorded.get("settings") or {})
+    differ += [f"{k}: {settings[1].get(k)} recorded, {settings[0].get(k)} now" for k in COMPARED_SETTINGS
+               if settings[0].get(k) != settings[1].get(k)]  # fmt: skip
+    if differ:
+        raise PipelineError(
+            f"the recorded result of {name} in {refresh.recorded} is not of the run the refresh repeats ("
+            + "; ".join(differ)
+            + "): its numbers would be compared with another run's; record it again with record=true"
+        )
 
 
 def run(cfg: Any) -> list[dict[str, Any]]:
@@ -300,8 +357,9 @@ def run(cfg: Any) -> list[dict[str, Any]]:
         print(f"recorded {len(fresh_rows)} results in {recorded_path}")
         return fresh_rows
     problems = []
+    recorded = {} if all(m.expected is not None for m in models) else recorded_rows(Path(refresh.recorded))
     for model, row in zip(models, fresh_rows, strict=True):
-        problems += check_model(refresh, model, row, expected[model.name])
+        problems += check_model(refresh, model, row, expected[model.name], recorded.get(model.name))
     if problems:
         raise PipelineError("leaderboard refresh differs from the expected results: " + "; ".join(problems))
     print(f"refresh reproduces all {len(fresh_rows)} expected results within {refresh.tolerance:g}")

@@ -10,6 +10,7 @@ wall time).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator
 from pipeline import __version__
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
+from pipeline.results.keys import model_key
 
 SCHEMA = "forgetting-curve/1"
 RUN_HINT = "run `make forgetting-curve MODEL=...` first"
@@ -154,15 +156,22 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return [obj for _, obj, _ in found]
 
 
-def newest_per_model(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The newest row (by date, then file order) of each model name."""
+def newest_per(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], str | None]) -> dict[str, dict]:
+    """The newest row (by date, then file order) of each ``key(row)``; rows whose key is None are left out."""
     newest: dict[str, tuple[datetime, int, dict[str, Any]]] = {}
     for order, row in enumerate(rows):
         stamp = datetime.fromisoformat(row["date"].replace("Z", "+00:00"))
         stamp = stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
-        if row["model_name"] not in newest or (stamp, order) >= newest[row["model_name"]][:2]:
-            newest[row["model_name"]] = (stamp, order, row)
+        name = key(row)
+        if name is not None and (name not in newest or (stamp, order) >= newest[name][:2]):
+            newest[name] = (stamp, order, row)
     return {name: entry[2] for name, entry in sorted(newest.items())}
+
+
+def newest_per_identity(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The newest row of each model, by its identity (``keys.model_key``: weights, tokenizer, Hub commit;
+    not its name): a curve is shown with a score entry only of the very same model."""
+    return newest_per(rows, lambda row: model_key(row.get("model")))
 
 
 def memory_text(memory: dict[str, Any], which: str) -> str:

@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.results import lines
-from pipeline.results.forgetting import Finite, Length, newest_per_model
+from pipeline.results.forgetting import Finite, Length, newest_per
+from pipeline.results.keys import ladder_key, ladder_partial
 from pipeline.results.scores import ArtifactRef, CorpusValues, result_id, same_artifact
 
 SCHEMA = "context-ladder/1"
@@ -77,6 +78,13 @@ class LadderLine(_Part):
         limits = [r.context_limit for r in self.rungs]
         if limits[-1] is not None or None in limits[:-1] or limits[:-1] != sorted(set(limits[:-1])):
             raise ValueError("rungs must be ascending context limits, then full context (null)")
+        for reading in [self.effective, *self.effective.by_tolerance]:
+            ends = [reading.length, reading.top, *(reading.interval or [])]
+            if any(end not in limits for end in ends):
+                raise ValueError(
+                    f"the effective length at tolerance {reading.tolerance:g} names a context limit that is "
+                    f"not one of its rungs ({', '.join(str(e) for e in ends if e not in limits)})"
+                )
         return self
 
 
@@ -128,12 +136,15 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def newest_on(path: str | Path | None, artifact: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The newest ladder per model name on the same artifact as ``artifact`` (a record with its
-    fingerprint, contents and identity, as the leaderboard's board: ``scores.same_artifact``); {}
-    without a file."""
+    """The newest ladder per model and settings (``keys.ladder_key``: the model's identity and the full
+    rung's score settings, never its name alone) on the same artifact as ``artifact`` (a record with its
+    fingerprint, contents and identity, as the leaderboard's board: ``scores.same_artifact``), over all
+    of its documents (a ladder on part of them is left out); {} without a file. A full-context score
+    entry shows the ladder of its ``keys.score_key``."""
     if path is None or not Path(path).is_file():
         return {}
-    return newest_per_model([r for r in read_rows(path) if same_artifact(r["artifact"], artifact)])
+    rows = [r for r in read_rows(path) if same_artifact(r["artifact"], artifact) and not ladder_partial(r)]
+    return newest_per(rows, ladder_key)
 
 
 def length_text(length: int | None, censored: str | None, top: int | None) -> str:

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,24 @@ def append(path: Path, row: dict[str, Any]) -> None:
         os.close(fd)  # releases the lock
 
 
+def check_writable(path: str | Path, setting: str = "results") -> Path:
+    """Fail now, in one line, when a line could not be appended to ``path`` (a folder, a path under a
+    file, a folder without write permission): checked before a model loads, so no scoring is lost.
+    Creates nothing."""
+    path = Path(path)
+    if path.is_dir():
+        raise PipelineError(f"{setting}={path} is a folder: pass a file in it, e.g. {path / 'results.jsonl'}")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise PipelineError(f"{setting}={path}: {folder} is a file, not a folder: pass a path in a folder")
+    target = path if path.exists() else folder
+    if not os.access(target, os.W_OK | (0 if path.exists() else os.X_OK)):
+        raise PipelineError(f"{setting}={path}: {target} is not writable here: pass a path you can write")
+    return path
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Every byte of ``data`` (``os.write`` may write fewer than asked: continue with the rest)."""
     view = memoryview(data)
@@ -71,29 +90,44 @@ def read(
     path: str | Path, schema: type[BaseModel], *, what: str, kind: str, hint: str, allow_empty: bool = False
 ) -> list[tuple[int, dict[str, Any], Any]]:
     """Every non-empty line as (1-based line number, the JSON object, its validated form); an error
-    names the file and the line. ``what`` names the file's contents in errors (``scores``), ``kind``
-    one line (``result``), ``hint`` the command that writes it."""
+    names the file and the line. A line cut short (``torn``: a write killed mid-line, or a full disk
+    under an older writer) is skipped with a note on stderr, so one torn line never costs the others.
+    ``what`` names the file's contents in errors (``scores``), ``kind`` one line (``result``), ``hint``
+    the command that writes it."""
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"no {what} in {path} (the file does not exist): {hint}")
-    raw = path.read_bytes().split(b"\n")
-    lines = []
-    for number, data in enumerate(raw, start=1):
+    lines, torn_lines = [], []
+    for number, data in enumerate(path.read_bytes().split(b"\n"), start=1):
         if data.strip():
             try:
                 lines.append((number, *parse(decoded(data), schema)))
             except ValueError as exc:
-                cut = (
-                    " and has no newline at its end: a write cut short (a full disk?)"
-                    if number == len(raw)
-                    else ""
+                if not torn(data):
+                    raise PipelineError(
+                        f"{path} line {number} is not a valid {kind} ({exc}): fix or delete that line"
+                    ) from None
+                torn_lines.append(number)
+                print(
+                    f"note: {path} line {number} was cut short (a write that was killed, or a full disk): "
+                    f"skipped, the other lines are read; delete that line to silence this note",
+                    file=sys.stderr,
                 )
-                raise PipelineError(
-                    f"{path} line {number} is not a valid {kind} ({exc}){cut}: fix or delete that line"
-                ) from None
     if not lines and not allow_empty:
-        raise PipelineError(f"no {what} in {path} (the file is empty): {hint}")
+        why = f"its only line, {torn_lines[0]}, was cut short" if torn_lines else "the file is empty"
+        raise PipelineError(f"no {what} in {path} ({why}): {hint}")
     return lines
+
+
+def torn(data: bytes) -> bool:
+    """Whether a line that does not parse is the start of one cut short: every line is written as one
+    JSON object ending in ``}``, so a line that begins one and ends otherwise (or inside a UTF-8
+    character) was cut; a line edited into something else is not."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.reason == "unexpected end of data"
+    return text.lstrip().startswith("{") and not text.rstrip().endswith("}")
 
 
 def decoded(data: bytes) -> str:

@@ -12,7 +12,8 @@ settings and artifact.
 
 A task run on part of its documents (``--limit``: ``n-samples`` effective below original) is not a
 leaderboard entry: it is left out and named in ``skipped``. Files in a directory that are not lm-eval
-results files are passed over; a file named directly must be one.
+results files are passed over, but one named as lm-eval names its results (``results_*.json``) that does
+not read (a write cut short) is named in ``skipped``; a file named directly must be one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pipeline.errors import PipelineError
+from pipeline.results.keys import model_key
 from pipeline.results.scores import FRAME_SCHEMA, METRICS, Bits, Count, Perplexity, result_id
 
 FILTER = "none"  # the tasks' only filter: lm-eval's metric keys are "<metric>,none"
@@ -35,6 +37,7 @@ FILTER = "none"  # the tasks' only filter: lm-eval's metric keys are "<metric>,n
 COLUMNS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bpb": "bits_per_byte",
            "key_bpb": "key_bits_per_byte"}  # fmt: skip
 RESULTS_KEYS = ("results", "configs", "config", "n-samples")
+RESULTS_PREFIX = "results_"  # lm-eval's results_<date>.json
 
 
 class TaskValues(BaseModel):
@@ -78,6 +81,8 @@ def read_lmeval_results(*locations: str | Path) -> LmEvalRows:
         named = Path(location).is_file()
         for path in results_files(location):
             data = load(path, required=named)
+            if data is None and path.name.startswith(RESULTS_PREFIX):
+                skipped.append(f"{path}: not an lm-eval results file that reads ({unreadable(path)})")
             if data is not None:
                 for task in longppl_tasks(data):
                     row, why = task_row(path, data, task)
@@ -99,6 +104,15 @@ def load(path: Path, required: bool) -> dict[str, Any] | None:
     if required:
         raise PipelineError(f"{path} is not an lm-eval results file (no {', '.join(RESULTS_KEYS)})")
     return None
+
+
+def unreadable(path: Path) -> str:
+    """Why a results file in a directory does not read (``load`` would raise this if it were named)."""
+    try:
+        load(path, required=True)
+    except PipelineError as exc:
+        return str(exc).removeprefix(f"{path} ")
+    return "unknown"
 
 
 def _reject(name: str) -> Any:
@@ -153,6 +167,8 @@ def flat_row(data: dict[str, Any], task: TaskValues, settings: dict[str, Any]) -
         if task.identity
         else None,
         "settings": json.dumps(settings, sort_keys=True, separators=(",", ":")),
+        "model": model_key(model),
+        "partial": None,  # a run on part of the documents (--limit) is left out before
         "context_limit": task.context_limit,
         **{column: getattr(task, column) for column in COLUMNS},
         "n_tokens": None,

@@ -13,8 +13,11 @@ read with ``contents`` missing (they cannot say which tables they were scored on
 line also carries the artifact's identity as *the same artifact* (``artifact.identity``:
 ``pipeline.artifact.identity.Identity.record``, the discrete hash and per-document hashes and value
 summaries), so results scored on an equivalent artifact regenerated on another machine are compared
-and shown with it (``same_artifact``); older lines match only their exact contents. A line of a newer
-version is an error.
+and shown with it (``same_artifact``); older lines match only their exact contents. From version 5 a
+run on part of the artifact names the documents it scored (``settings.documents``, so its result id
+differs from the whole run's; ``pipeline.results.keys.partial``), a Hub model's ``revision`` is the
+commit loaded and a local or Hub model's record hashes its tokenizer files (``tokenizer_sha256``).
+A line of a newer version is an error.
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
 
 from pipeline import __version__
 from pipeline.artifact.identity import Identity, differences
+from pipeline.models.sources import identify_in_memory
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
+from pipeline.results.keys import model_key, partial
 
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
 # Tokenizer-independent forms (``pipeline.score.bpb``): all text, and the key tokens' characters.
 BPB_METRICS = {"bpb": "bits/byte", "key_bpb": "key bits/byte"}
-RESULTS_VERSION = 4  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes); 3: artifact.contents;
-# 4: artifact.identity
+RESULTS_VERSION = 5  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes); 3: artifact.contents;
+# 4: artifact.identity; 5: settings.documents of a partial run, Hub commits and tokenizer hashes
 SCORE_HINT = "run `make score MODEL=...` first"
 
 
@@ -141,6 +146,7 @@ class CorpusValues(_Part):
 
 class SettingsRef(_Part):
     context_limit: Count = None
+    documents: list[str] | None = None  # from schema 5: the ids scored, when fewer than the artifact's
 
 
 class ScoreLine(_Part):
@@ -183,6 +189,8 @@ FRAME_SCHEMA: dict[str, Any] = {
     "contents": pl.String,  # null for lines before schema 3
     "identity": pl.String,  # ``artifact.identity`` as JSON; null for lines before schema 4
     "settings": pl.String,
+    "model": pl.String,  # the model's identity as JSON (``keys.model_key``); null for a line without one
+    "partial": pl.String,  # "1 of 3 documents" for a run on part of the artifact (``keys.partial``)
     "context_limit": pl.Int64,
     **dict.fromkeys(METRICS, pl.Float64),
     **dict.fromkeys(BPB_METRICS, pl.Float64),
@@ -220,7 +228,9 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
 
 
 def model_record(lm: Any, add_bos: bool) -> dict[str, Any]:
-    """What a result records of the model (a ``LoadedModel``): its source, and the BOS it was given."""
+    """What a result records of the model (a ``LoadedModel``): its source (a model in memory hashed
+    first: its parameters and tokenizer), and the BOS it was given."""
+    identify_in_memory(lm.source, lm.model, lm.tokenizer)
     return {**lm.source.to_dict(), "bos_token_id": lm.bos_token_id if add_bos else None}
 
 
@@ -297,6 +307,8 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "contents": line.artifact.contents,
         "identity": _json(line.artifact.identity) if line.artifact.identity is not None else None,
         "settings": json.dumps(obj.get("settings") or {}, sort_keys=True, separators=(",", ":")),
+        "model": model_key(obj.get("model")),
+        "partial": partial(obj),
         "context_limit": line.settings.context_limit if line.settings else None,
         **{name: getattr(corpus, name) for name in (*METRICS, *BPB_METRICS)},
         "n_tokens": corpus.n_tokens,

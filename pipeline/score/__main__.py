@@ -19,6 +19,7 @@ from pipeline.formats import fmt
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import ModelChoice, is_local_model
 from pipeline.results import lines
+from pipeline.results.keys import context_name
 from pipeline.results.scores import score_row
 from pipeline.score.engine import score
 from pipeline.settings import Compute, ScoreSettings, parse
@@ -30,14 +31,14 @@ def run(cfg: Any) -> dict[str, Any]:
     plain = OmegaConf.to_container(cfg, resolve=True)
     choice = ModelChoice.parse(plain["model"])
     settings, compute = parse(ScoreSettings, plain), parse(Compute, plain)
+    path = lines.check_writable(Path(str(cfg.results)))  # before any scoring: nothing is lost
     offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))
     choice.check()
     artifact = open_artifact(str(cfg.artifact))
     lm = choice.load(compute)
     result = score(artifact, lm, settings, compute, progress=bool(cfg.progress))
-    name = choice.display_name + (f"@ctx{settings.context_limit}" if settings.context_limit else "")
+    name = context_name(choice.display_name, settings.context_limit)  # one @ctx<N>, the one used
     row = score_row(name, lm, result, time.time() - started)
-    path = Path(str(cfg.results))
     lines.append(path, row)
     print_result(row, path)
     for warning in result.warnings:

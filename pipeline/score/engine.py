@@ -22,6 +22,7 @@ from pipeline.models.loading import LoadedModel, dtype_name, eval_mode
 from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.models.pairing import worse_than_uniform
 from pipeline.models.placement import gpu_record
+from pipeline.results.keys import documents_record
 from pipeline.score.documents import ModelTokens, model_logprobs, score_tokens
 from pipeline.score.sums import corpus_summary
 from pipeline.settings import Compute, ScoreSettings
@@ -120,12 +121,13 @@ def result(artifact: KeyTokenArtifact, scores: list, record: dict[str, Any], sec
     corpus = corpus_summary(scores)
     if unavailable := unavailable_metrics(artifact):
         corpus["unavailable"] = unavailable  # null values, with the reason (never zeros)
+    scored = documents_record([s.doc_id for s in scores], artifact.documents.num_rows)
     return ScoreResult(
         artifact=artifact.root.name,
         fingerprint=artifact.manifest["fingerprint"],
         corpus=corpus,
         documents=[s.summary() for s in scores],
-        settings=record,
+        settings={**record, **scored},  # a run on part of the artifact names the documents it scored
         seconds=seconds,
         key_tokens=artifact,
     )

@@ -30,6 +30,18 @@ class Document:
         return text_sha256(self.text)
 
 
+def check_unicode(text: str, where: str) -> None:
+    """A text must be valid Unicode: a lone surrogate (half of a UTF-16 pair, e.g. from ``"\\ud800"`` in
+    JSON) has no UTF-8 form, so no tokenizer reads it and no hash covers it; a PipelineError names it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PipelineError(
+            f"{where}: character {exc.start} is a lone surrogate (U+{ord(text[exc.start]):04X}), not valid "
+            "Unicode: fix the text (a UTF-16 pair cut in half?)"
+        ) from None
+
+
 @pydantic.dataclasses.dataclass(frozen=True)
 class CorpusSpec:
     """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (a Hub id, or a local
@@ -124,6 +136,7 @@ def _documents(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list
                 "ids must be unique"
             )
         seen[doc_id] = i
+        check_unicode(text, f"corpus {where}, document '{doc_id}'")
         docs.append(Document(id=doc_id, text=text))
     return docs
 
