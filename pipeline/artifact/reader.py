@@ -35,7 +35,9 @@ from pipeline.errors import PipelineError
 from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset
 from pipeline.provenance import file_sha256
 
-ARTIFACT_HINT = "run `make keytokens` first (13 to 20 minutes for the default on 2 cores), or pass artifact=<dir>"
+ARTIFACT_HINT = (
+    "run `make keytokens` first (13 to 20 minutes for the default on 2 cores), or pass artifact=<dir>"
+)
 
 
 def normalized_location(location: str | Path) -> str:
