@@ -57,6 +57,12 @@ def good_and_failed_runs(tiny_model_dir, corpus, out: Path, monkeypatch) -> tupl
     return good, rows[1]
 
 
+def score_of(run: dict) -> dict:
+    """A score result of the forgetting run's model: its name and its identity (curves are matched by
+    the model's identity, never by its name)."""
+    return result(run["model_name"], (2.0, 1.5, 1.8), "2026-11-22T01:00:00+00:00") | {"model": run["model"]}
+
+
 def test_a_failed_forgetting_run_hides_no_good_one(tiny_model_dir, corpus, tmp_path, monkeypatch):  # noqa: F811
     """Same model, same settings: the newer run failed at every length. Its picture goes to another
     file, and the leaderboard shows the good run's memory lengths."""
@@ -65,10 +71,7 @@ def test_a_failed_forgetting_run_hides_no_good_one(tiny_model_dir, corpus, tmp_p
         "-incomplete.png"
     )
     assert Path(good["plot"]).read_bytes() == forgetting_png(good)  # not overwritten
-    name = good["model_name"]
-    scores = write_lines(
-        tmp_path / "scores.jsonl", [result(name, (2.0, 1.5, 1.8), "2026-11-22T01:00:00+00:00")]
-    )
+    scores = write_lines(tmp_path / "scores.jsonl", [score_of(good)])
     paths = leaderboard.render(
         read_scores(scores), tmp_path / "out", forgetting=tmp_path / "forgetting.jsonl"
     )
@@ -82,9 +85,7 @@ def test_a_model_with_only_failed_runs_is_marked_incomplete(tiny_model_dir, corp
     good, failed = good_and_failed_runs(tiny_model_dir, corpus, tmp_path, monkeypatch)
     only_failed = tmp_path / "failed.jsonl"
     only_failed.write_text(json.dumps(failed) + "\n")
-    scores = write_lines(
-        tmp_path / "scores.jsonl", [result(good["model_name"], (2.0, 1.5, 1.8), "2026-11-22T01:00:00+00:00")]
-    )
+    scores = write_lines(tmp_path / "scores.jsonl", [score_of(good)])
     paths = leaderboard.render(read_scores(scores), tmp_path / "out", forgetting=only_failed)
     md = paths["leaderboard.md"].read_text()
     assert "| incomplete | incomplete |" in md and "| 0 | 0 |" not in md
