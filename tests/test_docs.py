@@ -1,7 +1,7 @@
 """The README and the manual in docs/: a README a newcomer reads in one sitting, a manual that lost
 nothing when the README's chapters moved into it, and links that lead somewhere.
 
-- the README has at most 250 lines;
+- the README has at most 250 lines, and no placeholder (``<UPPER_CASE>``) left unfilled;
 - every target of the Makefile (its .PHONY list) is documented: ``make <target>`` in the README or a
   docs page, and listed by ``make help``;
 - every make target and config key that the README named before it moved into docs/ (frozen below)
@@ -124,6 +124,16 @@ def broken_links(found: dict[str, str]) -> list[str]:
 def test_the_readme_fits_in_one_sitting():
     lines = README.read_text(encoding="utf-8").count("\n")
     assert lines <= MAX_README_LINES, f"README.md has {lines} lines (at most {MAX_README_LINES})"
+
+
+def unfilled_placeholders(text: str) -> list[str]:
+    """``<UPPER_CASE>`` markers left for a measured value (``<name>``, a user's own value, is not one)."""
+    return re.findall(r"<[A-Z][A-Z0-9_]+>", text)
+
+
+def test_the_readme_has_no_placeholder_left_unfilled():
+    assert unfilled_placeholders("make keytokens <KEYTOKENS_TIME>; <name>") == ["<KEYTOKENS_TIME>"]
+    assert unfilled_placeholders(README.read_text(encoding="utf-8")) == []
 
 
 def test_every_make_target_is_documented():
