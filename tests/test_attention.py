@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface, AutoModelForCausalLM
 from transformers.masking_utils import (
     AttentionMaskInterface,
@@ -164,3 +165,67 @@ def test_gemma2_loads_under_the_alias_and_models_must_dispatch(tmp_path, tokeniz
     assert lm.source.attn_implementation == attention.ALIAS and attention_dispatches(lm.model)
     lm.model.set_attn_implementation("eager")  # as custom code that ignores the registered name
     assert not attention_dispatches(lm.model)
+
+
+def _causal_llama(tokens: int, dtype: torch.dtype) -> torch.nn.Module:
+    """One plain causal layer with grouped key/value heads (Llama's shape, tiny): the layer whose
+    attention a float32 CUDA run hands to sdpa's math backend."""
+    config = tiny_config("llama", 300, max_positions=tokens)
+    config.num_hidden_layers = 1
+    config._attn_implementation = attention.NAME
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_causal_blocks_on_the_math_backend_equal_the_plain_computation(dtype, atol):
+    """Forced onto the math backend (the path of float32 on CUDA), the causal layer runs in query
+    blocks, exact to the dtype's rounding against sdpa's plain math attention."""
+    model = _causal_llama(64, dtype)
+    ids = torch.randint(2, 300, (2, 61), generator=torch.Generator().manual_seed(5))
+    with sdpa_kernel([SDPBackend.MATH]):
+        plain = _hidden(model, "sdpa", ids)
+        blocked = _hidden(model, attention.NAME, ids)
+    assert torch.allclose(blocked, plain, rtol=0, atol=atol)
+
+
+def test_a_fused_kernel_keeps_the_one_causal_call(monkeypatch):
+    """Where a fused kernel takes the causal pass (every CPU run: flash), nothing changes: one call."""
+    calls = []
+    inner = attention.sdpa_attention_forward
+    monkeypatch.setattr(
+        attention,
+        "sdpa_attention_forward",
+        lambda m, q, k, v, mask, **kw: calls.append(q.shape[2]) or inner(m, q, k, v, mask, **kw),
+    )
+    _hidden(_causal_llama(64, torch.float32), attention.NAME, torch.randint(2, 300, (1, 40)))
+    assert calls == [40]
+
+
+def test_the_math_backend_memory_grows_linearly_with_the_text(monkeypatch):
+    """8k -> 16k -> 32k tokens on sdpa's math backend (what float32 on CUDA gets): no score matrix of
+    more than QUERY_BLOCK queries, and peak memory (resident, sampled) about doubles per doubling; the
+    whole (heads, n, n) matrix would quadruple it (4 GiB at 16k here, 16 GiB at 32k)."""
+    from bench.common import PeakMemory
+
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 512)
+    scores = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, *args, **kwargs):
+        scores.append(query.shape[1] * query.shape[2] * key.shape[2])
+        return sdpa(query, key, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    peaks = {}
+    for tokens in (8192, 16384, 32768):
+        model, ids = _causal_llama(tokens, torch.float32), torch.randint(2, 300, (1, tokens))
+        scores.clear()
+        with sdpa_kernel([SDPBackend.MATH]), torch.inference_mode(), PeakMemory() as peak:
+            model.model(input_ids=ids, use_cache=False)
+        peaks[tokens] = peak.peak - peak.start
+        assert max(scores) <= 4 * 512 * tokens, (tokens, max(scores))  # 4 heads x a block's queries x keys
+        if tokens > 8192:
+            assert peaks[tokens] < 3 * peaks[tokens // 2], {
+                n: f"{p / 2**20:.0f} MiB" for n, p in peaks.items()
+            }

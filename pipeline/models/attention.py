@@ -15,6 +15,11 @@ see: the others would contribute exp(-inf) = 0 to the softmax, so the result is 
   once (one synchronisation per layer).
 - Soft-capped attention logits (Gemma 2's ``softcap``, which sdpa cannot apply) run transformers'
   eager formula block by block, never on more than one block of queries x its keys.
+- A plain causal pass that sdpa would run on its math backend (``runs_on_math_backend``: no fused
+  kernel takes it, e.g. float32 on CUDA with grouped key/value heads, or a backend forced with
+  ``torch.nn.attention.sdpa_kernel``) runs as query blocks too: the math backend builds the whole
+  (heads, n, n) score matrix, 128 GiB for Llama-3.1-8B at 32k tokens; blocks build at most
+  (heads, QUERY_BLOCK, n). Where a fused kernel applies (every CPU run: flash) nothing changes.
 
 Selected with ``attn_implementation: blocked_sdpa`` (the pipeline's default). transformers checks
 any implementation whose name contains "sdpa" against the model's sdpa support, which Gemma 2
@@ -27,8 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward, use_gqa_in_sdpa
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "blocked_sdpa"
@@ -108,6 +114,19 @@ def dense_spans(mask: torch.Tensor, q_len: int) -> list[tuple[int, int]]:
     return [(int(k0), int(k1)) for k0, k1 in spans.tolist()]
 
 
+def runs_on_math_backend(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether sdpa would run the plain causal attention of these tensors, as transformers hands them
+    to it (grouped heads with ``enable_gqa`` or repeated), on its math backend: PyTorch's own choice,
+    which honours ``sdpa_kernel``."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    gqa = groups > 1 and use_gqa_in_sdpa(None, key, value)
+    if groups > 1 and not gqa:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    causal = bool(getattr(module, "is_causal", True))
+    choice = torch._fused_sdp_choice(query, key, value, None, 0.0, causal, enable_gqa=gqa)
+    return SDPBackend(choice) == SDPBackend.MATH
+
+
 def softcapped_attention(module, query, key, value, mask, *, softcap: float, scaling=None, **kwargs):
     """transformers' eager attention with soft-capped logits (Gemma 2), for one block of queries:
     scores = tanh(q k^T * scaling / softcap) * softcap, masked, softmax in at least float32."""
@@ -135,6 +154,12 @@ def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) ->
     q_len, kv_len = query.shape[2], key.shape[2]
     if attention_mask is None and softcap is not None and q_len == kv_len:
         attention_mask = SlidingWindow(q_len)  # plain causal, as blocks
+    elif (
+        attention_mask is None
+        and q_len == kv_len > QUERY_BLOCK
+        and runs_on_math_backend(module, query, key, value)
+    ):
+        attention_mask = SlidingWindow(q_len)  # plain causal, as blocks: no (heads, n, n) scores
     if isinstance(attention_mask, SlidingWindow):
         window = attention_mask
         blocks = [(a, min(a + QUERY_BLOCK, q_len)) for a in range(0, q_len, QUERY_BLOCK)]
