@@ -2,6 +2,10 @@
 the previous blocked_sdpa (blocks of queries, but the same dense mask built first) and blocked_sdpa
 now (a described window, one band per block of queries).
 
+With ``--math``: a plain causal layer with grouped key/value heads (Llama's shape) forced onto sdpa's
+math backend, the path float32 takes on CUDA: transformers' sdpa builds the (heads, n, n) scores,
+blocked_sdpa runs it in query blocks.
+
 The model is a one-layer sliding-window model (Mistral-style, window 512, hidden 256, 4 heads of 64,
 float32, random weights): its memory during a forward pass is the attention's. Each (implementation,
 length) runs in its own process. Reported: the bytes of the mask the layer receives, peak memory
@@ -9,6 +13,7 @@ above the loaded model (CPU: resident set, sampled every 10 ms; CUDA: max_memory
 
     make bench-attention                                  # 8k and 16k tokens on the CPU
     .venv/bin/python -m bench.attention_memory --tokens 8192 16384 32768 --device cuda
+    make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"   # -> docs/attention_memory_math.md
 
 Writes docs/attention_memory.md.
 """
@@ -22,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import ROOT, PeakRSS, run_watched
+from bench.common import ROOT, PeakMemory, run_watched
 
 IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
 
@@ -54,9 +59,11 @@ def register(mask_sizes: list[int]) -> None:
         AttentionMaskInterface.register(f"bench_{name}", recorded(mask))
 
 
-def measure_one(implementation: str, tokens: int, device: str) -> dict:
-    import psutil
+def measure_one(implementation: str, tokens: int, device: str, math: bool = False) -> dict:
+    import contextlib
+
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from transformers import AutoModelForCausalLM, MistralConfig
 
     mask_sizes: list[int] = []
@@ -67,10 +74,10 @@ def measure_one(implementation: str, tokens: int, device: str) -> dict:
         intermediate_size=512,
         num_hidden_layers=1,
         num_attention_heads=4,
-        num_key_value_heads=4,
+        num_key_value_heads=2 if math else 4,
         head_dim=64,
         max_position_embeddings=max(tokens, 1024),
-        sliding_window=512,
+        sliding_window=None if math else 512,
     )
     config._attn_implementation = f"bench_{implementation}"
     torch.manual_seed(0)
@@ -80,20 +87,11 @@ def measure_one(implementation: str, tokens: int, device: str) -> dict:
         model.model(input_ids=ids[:, :64], use_cache=False)  # warm-up: kernels and allocator
     gc.collect()
     mask_sizes.clear()
+    backend = sdpa_kernel([SDPBackend.MATH]) if math else contextlib.nullcontext()
     start = time.perf_counter()
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        with torch.inference_mode():
-            model.model(input_ids=ids, use_cache=False)
-        torch.cuda.synchronize()
-        above = torch.cuda.max_memory_allocated() - before
-    else:
-        baseline = psutil.Process().memory_info().rss
-        with PeakRSS() as peak, torch.inference_mode():
-            model.model(input_ids=ids, use_cache=False)
-        above = peak.peak - baseline
+    with backend, PeakMemory(cuda=device == "cuda") as peak, torch.inference_mode():
+        model.model(input_ids=ids, use_cache=False)
+    above = peak.peak - peak.start
     return {
         "implementation": implementation,
         "tokens": tokens,
@@ -120,8 +118,23 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def document(rows: list[dict], machine: str) -> str:
-    """docs/attention_memory.md: what was measured, where, and the table."""
+MATH_PAGE = (
+    "# Peak memory of plain causal attention on sdpa's math backend\n\n"
+    'Regenerate: `make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"` '
+    "(bench/attention_memory.py). A one-layer model of Llama's shape, tiny (plain causal attention, hidden "
+    "256, 4 query heads of 64 over 2 key/value heads, float32, random weights), forced onto sdpa's math "
+    "backend (`torch.nn.attention.sdpa_kernel`): the path a float32 run takes on CUDA, where flash has no "
+    "float32 kernel. transformers' sdpa builds the (heads, n, n) scores; blocked_sdpa runs the layer in "
+    "query blocks of 512 (at most (heads, 512, n) scores). Peak: above the loaded model (CPU: resident set "
+    "sampled every 10 ms; CUDA: max_memory_allocated). A row `failed` passed the memory cap.\n\n"
+)
+
+
+def document(rows: list[dict], machine: str, math: bool = False) -> str:
+    """docs/attention_memory.md (docs/attention_memory_math.md with ``math``): what was measured,
+    where, and the table."""
+    if math:
+        return MATH_PAGE + f"Machine: {machine}.\n\n" + report(rows) + "\n"
     return (
         "# Peak memory of sliding-window attention\n\n"
         "Regenerate: `make bench-attention` (bench/attention_memory.py). A one-layer Mistral-style model "
@@ -146,23 +159,25 @@ def main() -> None:
     )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cap-gb", type=float, default=12.0)
-    parser.add_argument("--output", default=str(ROOT / "docs/attention_memory.md"))
+    parser.add_argument("--math", action="store_true", help="plain causal layer on the math backend")
+    parser.add_argument("--output", help="default docs/attention_memory.md (--math: _math.md)")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure_one(args.implementations[0], args.tokens[0], args.device)))
+        print(json.dumps(measure_one(args.implementations[0], args.tokens[0], args.device, args.math)))
         return
+    output = args.output or str(ROOT / f"docs/attention_memory{'_math' if args.math else ''}.md")
     rows = []
     for tokens in args.tokens:
         for implementation in args.implementations:
             cmd = [sys.executable, "-m", "bench.attention_memory", "--one", "--device", args.device]
-            cmd += ["--tokens", str(tokens), "--implementations", implementation]
+            cmd += ["--tokens", str(tokens), "--implementations", implementation, *(["--math"] * args.math)]
             row = run_watched(cmd, cap_gb=args.cap_gb, timeout=900)
             rows.append({"implementation": implementation, "tokens": tokens, **row})
             print(json.dumps(rows[-1]), flush=True)
     from pipeline.provenance import machine
 
-    text = document(rows, machine())
-    Path(args.output).write_text(text)
+    text = document(rows, machine(), args.math)
+    Path(output).write_text(text)
     print(text)
 
 
