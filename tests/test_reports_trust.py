@@ -95,3 +95,24 @@ def test_a_model_with_only_failed_runs_is_marked_incomplete(tiny_model_dir, corp
     )
     (row,) = csv.DictReader(paths["leaderboard.csv"].open())
     assert row["fine_memory"] == row["coarse_memory"] == ""
+
+
+def test_a_curve_of_another_model_of_the_same_name_is_not_shown(tiny_model_dir, corpus, tmp_path):  # noqa: F811
+    """Curves are matched to entries by the model's identity: a score line of the same name but other
+    weights gets no memory lengths from this curve."""
+    good = run(tiny_model_dir, corpus, tmp_path)
+    other = result(good["model_name"], (2.0, 1.5, 1.8), "2026-11-22T01:00:00+00:00")  # its own model record
+    assert other["model"] != good["model"]
+    scores = write_lines(tmp_path / "scores.jsonl", [other])
+    paths = leaderboard.render(
+        read_scores(scores), tmp_path / "out", forgetting=tmp_path / "forgetting.jsonl"
+    )
+    (row,) = csv.DictReader(paths["leaderboard.csv"].open())
+    assert not any(row.get(column) for column in ("fine_memory", "coarse_memory", "forgetting_result_id"))
+    shown = leaderboard.render(
+        read_scores(write_lines(tmp_path / "own.jsonl", [score_of(good)])),
+        tmp_path / "own",
+        forgetting=tmp_path / "forgetting.jsonl",
+    )
+    (row,) = csv.DictReader(shown["leaderboard.csv"].open())
+    assert row["forgetting_result_id"] == good["result_id"]
