@@ -1,4 +1,5 @@
-"""Atomic file writes: a file appears complete or not at all, even when a run is killed mid-write."""
+"""Atomic file writes (a file appears complete or not at all, even when a run is killed mid-write), and
+where a file or folder could be made (``nearest_existing``)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,10 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     write_bytes_atomic(path, sink.getvalue().to_pybytes())
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists: what decides whether ``path`` can be made there."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
-from pipeline.files import umask
+from pipeline.files import nearest_existing, umask
 from pipeline.provenance import file_sha256
 
 MAGIC = b"GGUF"
@@ -38,9 +38,7 @@ def default_cache_dir() -> Path:
 
 def usable_cache(cache_dir: Path) -> Path:
     """``cache_dir``, which must be a folder (or not exist yet, under a folder): one line otherwise."""
-    folder = cache_dir
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = nearest_existing(cache_dir)
     if not folder.is_dir():
         raise PipelineError(
             f"the pipeline's cache folder {cache_dir} ($LONGPPL_CACHE or cache_dir=) cannot be made: "

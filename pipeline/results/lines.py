@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from pipeline.errors import PipelineError
-from pipeline.files import strict_json
+from pipeline.files import nearest_existing, strict_json
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
@@ -51,9 +51,7 @@ def check_writable(path: str | Path, setting: str = "results") -> Path:
     path = Path(path)
     if path.is_dir():
         raise PipelineError(f"{setting}={path} is a folder: pass a file in it, e.g. {path / 'results.jsonl'}")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = nearest_existing(path.parent)
     if not folder.is_dir():
         raise PipelineError(f"{setting}={path}: {folder} is a file, not a folder: pass a path in a folder")
     target = path if path.exists() else folder
