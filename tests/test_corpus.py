@@ -92,11 +92,77 @@ def test_pretokenized_dataset_is_selected_and_decoded_as_the_official_script(tmp
     assert docs[0].text.startswith("<bos>")  # decoded with special tokens, as the official script does
 
 
-def test_pretokenized_dataset_needs_its_columns(tmp_path, tokenizer):
+def test_a_dataset_without_ids_or_texts_is_one_line(tmp_path, tokenizer):
     import datasets
 
-    datasets.Dataset.from_dict({"text": ["plain"]}).save_to_disk(tmp_path / "plain")
+    datasets.Dataset.from_dict({"body": ["plain"]}).save_to_disk(tmp_path / "plain")
     tokenizer.save_pretrained(tmp_path / "tokenizer")
     spec = CorpusSpec(name="p", dataset=str(tmp_path / "plain"), tokenized_with=str(tmp_path / "tokenizer"))
-    with pytest.raises(PipelineError, match="not pre-tokenized: no column input_ids, tokenized_len"):
+    with pytest.raises(PipelineError, match="neither input_ids .pre-tokenized. nor a 'text' column"):
         load_corpus(spec)
+
+
+BOOKS = [
+    "A short book. " * 2,
+    "The long voyage went on. " * 9,
+    "Chapter one. " * 6,
+    "It was a dark night. " * 8,
+]
+
+
+def plain_books(tmp_path, tokenizer, **selection) -> tuple[CorpusSpec, list[list[int]]]:
+    """PG-19's layout (plain texts, no ids) saved locally, and a selection in the tiny tokenizer's tokens."""
+    import datasets
+
+    titles = [f"book {i}" for i in range(len(BOOKS))]
+    datasets.Dataset.from_dict({"short_book_title": titles, "text": BOOKS}).save_to_disk(tmp_path / "books")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in BOOKS]
+    spec = CorpusSpec(
+        name="books",
+        dataset=str(tmp_path / "books"),
+        tokenized_with=str(tmp_path / "tokenizer"),
+        id_field=None,
+        **selection,
+    )
+    return spec, ids
+
+
+def test_plain_texts_are_tokenized_selected_and_decoded_once(tmp_path, tokenizer):
+    """Plain books (PG-19's layout): tokenized by the reference tokenizer without special tokens, the
+    first ``limit`` of at least ``min_tokenized_len`` tokens kept, each cut to ``max_ids`` and decoded;
+    every document carries its length in reference tokens."""
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in BOOKS]
+    threshold = sorted(lengths)[1] + 1  # two books are long enough
+    spec, ids = plain_books(tmp_path, tokenizer, min_tokenized_len=threshold, max_ids=threshold - 1, limit=2)
+    docs = load_corpus(spec)
+    kept = [i for i, n in enumerate(lengths) if n >= threshold]
+    assert len(kept) == 2 and [d.id for d in docs] == ["books-00000", "books-00001"]
+    assert [d.text for d in docs] == [tokenizer.batch_decode([ids[i][: threshold - 1]])[0] for i in kept]
+    assert [d.reference_tokens for d in docs] == [lengths[i] for i in kept]
+    assert all(len(tokenizer(d.text, add_special_tokens=False)["input_ids"]) <= threshold for d in docs)
+
+
+@pytest.mark.parametrize("too_few", ["keep", "longest"])
+def test_too_few_long_texts_keep_those_or_the_longest_and_say_so(tmp_path, tokenizer, capsys, too_few):
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in BOOKS]
+    threshold = max(lengths)  # one book is long enough, three are asked for
+    spec, _ = plain_books(tmp_path, tokenizer, min_tokenized_len=threshold, limit=3, too_few=too_few)
+    docs = load_corpus(spec)
+    said = capsys.readouterr().out
+    assert (
+        f"only 1 of 4 texts in {tmp_path / 'books'} (test) have at least {threshold} reference tokens" in said
+    )
+    if too_few == "keep":
+        assert [d.reference_tokens for d in docs] == [threshold] and "kept those" in said
+    else:  # the 3 longest, in the dataset's order
+        longest = sorted(range(4), key=lambda i: -lengths[i])[:3]
+        assert [d.reference_tokens for d in docs] == [lengths[i] for i in sorted(longest)]
+        assert f"kept the 3 longest (the shortest has {min(lengths[i] for i in longest)}" in said
+        assert spec.record()["too_few"] == "longest"
+
+
+def test_the_default_selection_records_what_it_always_did(tmp_path, tokenizer):
+    """``too_few=keep`` (the paper's corpus) is not in the record: existing fingerprints stay as they are."""
+    spec, _ = plain_books(tmp_path, tokenizer)
+    assert "too_few" not in spec.record() and "min_tokenized_len" in spec.record()

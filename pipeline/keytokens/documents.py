@@ -152,7 +152,8 @@ def numerics_record(lm: LoadedModel, compute: Compute, head_dtype: torch.dtype) 
 
 def document_records(prepared: list[Prepared]) -> list[dict[str, Any]]:
     """The manifest's record of each document: id, hashes of the text scored and of its source,
-    evaluator token count, truncation."""
+    evaluator token count, truncation, and the text's length in the corpus's reference tokens where
+    the corpus was selected in them (``corpus.tokenized_with``)."""
     return [
         {
             "doc_id": p.doc.id,
@@ -160,6 +161,7 @@ def document_records(prepared: list[Prepared]) -> list[dict[str, Any]]:
             "source_sha256": p.doc.sha256,
             "n_tokens": len(p.ids),
             "truncated": p.truncated,
+            **({"reference_tokens": p.doc.reference_tokens} if p.doc.reference_tokens is not None else {}),
         }
         for p in prepared
     ]

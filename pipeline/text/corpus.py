@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow.parquet as pq
 import pydantic.dataclasses
+from tqdm.auto import tqdm
 
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
@@ -24,6 +25,7 @@ from pipeline.settings import parse
 class Document:
     id: str
     text: str
+    reference_tokens: int | None = None  # its length in the reference tokenizer's tokens (tokenized_with)
 
     @property
     def sha256(self) -> str:
@@ -47,11 +49,14 @@ class CorpusSpec:
     """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (a Hub id, or a local
     dataset directory saved with ``datasets``) is set.
 
-    A pre-tokenized dataset (columns ``input_ids`` and ``tokenized_len``, as the paper's
-    ``emozilla/govreport-test-tokenized``) names ``tokenized_with``: its rows with ``tokenized_len >=
-    min_tokenized_len`` are kept, the first ``limit`` of them, and each text is ``input_ids[:max_ids]``
-    decoded by that tokenizer with ``batch_decode``'s defaults, exactly as the official script builds
-    the texts its key spans index."""
+    A corpus selected in a reference tokenizer's tokens names ``tokenized_with``: a pre-tokenized
+    dataset (columns ``input_ids`` and ``tokenized_len``, as the paper's
+    ``emozilla/govreport-test-tokenized``) or plain texts, which that tokenizer tokenizes (no special
+    tokens). Its rows with ``tokenized_len >= min_tokenized_len`` are kept, the first ``limit`` of them,
+    and each text is ``input_ids[:max_ids]`` decoded by that tokenizer with ``batch_decode``'s defaults,
+    exactly as the official script builds the texts its key spans index. When fewer than ``limit`` rows
+    are that long, ``too_few=keep`` keeps those, ``too_few=longest`` the ``limit`` longest rows (in the
+    dataset's order); a line says how many were long enough, and each document records its length."""
 
     name: str
     path: str | None = None
@@ -66,6 +71,7 @@ class CorpusSpec:
     min_tokenized_len: int = 0
     max_ids: int | None = None
     limit: int | None = None
+    too_few: Literal["keep", "longest"] = "keep"
 
     @classmethod
     def parse(cls, node: Any) -> CorpusSpec:
@@ -79,6 +85,7 @@ class CorpusSpec:
         keys = ("name", "path", "dataset", "split", "revision", "text_field")
         if self.tokenized_with:
             keys += ("tokenized_with", "tokenizer_revision", "min_tokenized_len", "max_ids", "limit")
+            keys += ("too_few",) if self.too_few != "keep" else ()
         return {k: getattr(self, k) for k in keys}
 
     @property
@@ -137,7 +144,7 @@ def _documents(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list
             )
         seen[doc_id] = i
         check_unicode(text, f"corpus {where}, document '{doc_id}'")
-        docs.append(Document(id=doc_id, text=text))
+        docs.append(Document(id=doc_id, text=text, reference_tokens=row.get(REFERENCE_TOKENS)))
     return docs
 
 
@@ -190,23 +197,74 @@ def _dataset_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
     return data.to_list()
 
 
-def decoded_rows(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[dict[str, Any]]:
-    """The rows of a pre-tokenized dataset that the selection keeps, each with its decoded text."""
-    from transformers import AutoTokenizer
+REFERENCE_TOKENS = "_reference_tokens"  # the selection's token count, carried to each Document
 
+
+def decoded_rows(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[dict[str, Any]]:
+    """The rows that the selection keeps, each with its text decoded from the reference tokenizer's
+    ids (tokenized here when the dataset holds plain texts)."""
+    tokenizer = reference_tokenizer(spec, where)
+    if rows and "input_ids" not in rows[0]:
+        rows = tokenized_rows(rows, spec, tokenizer, where)
     missing = {"input_ids", "tokenized_len"} - set(rows[0] if rows else {})
     if missing:
         raise PipelineError(f"corpus {where} is not pre-tokenized: no column {', '.join(sorted(missing))}")
-    kept = [row for row in rows if row["tokenized_len"] >= spec.min_tokenized_len][: spec.limit]
+    return [
+        {
+            **row,
+            spec.text_field: tokenizer.batch_decode([row["input_ids"][: spec.max_ids]])[0],
+            REFERENCE_TOKENS: int(row["tokenized_len"]),
+        }
+        for row in selected_rows(rows, spec, where)
+    ]
+
+
+def reference_tokenizer(spec: CorpusSpec, where: str) -> Any:
+    from transformers import AutoTokenizer
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(spec.tokenized_with, revision=spec.tokenizer_revision)
+        return AutoTokenizer.from_pretrained(spec.tokenized_with, revision=spec.tokenizer_revision)
     except (OSError, ValueError) as exc:
         raise PipelineError(
             f"could not load the tokenizer '{spec.tokenized_with}' that decodes corpus {where}: on a "
             f"connected machine run `hf download {spec.tokenized_with} --local-dir DIR` and pass "
             "corpus.tokenized_with=DIR"
         ) from exc
-    return [
-        {**row, spec.text_field: tokenizer.batch_decode([row["input_ids"][: spec.max_ids]])[0]}
-        for row in kept
-    ]
+
+
+def tokenized_rows(rows: list[dict[str, Any]], spec: CorpusSpec, tokenizer: Any, where: str) -> list[dict]:
+    """Plain texts with their ids in the reference tokenizer (no special tokens) and their length."""
+    if spec.text_field not in rows[0]:
+        columns = ", ".join(sorted(rows[0]))
+        raise PipelineError(
+            f"corpus {where} has neither input_ids (pre-tokenized) nor a '{spec.text_field}' column to "
+            f"tokenize (columns: {columns}): set corpus.text_field=<column>"
+        )
+    out = []
+    for row in tqdm(rows, desc=f"tokenizing {spec.name}", unit="text", disable=len(rows) < 10):
+        ids = tokenizer(row[spec.text_field], add_special_tokens=False)["input_ids"]
+        out.append({**row, "input_ids": ids, "tokenized_len": len(ids)})
+    return out
+
+
+def selected_rows(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[dict[str, Any]]:
+    """The first ``limit`` rows of at least ``min_tokenized_len`` tokens; with ``too_few=longest`` and
+    fewer such rows, the ``limit`` longest rows, in the dataset's order. Says what it kept."""
+    long_enough = [row for row in rows if row["tokenized_len"] >= spec.min_tokenized_len]
+    if spec.limit is None or len(long_enough) >= spec.limit or spec.too_few == "keep":
+        kept = long_enough[: spec.limit]
+        if spec.limit is not None and len(kept) < spec.limit:
+            print(
+                f"corpus {spec.name}: only {len(kept)} of {len(rows)} texts in {where} have at least "
+                f"{spec.min_tokenized_len} reference tokens (limit={spec.limit}); kept those"
+            )
+        return kept
+    longest = sorted(range(len(rows)), key=lambda i: (-rows[i]["tokenized_len"], i))[: spec.limit]
+    kept = [rows[i] for i in sorted(longest)]
+    shortest = min(row["tokenized_len"] for row in kept)
+    print(
+        f"corpus {spec.name}: only {len(long_enough)} of {len(rows)} texts in {where} have at least "
+        f"{spec.min_tokenized_len} reference tokens; too_few=longest: kept the {len(kept)} longest "
+        f"(the shortest has {shortest}; each document records its length)"
+    )
+    return kept
