@@ -27,7 +27,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -54,11 +54,13 @@ help:
 	@echo "  finetune               fine-tune MODEL= with LongCE (or CE: ARGS=source=ce) on HF Trainer"
 	@echo "  longce-demo            CE against LongCE on SmolLM2-135M, on the CPU -> docs/longce.md"
 	@echo "  rehearse-paper         the paper's GPU run rehearsed on the CPU with tiny models (docs/gpu.md)"
+	@echo "  rehearse-long          LongPPL at 128k tokens rehearsed on the CPU with tiny models (docs/long.md)"
 	@echo "Benches (each writes or feeds a docs/ page)"
 	@echo "  bench                  against the official longppl 0.3.0 and plain PPL, 1k-32k tokens"
 	@echo "  bench-quick            the same at 4k tokens only"
 	@echo "  bench-dropin           the drop-in compute_longppl against the official one"
 	@echo "  bench-memory           peak memory of stage 1 at 2k/4k/8k-token documents"
+	@echo "  bench-long-memory      peak memory of both stages at 32k/64k/128k tokens, tiny model"
 	@echo "  bench-stage2           the score stage against a plain-PPL pass"
 	@echo "  bench-attention        peak memory of sliding-window attention at 8k and 16k"
 	@echo "  bench-head             the float32 head of a bfloat16 model: upcast against float32-output GEMM"
@@ -111,6 +113,11 @@ endif
 # every code path but the GPU kernels, with each step's time and peak memory (docs/gpu.md).
 rehearse-paper: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rehearse_paper $(ARGS)
+
+# LongPPL at 128k tokens rehearsed on the CPU with tiny random-weight models: preset=long stage 1 on
+# texts of 131071 reference tokens, make score and make ladder, checked against the preset (docs/long.md).
+rehearse-long: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rehearse_long $(ARGS)
 
 # The paper's own key tokens (data/official-key-text) as key_spans artifacts; needs the Hub, or local
 # copies: ARGS="corpus.dataset=DIR corpus.tokenized_with=DIR official.tokenizer=DIR".
@@ -212,6 +219,11 @@ clean-venv:
 
 bench-memory: $(STAMP)
 	$(BIN)/python -m bench.stage1_memory $(ARGS)
+
+# Both stages at 32k, 64k and 128k tokens with a tiny random model on the CPU: peak memory grows
+# linearly with the text (docs/long_memory.md; tests/test_long_memory.py asserts it).
+bench-long-memory: $(STAMP)
+	$(BIN)/python -m bench.long_memory $(ARGS)
 
 bench-forgetting: $(STAMP)
 	$(BIN)/python -m bench.forgetting_memory $(ARGS)

@@ -38,6 +38,24 @@ PAPER_CONFIG = {
     "corpus.tokenized_with": "NousResearch/Llama-2-7b-hf",  # the tokenizer that decodes input_ids
     "corpus.limit": 50,  # run_ppl.sh: --samples 50
 }
+# preset=long (issue 33): the paper's definition and conventions on PG-19 books four times its length,
+# selected like the paper's texts in Llama-2 tokens (131072 and more, cut to 131072 minus one).
+LONG = {
+    **{k: v for k, v in PAPER.items() if not k.startswith("corpus.")},
+    "corpus.min_tokenized_len": 131072,
+    "corpus.max_ids": 131071,
+    "corpus.too_few": "longest",  # fewer long books than asked: the longest, recorded
+}
+LONG_CONFIG = {
+    **LONG,
+    "head_dtype": "auto",
+    "device": "cuda",
+    "corpus.dataset": "emozilla/pg19-test",  # deepmind/pg19's test split as Parquet
+    "corpus.revision": "c5e39bf32e33f9111323aa68d7d9000d22722035",
+    "corpus.tokenized_with": "NousResearch/Llama-2-7b-hf",
+    "corpus.limit": 20,
+    "evaluator.spec": "meta-llama/Llama-3.1-8B",  # 128k context
+}
 # The official refreshes: the evaluated model as perplexity.py runs it, and its aggregation.
 OFFICIAL_SCORING = {"aggregate": "official", "settings.add_bos": False, "settings.dtype": "bfloat16"}
 # The import: the definition the span files were computed with.
@@ -59,26 +77,31 @@ def flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_values(found: dict[str, Any], expected: dict[str, Any], where: str) -> None:
-    """Every expected key has its value in ``found`` (flattened), or one RehearsalFailure lists them."""
+def check_values(
+    found: dict[str, Any], expected: dict[str, Any], where: str, whose: str = "the paper's"
+) -> None:
+    """Every expected key has its value in ``found`` (flattened), or one RehearsalFailure lists them
+    (``whose``: the run they come from, as the message names it)."""
     values = flat(found)
     wrong = [
-        f"{key}={values.get(key, '<missing>')!r} (the paper's: {value!r})"
+        f"{key}={values.get(key, '<missing>')!r} ({whose}: {value!r})"
         for key, value in expected.items()
         if key not in values or values[key] != value or type(values[key]) is not type(value)
     ]
     if wrong:
-        raise RehearsalFailure(f"{where} is not the paper's run: " + "; ".join(wrong))
+        raise RehearsalFailure(f"{where} is not {whose} run: " + "; ".join(wrong))
 
 
-def check_texts(texts: dict[str, str], rows: list[dict[str, Any]], decoder: Any, limit: int) -> None:
-    """The artifact's texts are the paper's: the rows of at least 16384 ids, the first ``limit``,
-    each ``input_ids[:32767]`` decoded by the reference tokenizer (never 32768 ids, never cut by
-    the evaluator)."""
-    kept = [row for row in rows if row["tokenized_len"] >= PAPER["corpus.min_tokenized_len"]][:limit]
+def check_texts(
+    texts: dict[str, str], rows: list[dict[str, Any]], decoder: Any, limit: int, run: dict[str, Any] = PAPER
+) -> None:
+    """The artifact's texts are the run's (the paper's by default): the rows of at least 16384 ids,
+    the first ``limit``, each ``input_ids[:32767]`` decoded by the reference tokenizer (never 32768
+    ids, never cut by the evaluator); ``preset=long``'s 131072 and 131071."""
+    kept = [row for row in rows if row["tokenized_len"] >= run["corpus.min_tokenized_len"]][:limit]
     if len(kept) != len(texts):
-        raise RehearsalFailure(f"the artifact has {len(texts)} documents, the paper's selection {len(kept)}")
-    max_ids = PAPER["corpus.max_ids"]
+        raise RehearsalFailure(f"the artifact has {len(texts)} documents, the run's selection {len(kept)}")
+    max_ids = run["corpus.max_ids"]
     for (doc_id, text), row in zip(texts.items(), kept, strict=True):
         want = decoder.batch_decode([row["input_ids"][:max_ids]])[0]
         if text == want:
@@ -90,6 +113,6 @@ def check_texts(texts: dict[str, str], rows: list[dict[str, Any]], decoder: Any,
         ]
         what = f"input_ids[:{near[0]}] decoded" if near else f"{len(text)} characters, not {len(want)}"
         raise RehearsalFailure(
-            f"document '{doc_id}' is {what}: the paper's texts are input_ids[:{max_ids}] decoded "
-            f"({max_ids} reference tokens, the official max_length of 32768 minus one)"
+            f"document '{doc_id}' is {what}: the run's texts are input_ids[:{max_ids}] decoded "
+            f"({max_ids} reference tokens, a max_length of {max_ids + 1} minus one)"
         )

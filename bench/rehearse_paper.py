@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import ROOT
@@ -89,7 +90,7 @@ def save_model(config, tokenizer, out: Path, seed: int) -> Path:
     return out
 
 
-def trained_tokenizer(out: Path):
+def trained_tokenizer(out: Path, vocab_size: int = 32000):
     """A byte-level BPE trained on the shipped sample (at most 32000 entries, Mistral's vocabulary;
     the sample gives about 12000) with BOS <s> and EOS </s>: the Mistral-shaped model's."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -100,7 +101,7 @@ def trained_tokenizer(out: Path):
     tokenizer.decoder = decoders.ByteLevel()
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     trainer = trainers.BpeTrainer(
-        vocab_size=32000, special_tokens=["<s>", "</s>"], initial_alphabet=alphabet, show_progress=False
+        vocab_size=vocab_size, special_tokens=["<s>", "</s>"], initial_alphabet=alphabet, show_progress=False
     )
     tokenizer.train_from_iterator(sample_reports(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
@@ -365,6 +366,20 @@ def rehearse(work: Path, documents: int, extra: list[str], steps: list[Step], ch
     )
 
 
+def run_rehearsal(rehearse: Callable[[], None], steps: list[Step], passed: str) -> None:
+    """Run a rehearsal: each step's time and peak memory, then that it passed (``passed`` says what),
+    or the failure in one ``error:`` line and exit status 2."""
+    started = time.perf_counter()
+    try:
+        rehearse()
+    except RehearsalFailure as exc:
+        print(summary(steps) if steps else "", file=sys.stderr)
+        print(f"error: the rehearsal failed: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print("\n" + summary(steps))
+    print(f"\nthe rehearsal passed in {time.perf_counter() - started:.0f} s: {passed}")
+
+
 def summary(steps: list[Step]) -> str:
     lines = ["| step | wall time (s) | peak memory (GiB, process tree) |", "|---|---:|---:|"]
     lines += [f"| {s.name} | {s.seconds:.0f} | {s.peak:.2f} |" for s in steps]
@@ -381,17 +396,10 @@ def main() -> None:
     parser.add_argument("--skip-config-check", action="store_true", help="run stage 1 before any check")
     args = parser.parse_args()
     steps: list[Step] = []
-    started = time.perf_counter()
-    try:
-        rehearse(Path(args.work), args.documents, args.set, steps, not args.skip_config_check)
-    except RehearsalFailure as exc:
-        print(summary(steps) if steps else "", file=sys.stderr)
-        print(f"error: the rehearsal failed: {exc}", file=sys.stderr)
-        sys.exit(2)
-    print("\n" + summary(steps))
-    print(
-        f"\nthe rehearsal passed in {time.perf_counter() - started:.0f} s: every path of the paper's run "
-        f"but the GPU kernels, at its lengths (work files in {args.work})"
+    run_rehearsal(
+        lambda: rehearse(Path(args.work), args.documents, args.set, steps, not args.skip_config_check),
+        steps,
+        f"every path of the paper's run but the GPU kernels, at its lengths (work files in {args.work})",
     )
 
 

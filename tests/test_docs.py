@@ -56,7 +56,7 @@ OLD_README_KEYS = [
 # longce.md, benchmarks*.md, are not): each starts with what it is for, then its command.
 TOPIC_PAGES = [
     "configuration.md", "outputs.md", "api.md", "lm-eval.md", "gpu.md", "hub.md", "leaderboards.md",
-    "forgetting.md", "ladder.md", "finetune.md", "validate.md", "bench.md", "guarantees.md",
+    "forgetting.md", "ladder.md", "long.md", "finetune.md", "validate.md", "bench.md", "guarantees.md",
     "architecture.md",
 ]  # fmt: skip
 

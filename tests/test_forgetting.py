@@ -253,6 +253,25 @@ def test_presets_and_bad_settings(tiny_model_dir, corpus, tmp_path):
             run(tiny_model_dir, corpus, tmp_path, bad)
 
 
+def test_the_long_preset_reaches_128k_inputs_where_the_model_allows():
+    """preset=long: the reference's log grid up to the largest L whose input fits min(context, 131072)."""
+    from pipeline.forgetting.samples import grid_lengths, input_tokens, resolve_max_length
+
+    long = compose_forgetting(["preset=long"])
+    assert (long.grid, long.n, long.max_length, long.max_input, long.beyond_context) == (
+        "log",
+        14,
+        "fit",
+        131072,
+        False,
+    )
+    for context, top in ((131072, 65534), (1048576, 65534), (32768, 16382)):
+        lengths = grid_lengths(long.grid, long.n, resolve_max_length("fit", context, long.max_input, True), 8)
+        assert (lengths[0], lengths[-1], len(lengths)) == (8, top, 14)
+        assert input_tokens(lengths[-1], True) <= min(context, 131072) < input_tokens(lengths[-1] + 1, True)
+    assert grid_lengths("log", 14, 65534, 8)[:4] == [8, 15, 31, 63]  # doubling, as the reference's grid
+
+
 def command(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     """``python -m pipeline.forgetting ARGS`` in this process: (exit status, stderr)."""
     monkeypatch.setattr(sys, "argv", ["pipeline.forgetting", *args])

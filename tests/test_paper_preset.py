@@ -117,8 +117,8 @@ def test_the_paper_preset_without_a_gpu_stops_at_once_unless_the_cpu_is_chosen()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and lines == [
-        "error: device=cuda but no CUDA GPU is visible (preset=paper asks for one): pass device=cpu to "
-        "run on the CPU anyway (in dtype=bfloat16: slow, and its rounding is not a GPU's)"
+        "error: device=cuda but no CUDA GPU is visible (preset=paper and preset=long ask for one): "
+        "pass device=cpu to run on the CPU anyway (in dtype=bfloat16: slow, and its rounding is not a GPU's)"
     ], proc.stderr
     settings = KeyTokenSettings.from_config(compose_keytokens(["preset=paper", "device=cpu"]))
     assert (settings.compute.device, settings.compute.dtype) == ("cpu", "bfloat16")

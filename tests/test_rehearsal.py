@@ -91,8 +91,8 @@ def test_a_32768_token_text_fails_it(tokenizer):
     check_texts(texts(32767), rows, tokenizer, limit=3)
     with pytest.raises(
         RehearsalFailure,
-        match=r"document 'd0' is input_ids\[:32768\] decoded: the paper's texts are input_ids\[:32767\]",
+        match=r"document 'd0' is input_ids\[:32768\] decoded: the run's texts are input_ids\[:32767\]",
     ):
         check_texts(texts(32768), rows, tokenizer, limit=3)
-    with pytest.raises(RehearsalFailure, match="the artifact has 2 documents, the paper's selection 3"):
+    with pytest.raises(RehearsalFailure, match="the artifact has 2 documents, the run's selection 3"):
         check_texts(dict(list(texts(32767).items())[:2]), rows, tokenizer, limit=3)

@@ -62,9 +62,9 @@ class KeyTokenSettings:
         )
         if settings.compute.device.startswith("cuda") and not torch.cuda.is_available():
             raise PipelineError(
-                f"device={settings.compute.device} but no CUDA GPU is visible (preset=paper asks for one): "
-                f"pass device=cpu to run on the CPU anyway (in dtype={settings.compute.dtype}: slow, and "
-                "its rounding is not a GPU's)"
+                f"device={settings.compute.device} but no CUDA GPU is visible (preset=paper and preset=long "
+                f"ask for one): pass device=cpu to run on the CPU anyway (in dtype={settings.compute.dtype}: "
+                "slow, and its rounding is not a GPU's)"
             )
         max_tokens, K = settings.documents.max_tokens, settings.definition.K
         if max_tokens is not None and max_tokens < K:

@@ -1,0 +1,248 @@
+"""Peak memory and time of both stages' log-probs on one document of 32k, 64k and 128k tokens.
+
+The model is tiny and random (Llama's layout: one full causal attention layer, the path of every
+128k evaluator's long pass, hidden 16, 2 query heads of 8 over 1 key/value head, vocabulary 4096,
+float32, on the CPU), saved with a word-level tokenizer and loaded through ``load_model``: its
+attention costs O(n^2) time (about 50 s per pass at 131071 tokens on 2 cores), its memory must not
+grow faster than n. Stage 1 is
+``long_and_short_logprobs`` (K=4096, d=1024, BOS before every window), stage 2 the score stage's
+``sequence_logprobs`` (one pass, no context limit), both with the default compute settings. Each
+length runs in its own process, one torch thread (``--threads``); peak: resident memory above the
+start of each call (``bench.common.PeakMemory``), the model loaded and one 12-token check pass done.
+tests/test_long_memory.py runs the same measurement and asserts linear growth.
+
+    make bench-long-memory                                  # 32768, 65536, 131071 tokens
+    .venv/bin/python -m bench.long_memory --tokens 32768 65536 --threads 1
+
+Writes docs/long_memory.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, PeakMemory, run_watched
+
+TOKENS = (32768, 65536, 131071)
+VOCAB = 4096
+K, D = 4096, 1024
+MAX_POSITIONS = 131072
+MIB = 2**20
+M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 2**20  # glibc's mallopt parameter and its value here
+DATE = "2026-11-26"
+
+
+def tiny_checkpoint(path: Path, vocab: int = VOCAB, seed: int = 0) -> Path:
+    """Save the tiny random model and a word-level tokenizer (``<bos>``, ``<eos>``, ``t2`` ...) to
+    ``path``: a checkpoint that ``load_model`` reads like any local model."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=MAX_POSITIONS,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    words = {"<bos>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, vocab)}}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>").save_pretrained(
+        path
+    )
+    return path
+
+
+def load(path: Path) -> tuple[Any, Any]:
+    """(LoadedModel, TargetScorer) of a checkpoint in float32 on the CPU, as ``make score`` loads and
+    scores it; the scorer's check pass done, so that every weight is touched before a measurement."""
+    from pipeline.models.loading import load_model
+    from pipeline.models.logprobs import scorer_for
+    from pipeline.settings import Compute
+
+    lm = load_model(str(path), dtype="float32", device="cpu")
+    scorer = scorer_for(lm, Compute(dtype="float32", device="cpu"))
+    scorer.check_against_full_forward()
+    return lm, scorer
+
+
+def token_sequence(n: int, bos: int, vocab: int = VOCAB, seed: int = 0) -> Any:
+    """``n`` token ids: BOS, then random ids of the vocabulary's words."""
+    import torch
+
+    words = torch.randint(2, vocab, (n - 1,), generator=torch.Generator().manual_seed(seed))
+    return torch.cat([torch.tensor([bos]), words])
+
+
+def stage1(lm: Any, scorer: Any, seq: Any) -> Any:
+    """Stage 1's log-probs of one document: the long pass and the short windows."""
+    from pipeline.models.logprobs import long_and_short_logprobs
+
+    return long_and_short_logprobs(scorer, seq, K, D, bos_id=lm.bos_token_id)
+
+
+def stage2(lm: Any, scorer: Any, seq: Any) -> Any:
+    """Stage 2's log-probs of one document, as ``make score`` takes them (no context limit)."""
+    import numpy as np
+
+    from pipeline.score.documents import ModelSequence, sequence_logprobs
+
+    n = len(seq) - 1
+    sequence = ModelSequence("", n, seq, np.zeros((n, 2), dtype=np.int64), lm.bos_token_id, False)
+    return sequence_logprobs(lm, scorer, sequence, None, "long")
+
+
+STAGES: dict[str, Callable[[Any, Any, Any], Any]] = {"stage 1": stage1, "stage 2": stage2}
+
+
+def mmap_large_allocations(threshold: int = MMAP_THRESHOLD) -> None:
+    """Every allocation of ``threshold`` bytes or more its own mapping, unmapped when freed (glibc's
+    ``mallopt``): resident memory then follows the live tensors, not the heap's high-water mark
+    (without it, stage 1 once peaked at 513 MiB above its start at 64k tokens, 268 MiB at 128k)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, threshold)
+
+
+def measured(run: Callable[[], Any]) -> tuple[float, int]:
+    """Seconds and peak resident bytes above the start of one call (sampled every millisecond)."""
+    gc.collect()
+    start = time.perf_counter()
+    with PeakMemory(interval=0.001) as peak:
+        run()
+    return time.perf_counter() - start, peak.peak - peak.start
+
+
+def full_logits_bytes(n: int, vocab: int = VOCAB) -> int:
+    """What a pass would hold with float32 logits over the whole vocabulary at every position."""
+    return n * vocab * 4
+
+
+def measure(tokens: list[int], threads: int | None = None) -> list[dict[str, float]]:
+    """Both stages at each length in ``tokens``, in this process, on a fresh tiny checkpoint."""
+    import tempfile
+
+    import psutil
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    mmap_large_allocations()
+    with tempfile.TemporaryDirectory() as folder:
+        lm, scorer = load(tiny_checkpoint(Path(folder)))
+    rows = []
+    for n in tokens:
+        seq = token_sequence(n, lm.bos_token_id)
+        row = {"tokens": n, "baseline_mib": psutil.Process().memory_info().rss / MIB}
+        for name, run in STAGES.items():
+            seconds, peak = measured(partial(run, lm, scorer, seq))
+            row[f"{name} s"], row[f"{name} MiB"] = seconds, peak / MIB
+        rows.append(row)
+    return rows
+
+
+def in_subprocess(tokens: list[int], threads: int | None = None, cap_gb: float = 12.0) -> dict:
+    """``measure`` in a fresh process (a clean heap), watched: ``rows``, ``process_peak_gb``, or
+    ``failed`` (an error, or past ``cap_gb`` of resident memory)."""
+    cmd = [sys.executable, "-m", "bench.long_memory", "--in-process", "--tokens", *map(str, tokens)]
+    return run_watched([*cmd, "--threads", str(threads or 0)], cap_gb=cap_gb, timeout=3600)
+
+
+def table(rows: list[dict]) -> str:
+    """The measurements as a Markdown table."""
+    lines = [
+        "| tokens | stage 1 (s) | stage 1 peak above baseline (MiB) | stage 2 (s) "
+        "| stage 2 peak above baseline (MiB) | process peak (MiB) | full logits (MiB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['tokens']} | failed: {r['failed']} | | | | | |")
+            continue
+        lines.append(
+            f"| {r['tokens']} | {r['stage 1 s']:.1f} | {r['stage 1 MiB']:.0f} | {r['stage 2 s']:.1f} "
+            f"| {r['stage 2 MiB']:.0f} | {r['process_peak_gb'] * 1e9 / MIB:.0f} "
+            f"| {full_logits_bytes(r['tokens']) / MIB:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def thread_count(threads: int) -> str:
+    """``--threads`` in words."""
+    return (
+        "torch's default number of threads"
+        if not threads
+        else f"{threads} torch thread" + "s" * (threads > 1)
+    )
+
+
+def document(rows: list[dict], machine: str, threads: int) -> str:
+    """docs/long_memory.md: what was measured, where, how to rerun it, the table."""
+    return (
+        "# Both stages at 128k tokens: peak memory against the text's length\n\n"
+        "What this page is for: the peak memory and time of stage 1's log-probs (the long pass and the "
+        "short windows, K=4096, d=1024) and of stage 2's (`make score`'s one pass) on one document of "
+        "32k, 64k and 128k tokens: both grow linearly with the text (tests/test_long_memory.py asserts "
+        "it on the same measurement).\n\n"
+        "Regenerate: `make bench-long-memory` (bench/long_memory.py). A tiny random model loaded through "
+        "`load_model` (Llama's layout: one full causal attention layer, as every 128k evaluator's long "
+        f"pass, hidden 16, 2 query heads of 8 over 1 key/value head, vocabulary {VOCAB}, float32), the default compute "
+        f"settings, one process per length, {thread_count(threads)}. "
+        "Peak: resident memory above the start of each stage (the model loaded, one 12-token check "
+        "pass done), sampled every millisecond, with every allocation of 1 MiB or more mapped on its own "
+        "(glibc `mallopt`), so that it follows the live tensors. Process peak: the whole process, "
+        "torch and the model included. Full logits: float32 logits over the whole vocabulary at every "
+        "position, what one pass without the output head's blocks would hold; a sequence x sequence "
+        "float32 score matrix would take 64 GiB per head at 131071 tokens. Up to 64k tokens most of "
+        "the peak is the output head's blocks (2048 positions x 4096 logits, float32: 32 MiB each, "
+        "two alive at once), which do not grow with the text.\n\n"
+        f"Machine: 2-core AMD EPYC, CPU ({machine}; the children ran with {thread_count(threads)}); {DATE}. Times are from a machine shared with "
+        "other jobs: compare them within the table only.\n\n" + table(rows) + "\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
+    parser.add_argument("--cap-gb", type=float, default=12.0)
+    parser.add_argument("--output", default=str(ROOT / "docs/long_memory.md"))
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.in_process:
+        print(json.dumps({"rows": measure(args.tokens, args.threads)}))
+        return
+    rows = []
+    for n in args.tokens:  # one process per length: a clean peak
+        result = in_subprocess([n], args.threads, args.cap_gb)
+        rows.append(result.pop("rows", [{"tokens": n}])[0] | result)
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    from pipeline.provenance import machine
+
+    Path(args.output).write_text(document(rows, machine(), args.threads), encoding="utf-8")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
