@@ -24,7 +24,7 @@ The configuration, the artifact, its texts and each step's peak memory are check
 (``bench.rehearsal_checks.LONG``): ``--set corpus.max_ids=131072`` fails it. Prints each step's wall time
 and peak memory (resident set of its process tree).
 
-    make rehearse-long                          # 1 book
+    make rehearse-long                          # 1 book, about 15 minutes on 2 cores
     make rehearse-long ARGS="--set corpus.max_ids=131072"   # fails
 """
 
