@@ -13,6 +13,7 @@ tests/test_long_memory.py runs the same measurement and asserts linear growth.
 
     make bench-long-memory                                  # 32768, 65536, 131071 tokens
     .venv/bin/python -m bench.long_memory --tokens 32768 65536 --threads 1
+    make bench-long-memory ARGS="--attn eager --tokens 4096 8192 16384"   # quadratic: 3.9x per doubling
 
 Writes docs/long_memory.md.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, PeakMemory, run_watched
+from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
 TOKENS = (32768, 65536, 131071)
 VOCAB = 4096
@@ -73,14 +75,15 @@ def tiny_checkpoint(path: Path, vocab: int = VOCAB, seed: int = 0) -> Path:
     return path
 
 
-def load(path: Path) -> tuple[Any, Any]:
+def load(path: Path, attn: str = ATTENTION) -> tuple[Any, Any]:
     """(LoadedModel, TargetScorer) of a checkpoint in float32 on the CPU, as ``make score`` loads and
-    scores it; the scorer's check pass done, so that every weight is touched before a measurement."""
+    scores it (``attn``: another attention implementation, e.g. eager, to see a quadratic one); the
+    scorer's check pass done, so that every weight is touched before a measurement."""
     from pipeline.models.loading import load_model
     from pipeline.models.logprobs import scorer_for
     from pipeline.settings import Compute
 
-    lm = load_model(str(path), dtype="float32", device="cpu")
+    lm = load_model(str(path), dtype="float32", device="cpu", attn_implementation=attn)
     scorer = scorer_for(lm, Compute(dtype="float32", device="cpu"))
     scorer.check_against_full_forward()
     return lm, scorer
@@ -137,7 +140,7 @@ def full_logits_bytes(n: int, vocab: int = VOCAB) -> int:
     return n * vocab * 4
 
 
-def measure(tokens: list[int], threads: int | None = None) -> list[dict[str, float]]:
+def measure(tokens: list[int], threads: int | None = None, attn: str = ATTENTION) -> list[dict[str, float]]:
     """Both stages at each length in ``tokens``, in this process, on a fresh tiny checkpoint."""
     import tempfile
 
@@ -148,7 +151,7 @@ def measure(tokens: list[int], threads: int | None = None) -> list[dict[str, flo
         torch.set_num_threads(threads)
     mmap_large_allocations()
     with tempfile.TemporaryDirectory() as folder:
-        lm, scorer = load(tiny_checkpoint(Path(folder)))
+        lm, scorer = load(tiny_checkpoint(Path(folder)), attn)
     rows = []
     for n in tokens:
         seq = token_sequence(n, lm.bos_token_id)
@@ -160,11 +163,14 @@ def measure(tokens: list[int], threads: int | None = None) -> list[dict[str, flo
     return rows
 
 
-def in_subprocess(tokens: list[int], threads: int | None = None, cap_gb: float = 12.0) -> dict:
+def in_subprocess(
+    tokens: list[int], threads: int | None = None, cap_gb: float = 12.0, attn: str = ATTENTION
+) -> dict:
     """``measure`` in a fresh process (a clean heap), watched: ``rows``, ``process_peak_gb``, or
     ``failed`` (an error, or past ``cap_gb`` of resident memory)."""
     cmd = [sys.executable, "-m", "bench.long_memory", "--in-process", "--tokens", *map(str, tokens)]
-    return run_watched([*cmd, "--threads", str(threads or 0)], cap_gb=cap_gb, timeout=3600)
+    cmd += ["--threads", str(threads or 0), "--attn", attn]
+    return run_watched(cmd, cap_gb=cap_gb, timeout=3600)
 
 
 def table(rows: list[dict]) -> str:
@@ -228,19 +234,23 @@ def main() -> None:
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--output", default=str(ROOT / "docs/long_memory.md"))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--attn", default=ATTENTION, help="attention implementation (another: printed, the page kept)"
+    )
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.in_process:
-        print(json.dumps({"rows": measure(args.tokens, args.threads)}))
+        print(json.dumps({"rows": measure(args.tokens, args.threads, args.attn)}))
         return
     rows = []
     for n in args.tokens:  # one process per length: a clean peak
-        result = in_subprocess([n], args.threads, args.cap_gb)
+        result = in_subprocess([n], args.threads, args.cap_gb, args.attn)
         rows.append(result.pop("rows", [{"tokens": n}])[0] | result)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     from pipeline.provenance import machine
 
-    Path(args.output).write_text(document(rows, machine(), args.threads), encoding="utf-8")
+    if args.attn == ATTENTION:
+        Path(args.output).write_text(document(rows, machine(), args.threads), encoding="utf-8")
     print(table(rows))
 
 

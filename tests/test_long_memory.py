@@ -9,9 +9,10 @@ minutes on 2 cores (the attention's time is quadratic; its memory must not be).
 
 How it fails on a quadratic implementation: attention that materialises its scores (eager attention,
 or sdpa's math backend without blocked_sdpa's query blocks) holds 2 heads x n x n float32. Measured
-with ``attn_implementation=eager`` on this model, stage 2: 331, 1286 and 5130 MiB above the start at
-4k, 8k and 16k tokens, 3.9 times per doubling (over GROWTH); 8 GiB of scores at 32k tokens would pass
-the child's cap, and at 131071 tokens one head's score matrix alone is 64 GiB. A scores
+on this model (``make bench-long-memory ARGS="--attn eager --tokens 4096 8192 16384"``): stage 1 323,
+1510 and 5129 MiB above the start at 4k, 8k and 16k tokens, stage 2 331, 1293 and 5137 MiB, about
+3.9 times per doubling (over GROWTH); 8 GiB of scores at 32k tokens would pass the child's cap, and at
+131071 tokens one head's score matrix alone is 64 GiB. A scores
 matrix in query blocks of fixed size grows linearly; float32 logits over the whole vocabulary at
 every position (a pass without the output head's blocks) grow linearly too but are 2 GiB at 131071
 tokens: four times the bound below.
