@@ -113,13 +113,17 @@ def load_corpus(spec: CorpusSpec) -> list[Document]:
         rows = _dataset_rows(spec)
         where = f"{spec.dataset} ({spec.split})"
         if spec.tokenized_with:
-            rows = decoded_rows(rows, spec, where)
+            return _documents(decoded_rows(rows, spec, where), spec, where, selected=True)
     else:
         raise PipelineError(f"corpus '{spec.name}' names neither corpus.path nor corpus.dataset")
     return _documents(rows, spec, where)
 
 
-def _documents(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[Document]:
+def _documents(
+    rows: list[dict[str, Any]], spec: CorpusSpec, where: str, selected: bool = False
+) -> list[Document]:
+    """The rows as documents; ``selected``: rows of a selection in reference tokens (``decoded_rows``),
+    whose ``tokenized_len`` each document records."""
     if rows and spec.text_field not in rows[0]:
         columns = ", ".join(sorted(rows[0]))
         raise PipelineError(
@@ -144,7 +148,8 @@ def _documents(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list
             )
         seen[doc_id] = i
         check_unicode(text, f"corpus {where}, document '{doc_id}'")
-        docs.append(Document(id=doc_id, text=text, reference_tokens=row.get(REFERENCE_TOKENS)))
+        reference_tokens = int(row["tokenized_len"]) if selected else None
+        docs.append(Document(id=doc_id, text=text, reference_tokens=reference_tokens))
     return docs
 
 
@@ -197,9 +202,6 @@ def _dataset_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
     return data.to_list()
 
 
-REFERENCE_TOKENS = "_reference_tokens"  # the selection's token count, carried to each Document
-
-
 def decoded_rows(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[dict[str, Any]]:
     """The rows that the selection keeps, each with its text decoded from the reference tokenizer's
     ids (tokenized here when the dataset holds plain texts)."""
@@ -210,11 +212,7 @@ def decoded_rows(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> li
     if missing:
         raise PipelineError(f"corpus {where} is not pre-tokenized: no column {', '.join(sorted(missing))}")
     return [
-        {
-            **row,
-            spec.text_field: tokenizer.batch_decode([row["input_ids"][: spec.max_ids]])[0],
-            REFERENCE_TOKENS: int(row["tokenized_len"]),
-        }
+        {**row, spec.text_field: tokenizer.batch_decode([row["input_ids"][: spec.max_ids]])[0]}
         for row in selected_rows(rows, spec, where)
     ]
 
