@@ -27,7 +27,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-numerics
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -64,6 +64,8 @@ help:
 	@echo "  bench-stage2           the score stage against a plain-PPL pass"
 	@echo "  bench-attention        peak memory of sliding-window attention at 8k and 16k"
 	@echo "  bench-head             the float32 head of a bfloat16 model: upcast against float32-output GEMM"
+	@echo "  bench-gpu              both stages at the paper's shapes on a GPU against the official code"
+	@echo "  bench-numerics         GPU key tokens and scores against the CPU's, real weights (SmolLM2)"
 	@echo "  bench-checks           the artifact checks against the newest score run on it"
 	@echo "  bench-equivalence      how far stage 1 runs elsewhere or in other summation orders differ"
 	@echo "  bench-forgetting       peak memory of one forgetting-curve point against full logits"
@@ -245,6 +247,17 @@ bench-attention: $(STAMP)
 # on a CPU only the upcast path runs). ARGS="--device cuda --positions 2048" on a GPU.
 bench-head: $(STAMP)
 	$(BIN)/python -m bench.head_float32 $(ARGS)
+
+# On a CUDA GPU: a random-weight Llama-3.1-8B-shaped evaluator built from its config, texts of 32767
+# tokens (ARGS="--tokens 131071" for 128k), our stages against the official code and a plain forward,
+# each in its own process -> docs/benchmarks-gpu.md. Offline; bench/gpu_machine.sh on a bare machine.
+bench-gpu: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_paper all $(ARGS)
+
+# On a CUDA GPU: SmolLM2 as the evaluator on the default corpus, CPU float32 against CUDA float32, TF32,
+# bfloat16 with and without the float32 head, and the official code -> docs/benchmarks-gpu.md.
+bench-numerics: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_numerics $(ARGS)
 
 # The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
 bench-checks: $(STAMP)

@@ -134,14 +134,15 @@ def build_models(work: Path, evaluator_tokenizer) -> dict[str, Path]:
     }
 
 
-def build_dataset(out: Path, reference, documents: int) -> list[dict]:
+def build_dataset(out: Path, reference, documents: int, repeat: int = 1) -> list[dict]:
     """``emozilla/govreport-test-tokenized`` in its format: rows of the shipped GovReport sample's
-    reports joined in rotated orders (each far more than 32767 reference tokens), the second row one
-    short report (dropped by the selection), ids without BOS, tokenized_len = len(input_ids)."""
+    reports joined in rotated orders (each far more than 32767 reference tokens; ``repeat`` times over
+    for longer texts), the second row one short report (dropped by the selection), ids without BOS,
+    tokenized_len = len(input_ids)."""
     import datasets
 
     reports = sample_reports()
-    texts = ["\n\n".join(reports[i:] + reports[:i]) for i in range(0, 4 * documents, 4)]
+    texts = ["\n\n".join((reports[i:] + reports[:i]) * repeat) for i in range(0, 4 * documents, 4)]
     texts.insert(1, reports[6])
     rows = []
     for i, text in enumerate(texts):

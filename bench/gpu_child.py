@@ -1,0 +1,188 @@
+"""The contenders of `make bench-gpu`, each run in its own process by ``bench.gpu_paper``:
+
+- ``stage1`` / ``stage2``: the project's own commands (``python -m pipeline.keytokens`` /
+  ``pipeline.score`` with the given overrides), unchanged, with a timer around the functions where
+  their time goes: imports, the corpus, the model's load, the selection, the self-check, each text,
+  the artifact's finalisation, the summary and pages;
+- ``official``: the official ``longppl`` 0.3.0 ``find_key_token`` on each text of an artifact;
+- ``plain``: a plain forward of the model with a float32 cross-entropy on each text (what a
+  perplexity harness does).
+
+Each writes one JSON line per phase to ``--events`` (``{"phase", "start", "end"}``, seconds since the
+epoch; ``text`` phases once per text, ended after a device synchronisation) and its process's start.
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = time.time()  # before the imports: they are part of the start-up
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+class Events:
+    """Phase records appended to a JSON Lines file as they end."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.write(phase="process", start=_process_start(), end=STARTED)
+
+    def write(self, **record) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def timed(self, owner, attr: str, phase: str) -> None:
+        """Replace ``owner.attr`` by the same function, timed as ``phase`` (after a device sync)."""
+        inner = getattr(owner, attr)
+
+        @functools.wraps(inner)
+        def wrapper(*args, **kwargs):
+            start = time.time()
+            out = inner(*args, **kwargs)
+            _sync()
+            self.write(phase=phase, start=start, end=time.time())
+            return out
+
+        setattr(owner, attr, wrapper)
+
+
+def _process_start() -> float:
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def _sync() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def stage1(events: Events, overrides: list[str]) -> None:
+    from pipeline.artifact.writer import ArtifactWriter
+    from pipeline.keytokens import __main__ as command
+    from pipeline.keytokens import run
+    from pipeline.models.logprobs import TargetScorer
+
+    events.write(phase="imports", start=STARTED, end=time.time())
+    for name, phase in [("load_corpus", "corpus"), ("load_evaluator", "model load"), ("select", "selection")]:
+        events.timed(run, name, phase)
+    events.timed(run, "keytoken_tables", "text")
+    events.timed(TargetScorer, "check_against_full_forward", "self-check")
+    events.timed(ArtifactWriter, "finalize", "finalize")
+    events.timed(command, "print_summary", "summary")
+    events.timed(command, "write_views", "pages")
+    sys.argv = ["pipeline.keytokens", *overrides]
+    command.main()
+
+
+def stage2(events: Events, overrides: list[str]) -> None:
+    from pipeline.models.loading import ModelChoice
+    from pipeline.models.logprobs import TargetScorer
+    from pipeline.score import __main__ as command
+    from pipeline.score import engine
+
+    events.write(phase="imports", start=STARTED, end=time.time())
+    events.timed(command, "open_artifact", "artifact")
+    events.timed(ModelChoice, "load", "model load")
+    events.timed(TargetScorer, "check_against_full_forward", "self-check")
+    events.timed(engine, "model_logprobs", "text")
+    events.timed(command, "score_row", "result")
+    sys.argv = ["pipeline.score", *overrides]
+    command.main()
+
+
+def artifact_texts(artifact: Path) -> list[str]:
+    """The texts as the artifact stores them (the same characters every contender reads)."""
+    import pyarrow.parquet as pq
+
+    return [
+        str(t) for t in pq.read_table(artifact / "documents.parquet", columns=["text"])["text"].to_pylist()
+    ]
+
+
+def load_plain(model: Path, device: str, dtype: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    lm = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), device_map=device)
+    return tokenizer, lm.eval()
+
+
+def official(events: Events, args: argparse.Namespace) -> None:
+    """``find_key_token(text, model, tokenizer, K, d)`` of longppl 0.3.0 on each text, with the
+    artifact's K and d."""
+    import torch
+    from longppl.longppl import find_key_token
+
+    events.write(phase="imports", start=STARTED, end=time.time())
+    start = time.time()
+    tokenizer, model = load_plain(args.model, args.device, args.dtype)
+    events.write(phase="model load", start=start, end=time.time())
+    settings = json.loads((args.artifact / "manifest.json").read_text())["settings"]
+    for text in artifact_texts(args.artifact):
+        start = time.time()
+        find_key_token(text, model, tokenizer, settings["K"], settings["d"])
+        _sync()
+        events.write(phase="text", start=start, end=time.time())
+    _peak(events, torch)
+
+
+def plain(events: Events, args: argparse.Namespace) -> None:
+    """One forward of each whole text (no BOS, as ``add_bos=false``), full logits, then a float32
+    cross-entropy over its next tokens."""
+    import torch
+
+    events.write(phase="imports", start=STARTED, end=time.time())
+    start = time.time()
+    tokenizer, model = load_plain(args.model, args.device, args.dtype)
+    events.write(phase="model load", start=start, end=time.time())
+    for text in artifact_texts(args.artifact):
+        start = time.time()
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
+        with torch.inference_mode():
+            logits = model(ids).logits[0, :-1]
+            nll = torch.nn.functional.cross_entropy(logits.float(), ids[0, 1:])
+        float(nll)
+        del logits
+        events.write(phase="text", start=start, end=time.time())
+    _peak(events, torch)
+
+
+def _peak(events: Events, torch) -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        events.write(phase="torch peak", bytes=torch.cuda.max_memory_allocated())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("contender", choices=["stage1", "stage2", "official", "plain"])
+    parser.add_argument("--events", type=Path, required=True)
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 in float32 matrix products")
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--artifact", type=Path)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16")
+    args, overrides = parser.parse_known_args(argv)
+    if args.tf32:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    events = Events(args.events)
+    if args.contender == "stage1":
+        stage1(events, overrides)
+    elif args.contender == "stage2":
+        stage2(events, overrides)
+    else:
+        {"official": official, "plain": plain}[args.contender](events, args)
+
+
+if __name__ == "__main__":
+    main()

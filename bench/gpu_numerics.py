@@ -1,0 +1,264 @@
+"""`make bench-numerics`: how far key tokens and scores computed on a GPU are from the CPU's, on real
+weights. The embedded SmolLM2-135M-Instruct is the evaluator on the default corpus (the 13 shipped
+GovReport documents, K=1024, d=1024, no BOS before the short windows, as the official code), run as
+
+- CPU float32: the reference (or ``--reference DIR``, an artifact computed so elsewhere);
+- float32 with TF32 off (the pipeline's default), float32 with TF32 on, bfloat16 with the float32
+  head (``head_dtype=float32``) and bfloat16 logits (``head_dtype=model``) on ``--device``;
+- the official ``find_key_token`` in bfloat16 on the same texts;
+
+and compared with the reference: the Jaccard index of key characters, and quantiles of the per-token
+|LSD| and |LCL| differences. Stage 2 (SmolLM2 scored against the reference artifact) runs on the CPU in
+float32 and on the device in float32, bfloat16 and bfloat16 with the float32 head: PPL, LongPPL and
+LongPPL-soft, and their differences from the CPU's.
+
+    python -m bench.gpu_numerics --json numerics.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import ROOT
+from bench.device_peak import run_measured
+
+WORK = Path("/tmp/longppl-bench-numerics")
+EVALUATOR = ["evaluator=smollm2-135m", "short_window_bos=false", "progress=false"]
+
+
+def stage1_runs(device: str) -> dict[str, list[str]]:
+    """Name -> ``bench.gpu_child stage1`` arguments of each run on the device."""
+    return {
+        f"{device} float32": [f"device={device}", "dtype=float32"],
+        f"{device} float32, TF32": [f"device={device}", "dtype=float32", "--tf32"],
+        f"{device} bfloat16, float32 head": [f"device={device}", "dtype=bfloat16", "head_dtype=float32"],
+        f"{device} bfloat16 logits": [f"device={device}", "dtype=bfloat16", "head_dtype=model"],
+    }
+
+
+def stage2_runs(device: str) -> dict[str, list[str]]:
+    return {
+        f"{device} float32": [f"device={device}", "dtype=float32"],
+        f"{device} bfloat16": [f"device={device}", "dtype=bfloat16", "head_dtype=model"],
+        f"{device} bfloat16, float32 head": [f"device={device}", "dtype=bfloat16", "head_dtype=float32"],
+    }
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower())
+
+
+def child(kind: str, name: str, args: list[str], work: Path) -> tuple[list[str], Path]:
+    events = work / f"{slug(name)}.events.jsonl"
+    events.unlink(missing_ok=True)
+    return [
+        sys.executable,
+        "-m",
+        "bench.gpu_child",
+        kind,
+        "--events",
+        str(events),
+        *args,
+    ], work / f"{slug(name)}.log"
+
+
+def run_stage1(name: str, args: list[str], work: Path, extra: list[str]) -> dict:
+    out = [f"output_dir={work / 'keytokens'}", f"name={slug(name)}"]
+    cmd, log = child("stage1", name, [*EVALUATOR, *out, *extra, *args], work)
+    record = run_measured(cmd, log, cwd=ROOT)
+    if record["returncode"]:
+        raise SystemExit(f"{name} failed:\n{log.read_text()[-2000:]}")
+    return {"artifact": str(work / "keytokens" / slug(name)), "wall_s": record["wall_s"]}
+
+
+def key_characters(spans) -> set[tuple[str, int]]:
+    return {(d, c) for d, s, e in spans for c in range(s, e)}
+
+
+def artifact_keys(artifact: Path) -> tuple[set, int, int]:
+    """Key characters, spans and key tokens of an artifact."""
+    import pyarrow.parquet as pq
+
+    spans = pq.read_table(artifact / "spans.parquet").to_pydict()
+    tokens = pq.read_table(artifact / "tokens.parquet", columns=["is_key"]).column("is_key").to_numpy()
+    rows = zip(spans["doc_id"], spans["char_start"], spans["char_end"], strict=True)
+    return key_characters(rows), len(spans["doc_id"]), int(tokens.sum())
+
+
+def value_differences(artifact: Path, reference: Path) -> dict[str, list[float]]:
+    """Quantiles (median, 99th percentile, max) of |LSD| and |LCL| differences, token by token."""
+    import pyarrow.parquet as pq
+
+    cols = ["doc_id", "token_index", "long_logprob", "lsd"]
+    a, b = (pq.read_table(p / "tokens.parquet", columns=cols).to_pandas() for p in (artifact, reference))
+    if len(a) != len(b) or not (a["token_index"].to_numpy() == b["token_index"].to_numpy()).all():
+        raise SystemExit(f"{artifact} and {reference} hold other tokens: not comparable value by value")
+    out = {}
+    for col, label in (("lsd", "lsd"), ("long_logprob", "lcl")):
+        d = np.abs(a[col].to_numpy(np.float64) - b[col].to_numpy(np.float64))
+        d = d[~np.isnan(d)]
+        out[label] = [float(np.quantile(d, q)) for q in (0.5, 0.99, 1.0)] if d.size else [float("nan")] * 3
+    return out
+
+
+def official_keys(reference: Path, device: str, K: int, d: int) -> tuple[set, int]:
+    """The official find_key_token in bfloat16 with SmolLM2 (its converted checkpoint) on the
+    reference artifact's texts."""
+    import pyarrow.parquet as pq
+    import torch
+    from longppl.longppl import find_key_token
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline.models.loading import EMBEDDED_MODELS, convert_gguf
+
+    checkpoint, _ = convert_gguf(EMBEDDED_MODELS["smollm2-135m"].gguf_path())
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16, device_map=device).eval()
+    docs = pq.read_table(reference / "documents.parquet", columns=["doc_id", "text"]).to_pylist()
+    rows = []
+    for doc in docs:
+        rows += [
+            (doc["doc_id"], int(s), int(e))
+            for s, e in find_key_token(doc["text"], model, tokenizer, K, d).tolist()
+        ]
+    return key_characters(rows), len(rows)
+
+
+def score(name: str, args: list[str], artifact: Path, work: Path) -> dict:
+    results = work / f"scores-{slug(name)}.jsonl"
+    overrides = ["model=smollm2-135m", f"artifact={artifact}", f"results={results}", "progress=false", *args]
+    cmd, log = child("stage2", name, overrides, work)
+    record = run_measured(cmd, log, cwd=ROOT)
+    if record["returncode"]:
+        raise SystemExit(f"stage 2 {name} failed:\n{log.read_text()[-2000:]}")
+    corpus = json.loads(results.read_text().splitlines()[-1])["corpus"]
+    return {
+        "name": name,
+        **{k: corpus[k] for k in ("ppl", "longppl", "longppl_soft")},
+        "wall_s": record["wall_s"],
+    }
+
+
+def measure(args: argparse.Namespace) -> dict:
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    if args.reference:
+        reference, ref_wall = args.reference, None
+    else:
+        ref = run_stage1("cpu float32", ["device=cpu", "dtype=float32"], work, args.overrides)
+        reference, ref_wall = Path(ref["artifact"]), ref["wall_s"]
+    ref_keys, ref_spans, ref_tokens = artifact_keys(reference)
+    rows = [{"name": "cpu float32 (reference)", "key_tokens": ref_tokens, "spans": ref_spans,
+             "key_chars": len(ref_keys), "jaccard": 1.0, "wall_s": ref_wall}]  # fmt: skip
+    runs = list(stage1_runs(args.device).items())
+    done = {runs[0][0]: run_stage1(*runs[0], work, args.overrides)}  # converts the GGUF once, alone
+    with ThreadPoolExecutor(len(runs)) as pool:  # the rest at once: what they compute does not depend on it
+        later = {name: pool.submit(run_stage1, name, a, work, args.overrides) for name, a in runs[1:]}
+        done |= {name: future.result() for name, future in later.items()}
+    for name, _ in runs:
+        run = done[name]
+        keys, spans, tokens = artifact_keys(Path(run["artifact"]))
+        rows.append({
+            "name": name, "key_tokens": tokens, "spans": spans, "key_chars": len(keys),
+            "jaccard": jaccard(keys, ref_keys), "abs_diff": value_differences(Path(run["artifact"]), reference),
+            "wall_s": run["wall_s"],
+        })  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    settings = json.loads((reference / "manifest.json").read_text())["settings"]
+    started = time.perf_counter()
+    keys, spans = official_keys(reference, args.device, settings["K"], settings["d"])
+    rows.append({"name": f"official find_key_token, {args.device} bfloat16", "spans": spans, "key_chars": len(keys),
+                 "jaccard": jaccard(keys, ref_keys), "wall_s": round(time.perf_counter() - started, 1)})  # fmt: skip
+    if args.reference_scores:  # `make score` of SmolLM2 on the reference artifact, on the CPU in float32
+        corpus = json.loads(args.reference_scores.read_text().splitlines()[-1])["corpus"]
+        scores = [{"name": "cpu float32", **{k: corpus[k] for k in ("ppl", "longppl", "longppl_soft")}}]
+    else:
+        scores = [score("cpu float32", ["device=cpu", "dtype=float32"], reference, work)]
+    with ThreadPoolExecutor(4) as pool:
+        scores += list(pool.map(lambda item: score(*item, reference, work), stage2_runs(args.device).items()))
+    from bench.gpu_paper import machine
+
+    return {
+        "bench": "gpu_numerics",
+        "machine": machine(),
+        "reference": str(reference),
+        "stage1": rows,
+        "stage2": scores,
+    }
+
+
+def jaccard(a: set, b: set) -> float:
+    """|a & b| / |a | b|; 1 for two empty sets (the same key tokens: none)."""
+    return round(len(a & b) / len(a | b), 4) if a or b else 1.0
+
+
+def section(result: dict) -> list[str]:
+    """The report's section (``bench.gpu_paper report``)."""
+    m = result["machine"]
+    lines = [
+        "## Key tokens and scores on the GPU against the CPU (real weights)",
+        "",
+        f"{m.get('gpu', 'no GPU')}, torch {m['torch']}, transformers {m['transformers']}, commit {m.get('commit')}, "
+        f"{m['date']}. The embedded SmolLM2-135M-Instruct as the evaluator on the 13 shipped documents "
+        "(K=1024, d=1024, no BOS before the short windows); `make bench-numerics`.",
+        "",
+        "| stage 1 run | key tokens | spans | key characters | Jaccard vs CPU float32 | abs LSD diff: median / p99 / max | abs LCL diff: median / p99 / max |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for r in result["stage1"]:
+        diff = r.get("abs_diff", {})
+        cells = [" / ".join(f"{v:.2g}" for v in diff[k]) if k in diff else "" for k in ("lsd", "lcl")]
+        lines.append(
+            f"| {r['name']} | {r.get('key_tokens', '')} | {r['spans']} | {r['key_chars']} | {r['jaccard']:.3f} "
+            f"| {cells[0]} | {cells[1]} |"
+        )
+    ref = result["stage2"][0]
+    lines += [
+        "",
+        "Stage 2, SmolLM2 scored against the CPU's float32 artifact (difference from the CPU's):",
+        "",
+        "| run | PPL | LongPPL | LongPPL-soft |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in result["stage2"]:
+        cells = [difference(r[k], ref[k]) for k in ("ppl", "longppl", "longppl_soft")]
+        lines.append(f"| {r['name']} | {' | '.join(cells)} |")
+    return [*lines, ""]
+
+
+def difference(value: float | None, reference: float | None) -> str:
+    if value is None or reference is None:
+        return "n/a" if value is None else f"{value:.4f}"
+    return f"{value:.4f} ({value - reference:+.1e})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--work", type=Path, default=WORK)
+    parser.add_argument("--reference", type=Path, help="a CPU float32 artifact made with the same settings")
+    parser.add_argument(
+        "--reference-scores", type=Path, help="the results line of SmolLM2 scored on it there"
+    )
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for every stage-1 run")
+    args = parser.parse_args()
+    result = measure(args)
+    from bench import gpu_paper
+
+    path = args.json or gpu_paper.WORK / "numerics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print("\n".join(section(result)))
+    print(f"written: {path}; report: {gpu_paper.write_report(gpu_paper.WORK, path)}")
+
+
+if __name__ == "__main__":
+    main()

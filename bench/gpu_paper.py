@@ -1,0 +1,406 @@
+"""`make bench-gpu`: the paper's shapes on one GPU, every contender in the same run, offline.
+
+``build`` makes, under ``--work``, a random-weight evaluator of Llama-3.1-8B's exact shape (built from
+its config on the GPU, bfloat16, saved once) and a copy of ``emozilla/govreport-test-tokenized`` in its
+format whose texts exceed ``--tokens`` reference tokens (the shipped sample's reports joined;
+``bench.rehearse_paper.build_dataset``). ``measure`` then runs, each alone in its own process
+(``bench.gpu_child``), on the same texts:
+
+- stage 1, ``preset=paper`` (K=4096, d=1024, bfloat16, float32 head), against the official
+  ``find_key_token`` (bfloat16, K=4096, d=1024);
+- stage 2 (``make score``, bfloat16, ``add_bos=false``) against a plain bfloat16 forward with a float32
+  cross-entropy;
+- with ``--float32``, stage 1 in float32 on one text, TF32 off and on.
+
+Per contender: the first text's time, the steady time per text (the median after the first), the
+fixed start-up (the process's wall time less the texts at the steady rate: one text's run minus a
+steady text), where the time before the first text went, and the device's peak memory by NVML
+(``bench.device_peak``). ``report`` writes ``docs/benchmarks-gpu.md`` from the measurements' JSON files
+(``bench.gpu_numerics`` adds its own).
+
+    python -m bench.gpu_paper build --texts 3 --tokens 32767
+    python -m bench.gpu_paper measure --texts 3 --tokens 32767 --float32 --json gpu-32k.json
+    python -m bench.gpu_paper report gpu-32k.json gpu-128k.json numerics.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import ROOT
+from bench.device_peak import nvml_reader, run_measured
+
+WORK = Path("/tmp/longppl-bench-gpu")
+REPORT = ROOT / "docs/benchmarks-gpu.md"
+LLAMA31_8B = {  # meta-llama/Llama-3.1-8B's config.json
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+}
+TINY = {**LLAMA31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+TINY |= {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+SHAPES = {"llama3.1-8b": LLAMA31_8B, "tiny": TINY}
+
+
+def paths(work: Path, tokens: int) -> dict[str, Path]:
+    return {
+        "model": work / "model",
+        "tokenizer": work / "tokenizer",
+        "dataset": work / f"govreport-test-tokenized-{tokens}",
+        "keytokens": work / "keytokens",
+        "events": work / "events",
+    }
+
+
+def build(work: Path, texts: int, tokens: int, shape: str, device: str, tokenizer: Path | None) -> dict:
+    """The evaluator (once per work folder) and the dataset of ``texts`` rows above ``tokens``."""
+    from transformers import AutoTokenizer
+
+    from bench.rehearse_paper import build_dataset, embedded_tokenizer
+
+    p = paths(work, tokens)
+    started = time.perf_counter()
+    if not (p["tokenizer"] / "tokenizer_config.json").exists():
+        if tokenizer is None:
+            embedded_tokenizer("smollm2-135m", p["tokenizer"])
+        else:
+            AutoTokenizer.from_pretrained(tokenizer).save_pretrained(p["tokenizer"])
+    reference = AutoTokenizer.from_pretrained(p["tokenizer"])
+    record = {"tokenizer": str(p["tokenizer"])}
+    if not p["dataset"].exists():
+        rows = build_dataset(p["dataset"], reference, texts, repeat=1 + tokens // 65536)
+        record["dataset_lengths"] = [r["tokenized_len"] for r in rows]
+    if not (p["model"] / "config.json").exists():
+        record["parameters"] = save_random_model(p["model"], SHAPES[shape], reference, device)
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    return record
+
+
+def save_random_model(out: Path, shape: dict, tokenizer, device: str) -> int:
+    """A random-weight Llama-3.1-shaped causal LM (its 128k rope scaling too), initialised on
+    ``device`` in bfloat16 and saved with its tokenizer; returns its parameter count."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from bench.rehearse_paper import LLAMA3_ROPE
+
+    config = LlamaConfig(max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **shape)
+    config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
+
+
+def contenders(
+    work: Path, texts: int, tokens: int, device: str, extra: list[str], float32: bool
+) -> list[dict]:
+    """Each contender's name, what it is measured against, and its command (``bench.gpu_child``)."""
+    p = paths(work, tokens)
+    name = f"paper{tokens}x{texts}"
+    artifact = p["keytokens"] / name
+    corpus = [f"corpus.dataset={p['dataset']}", f"corpus.tokenized_with={p['tokenizer']}"]
+    corpus += [f"corpus.max_ids={tokens}", f"corpus.min_tokenized_len={min(tokens, 16384)}"]
+    stage1 = ["preset=paper", "evaluator=llama3.1-8b", f"evaluator.spec={p['model']}", *corpus]
+    stage1 += [f"output_dir={p['keytokens']}", "progress=false", f"device={device}", *extra]
+    plain = ["--model", str(p["model"]), "--artifact", str(artifact), "--device", device]
+    runs = [
+        {"name": "stage 1 (ours)", "child": ["stage1", *stage1, f"corpus.limit={texts}", f"name={name}"]},
+        {"name": "find_key_token (official)", "against": "stage 1 (ours)", "child": ["official", *plain]},
+        {
+            "name": "stage 2 (ours)",
+            "child": [
+                "stage2", "model=local", f"model.spec={p['model']}", f"artifact={artifact}", "dtype=bfloat16",
+                f"device={device}", "add_bos=false", f"results={work / 'scores.jsonl'}", "progress=false",
+            ],
+        },
+        {"name": "plain forward + float32 CE", "against": "stage 2 (ours)", "child": ["plain", *plain]},
+    ]  # fmt: skip
+    if float32:
+        for tf32 in (False, True):
+            label = f"stage 1 float32, TF32 {'on' if tf32 else 'off'}, 1 text"
+            tag = f"paper{tokens}x1-float32{'-tf32' if tf32 else ''}"
+            child = ["stage1", *stage1, "dtype=float32", "corpus.limit=1", f"name={tag}"]
+            runs.append({"name": label, "child": [*child, *(["--tf32"] if tf32 else [])]})
+    return runs
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every contender alone, one after another, within ``--budget`` seconds in all."""
+    p = paths(args.work, args.tokens)
+    p["events"].mkdir(parents=True, exist_ok=True)
+    deadline = time.perf_counter() + args.budget
+    nvml = nvml_reader()
+    results = []
+    runs = contenders(args.work, args.texts, args.tokens, args.device, args.overrides, args.float32)
+    for run in [r for r in runs if not args.only or r["name"].split(" (")[0] in args.only]:
+        left = deadline - time.perf_counter()
+        if left < 20:
+            results.append({**run, "skipped": f"out of time ({args.budget:.0f} s budget)"})
+            continue
+        events = p["events"] / f"{slug(run['name'])}-{args.tokens}.jsonl"
+        events.unlink(missing_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.gpu_child",
+            run["child"][0],
+            "--events",
+            str(events),
+            *run["child"][1:],
+        ]
+        log = p["events"] / f"{slug(run['name'])}-{args.tokens}.log"
+        record = run_measured(cmd, log, cwd=ROOT, timeout=left, nvml=nvml)
+        record |= summarise(read_events(events))
+        if record["returncode"]:
+            record["error"] = log.read_text()[-1500:]
+        results.append({**run, **record, "command": " ".join(cmd[1:])})
+        print(
+            json.dumps({k: v for k, v in results[-1].items() if k not in ("child", "command", "error")}),
+            flush=True,
+        )
+        if record["returncode"]:
+            print(record["error"], flush=True)
+    return {
+        "bench": "gpu_paper",
+        "tokens": args.tokens,
+        "texts": args.texts,
+        "machine": machine(),
+        "runs": results,
+    }
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def read_events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarise(events: list[dict]) -> dict:
+    """Per-text times and where the time before the first text went, from a child's phase records."""
+    texts = [e["end"] - e["start"] for e in events if e["phase"] == "text"]
+    out: dict = {"text_s": [round(t, 3) for t in texts]}
+    if not texts:
+        return out
+    out["first_text_s"] = round(texts[0], 3)
+    out["steady_text_s"] = round(statistics.median(texts[1:]), 3) if len(texts) > 1 else None
+    start = next((e["start"] for e in events if e["phase"] == "process"), None)
+    first = next(e["start"] for e in events if e["phase"] == "text")
+    if start is not None:
+        out["before_first_text_s"] = round(first - start, 3)
+    phases: dict[str, float] = {}
+    for e in events:
+        if e["phase"] not in ("text", "torch peak") and "end" in e:
+            phases[e["phase"]] = phases.get(e["phase"], 0.0) + e["end"] - e["start"]
+    out["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
+    peak = [e["bytes"] for e in events if e["phase"] == "torch peak"]
+    if peak:
+        out["torch_peak_gib"] = round(peak[0] / 2**30, 3)
+    return out
+
+
+def startup(run: dict) -> float | None:
+    """One text's run minus a steady text: the wall time less every text at the steady rate."""
+    steady = run.get("steady_text_s") or run.get("first_text_s")
+    if steady is None or "wall_s" not in run:
+        return None
+    return run["wall_s"] - len(run["text_s"]) * steady
+
+
+def machine() -> dict:
+    import torch
+    import transformers
+
+    record = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpus": os.cpu_count(),
+        "commit": os.environ.get("BENCH_COMMIT") or _git_head(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if torch.cuda.is_available():
+        record["gpu"] = torch.cuda.get_device_name(0)
+        record["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+        record["cuda"] = torch.version.cuda
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            record["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        except Exception:
+            pass
+    try:
+        from importlib.metadata import version
+
+        record["longppl"] = version("longppl")
+    except Exception:
+        record["longppl"] = None
+    return record
+
+
+def _git_head() -> str | None:
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip()
+            or None
+        )
+    except OSError:
+        return None
+
+
+def fmt(value, digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def paper_section(result: dict) -> list[str]:
+    """One measurement's table: each contender, and the ratios to what it is measured against."""
+    m = result["machine"]
+    lines = [
+        f"## {result['tokens']:,} tokens per text, {result['texts']} texts",
+        "",
+        f"{m.get('gpu', 'no GPU')} ({m.get('gpu_memory_gib', '?')} GiB, driver {m.get('driver', '?')}, CUDA "
+        f"{m.get('cuda', '?')}), torch {m['torch']}, transformers {m['transformers']}, longppl "
+        f"{m.get('longppl')}, {m['cpus']} CPUs, commit {m.get('commit')}, {m['date']}.",
+        "",
+        "| contender | texts | first text s | steady s/text | start-up s | wall s | device peak GiB | torch peak GiB | vs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    by_name = {r["name"]: r for r in result["runs"]}
+    for r in result["runs"]:
+        if "skipped" in r or r.get("returncode"):
+            why = r.get("skipped") or "failed: " + r.get("error", "").strip().splitlines()[-1][:160]
+            lines.append(f"| {r['name']} | | | | | | | | {why} |")
+            continue
+        lines.append(
+            f"| {r['name']} | {len(r['text_s'])} | {fmt(r.get('first_text_s'))} | {fmt(r.get('steady_text_s'))} "
+            f"| {fmt(startup(r), 1)} | {fmt(r['wall_s'], 1)} | {fmt(r['peak_gib'], 1)} | {fmt(r.get('torch_peak_gib'), 1)} "
+            f"| {versus(r, by_name.get(r.get('against', '')))} |"
+        )
+    lines += ["", "Before the first text (seconds, from the process's start):", ""]
+    for r in result["runs"]:
+        if r.get("phases_s"):
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in r["phases_s"].items() if k != "process")
+            lines.append(
+                f"- {r['name']}: {fmt(r.get('before_first_text_s'), 1)} s before its first text; {parts}"
+            )
+    return [*lines, ""]
+
+
+def versus(run: dict, other: dict | None) -> str:
+    """Ratios of the steady time per text and of the device peak: this contender / the other."""
+    if not other or "skipped" in other or other.get("returncode"):
+        return ""
+    time_ratio = (run.get("steady_text_s") or run["first_text_s"]) / (
+        other.get("steady_text_s") or other["first_text_s"]
+    )
+    return f"{time_ratio:.2f}x the time, {run['peak_gib'] / other['peak_gib']:.2f}x the memory of {other['name']}"
+
+
+def report(files: list[Path], out: Path) -> str:
+    """``docs/benchmarks-gpu.md`` from the JSON files of ``measure`` and ``bench.gpu_numerics``."""
+    from bench import gpu_numerics
+
+    results = [json.loads(f.read_text()) for f in files]
+    lines = [
+        "# Benchmarks on a GPU",
+        "",
+        "What this page is for: the measured time and memory of both stages at the paper's shapes on one",
+        "GPU, against the official code in the same run, and how far GPU key tokens are from the CPU's.",
+        "Written by `make bench-gpu` and `make bench-numerics` (docs/gpu.md says how to run them on a",
+        "machine without network).",
+        "",
+        "```sh",
+        'make bench-gpu ARGS="--texts 3"               # 32767 tokens per text',
+        'make bench-gpu ARGS="--texts 1 --tokens 131071"',
+        "make bench-numerics",
+        "```",
+        "",
+        "Timed per contender, each alone in its own process: the first text, the steady time per text (median",
+        "after the first), the fixed start-up (the whole process less its texts at the steady rate: one text's",
+        "run minus a steady text) and the device's peak memory by NVML (every process's memory on the GPU,",
+        "the CUDA context included), sampled every 0.1 s. The evaluator is Llama-3.1-8B's exact shape with",
+        "random bfloat16 weights (time and memory do not depend on trained weights); its tokenizer is the",
+        "embedded SmolLM2's, which is also the reference tokenizer of the texts.",
+        "",
+    ]
+    for result in sorted(results, key=lambda r: (r["bench"], r.get("tokens", 0))):
+        lines += paper_section(result) if result["bench"] == "gpu_paper" else gpu_numerics.section(result)
+    text = "\n".join(lines)
+    out.write_text(text)
+    return text
+
+
+def write_report(work: Path, *more: Path) -> Path:
+    """docs/benchmarks-gpu.md from every measurement in ``work`` (and ``more``)."""
+    files = {*work.glob("gpu-*.json"), *work.glob("numerics.json"), *more}
+    report(sorted(files), REPORT)
+    return REPORT
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    for step in ("build", "measure", "all"):
+        s = sub.add_parser(step)
+        s.add_argument("--work", type=Path, default=WORK)
+        s.add_argument("--texts", type=int, default=3)
+        s.add_argument("--tokens", type=int, default=32767)
+        s.add_argument("--device", default="cuda")
+        s.add_argument("--shape", choices=sorted(SHAPES), default="llama3.1-8b")
+        s.add_argument("--tokenizer", type=Path, help="a saved tokenizer (default: the embedded SmolLM2's)")
+        s.add_argument(
+            "--float32", action="store_true", help="stage 1 in float32 on one text, TF32 off and on"
+        )
+        s.add_argument("--budget", type=float, default=3600, help="seconds for every contender together")
+        s.add_argument(
+            "--json", type=Path, help="where the measurement goes (default: <work>/gpu-<tokens>.json)"
+        )
+        s.add_argument(
+            "--only", nargs="*", help="contenders by name: 'stage 1' 'find_key_token' 'stage 2' ..."
+        )
+        s.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
+    r = sub.add_parser("report")
+    r.add_argument("files", type=Path, nargs="+")
+    r.add_argument("--out", type=Path, default=REPORT)
+    args = parser.parse_args()
+    if args.step == "report":
+        print(report(args.files, args.out))
+        return
+    if args.step in ("build", "all"):
+        print(
+            json.dumps(build(args.work, args.texts, args.tokens, args.shape, args.device, args.tokenizer)),
+            flush=True,
+        )
+    if args.step in ("measure", "all"):
+        result = measure(args)
+        path = args.json or args.work / f"gpu-{args.tokens}.json"
+        path.write_text(json.dumps(result, indent=1))
+        print("\n".join(paper_section(result)))
+        print(f"written: {path}; report: {write_report(args.work, path)}")
+
+
+if __name__ == "__main__":
+    main()
