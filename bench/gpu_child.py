@@ -78,7 +78,10 @@ def stage1(events: Events, overrides: list[str]) -> None:
     events.timed(command, "print_summary", "summary")
     events.timed(command, "write_views", "pages")
     sys.argv = ["pipeline.keytokens", *overrides]
-    command.main()
+    try:
+        command.main()
+    finally:
+        _peak(events, sys.modules["torch"])
 
 
 def stage2(events: Events, overrides: list[str]) -> None:
@@ -94,7 +97,10 @@ def stage2(events: Events, overrides: list[str]) -> None:
     events.timed(engine, "model_logprobs", "text")
     events.timed(command, "score_row", "result")
     sys.argv = ["pipeline.score", *overrides]
-    command.main()
+    try:
+        command.main()
+    finally:
+        _peak(events, sys.modules["torch"])
 
 
 def artifact_texts(artifact: Path) -> list[str]:

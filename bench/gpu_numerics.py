@@ -171,6 +171,8 @@ def measure(args: argparse.Namespace) -> dict:
             "wall_s": run["wall_s"],
         })  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
+    if args.json:  # what is measured so far, should the run be cut short
+        args.json.write_text(json.dumps({"bench": "gpu_numerics", "partial": True, "stage1": rows}, indent=1))
     settings = json.loads((reference / "manifest.json").read_text())["settings"]
     started = time.perf_counter()
     keys, spans = official_keys(reference, args.device, settings["K"], settings["d"])

@@ -107,7 +107,9 @@ def test_build_makes_the_dataset_and_a_llama31_shaped_model(measured):
 
     built, _, work = measured
     long_rows = [n for i, n in enumerate(built["dataset_lengths"]) if i != 1]
-    assert len(long_rows) == 2 and built["dataset_lengths"][1] < 600 * 10 <= min(long_rows)  # one short report
+    assert len(long_rows) == 2 and built["dataset_lengths"][1] < 600 * 10 <= min(
+        long_rows
+    )  # one short report
     config = transformers.AutoConfig.from_pretrained(work / "model")
     assert config.rope_parameters["rope_type"] == "llama3" and config.max_position_embeddings == 131072
     assert config.vocab_size == 128256 and config.num_key_value_heads == 2
@@ -179,7 +181,14 @@ def test_report_has_every_contender_and_the_ratios(measured, tiny_artifact, tmp_
     text = gpu_paper.report([paper, numerics], tmp_path / "report.md")
     assert text.startswith("# Benchmarks on a GPU\n\nWhat this page is for")
     assert "## 600 tokens per text, 2 texts" in text
-    assert "the time," in text and "of stage 1 (ours)" in text and "of stage 2 (ours)" in text
+    ours = {line.split(" |")[0]: line for line in text.splitlines() if "(ours) |" in line}
+    assert (
+        "x the time," in ours["| stage 1 (ours)"]
+        and "of find_key_token (official) |" in ours["| stage 1 (ours)"]
+    )
+    assert "of plain forward + float32 CE |" in ours["| stage 2 (ours)"]
+    assert "No `make bench-numerics` result" not in text
+    assert "No `make bench-numerics` result" in gpu_paper.report([paper], tmp_path / "alone.md")
     assert "| cpu float32 again |" in text and "| cuda float32 | 12.0000 (+0.0e+00)" in text
 
 
