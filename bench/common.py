@@ -18,6 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the embedded models and local artifacts need no network
 
 
+def slug(name: str) -> str:
+    """A contender's or run's name as a file name: lower case, anything but letters and digits a '-'."""
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
 def default_artifact() -> Path:
     """The artifact `make keytokens` writes by default (``default_artifact`` in conf/common.yaml)."""
     from pipeline.cli import compose

@@ -69,19 +69,17 @@ def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.keytokens import run
     from pipeline.models.logprobs import TargetScorer
 
-    events.write(phase="imports", start=STARTED, end=time.time())
-    for name, phase in [("load_corpus", "corpus"), ("load_evaluator", "model load"), ("select", "selection")]:
-        events.timed(run, name, phase)
-    events.timed(run, "keytoken_tables", "text")
-    events.timed(TargetScorer, "check_against_full_forward", "self-check")
-    events.timed(ArtifactWriter, "finalize", "finalize")
-    events.timed(command, "print_summary", "summary")
-    events.timed(command, "write_views", "pages")
-    sys.argv = ["pipeline.keytokens", *overrides]
-    try:
-        command.main()
-    finally:
-        _peak(events, sys.modules["torch"])
+    timed = [
+        (run, "load_corpus", "corpus"),
+        (run, "load_evaluator", "model load"),
+        (run, "select", "selection"),
+        (TargetScorer, "check_against_full_forward", "self-check"),
+        (run, "keytoken_tables", "text"),
+        (ArtifactWriter, "finalize", "finalize"),
+        (command, "print_summary", "summary"),
+        (command, "write_views", "pages"),
+    ]
+    run_command(events, command, "pipeline.keytokens", timed, overrides)
 
 
 def stage2(events: Events, overrides: list[str]) -> None:
@@ -90,17 +88,33 @@ def stage2(events: Events, overrides: list[str]) -> None:
     from pipeline.score import __main__ as command
     from pipeline.score import engine
 
+    timed = [
+        (command, "open_artifact", "artifact"),
+        (ModelChoice, "load", "model load"),
+        (TargetScorer, "check_against_full_forward", "self-check"),
+        (engine, "model_logprobs", "text"),
+        (command, "score_row", "result"),
+    ]
+    run_command(events, command, "pipeline.score", timed, overrides)
+
+
+def run_command(events: Events, command, name: str, timed: list[tuple], overrides: list[str]) -> None:
+    """The project's command ``name`` (its ``main``) with ``overrides``, each (owner, attribute, phase)
+    of ``timed`` recorded as that phase, and the torch peak at the end."""
     events.write(phase="imports", start=STARTED, end=time.time())
-    events.timed(command, "open_artifact", "artifact")
-    events.timed(ModelChoice, "load", "model load")
-    events.timed(TargetScorer, "check_against_full_forward", "self-check")
-    events.timed(engine, "model_logprobs", "text")
-    events.timed(command, "score_row", "result")
-    sys.argv = ["pipeline.score", *overrides]
+    for owner, attr, phase in timed:
+        events.timed(owner, attr, phase)
+    sys.argv = [name, *overrides]
     try:
         command.main()
     finally:
         _peak(events, sys.modules["torch"])
+
+
+def command_line(contender: str, events: Path, args: list[str]) -> list[str]:
+    """The command that runs ``contender`` with ``args``, its phase records to ``events`` (emptied)."""
+    events.unlink(missing_ok=True)
+    return [sys.executable, "-m", "bench.gpu_child", contender, "--events", str(events), *args]
 
 
 def artifact_texts(artifact: Path) -> list[str]:

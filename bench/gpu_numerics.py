@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT
+from bench.common import ROOT, slug
 from bench.device_peak import run_measured
+from bench.gpu_child import command_line
 
 WORK = Path("/tmp/longppl-bench-numerics")
 EVALUATOR = ["evaluator=smollm2-135m", "short_window_bos=false", "progress=false"]
@@ -51,22 +51,8 @@ def stage2_runs(device: str) -> dict[str, list[str]]:
     }
 
 
-def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name.lower())
-
-
 def child(kind: str, name: str, args: list[str], work: Path) -> tuple[list[str], Path]:
-    events = work / f"{slug(name)}.events.jsonl"
-    events.unlink(missing_ok=True)
-    return [
-        sys.executable,
-        "-m",
-        "bench.gpu_child",
-        kind,
-        "--events",
-        str(events),
-        *args,
-    ], work / f"{slug(name)}.log"
+    return command_line(kind, work / f"{slug(name)}.events.jsonl", args), work / f"{slug(name)}.log"
 
 
 def run_stage1(name: str, args: list[str], work: Path, extra: list[str]) -> dict:

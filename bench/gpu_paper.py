@@ -31,12 +31,12 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.common import ROOT, slug
 from bench.device_peak import nvml_reader, run_measured
+from bench.gpu_child import command_line
 
 WORK = Path("/tmp/longppl-bench-gpu")
 REPORT = ROOT / "docs/benchmarks-gpu.md"
@@ -155,16 +155,7 @@ def measure(args: argparse.Namespace) -> dict:
             results.append({**run, "skipped": f"out of time ({args.budget:.0f} s budget)"})
             continue
         events = p["events"] / f"{slug(run['name'])}-{args.tokens}.jsonl"
-        events.unlink(missing_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.gpu_child",
-            run["child"][0],
-            "--events",
-            str(events),
-            *run["child"][1:],
-        ]
+        cmd = command_line(run["child"][0], events, run["child"][1:])
         log = p["events"] / f"{slug(run['name'])}-{args.tokens}.log"
         record = run_measured(cmd, log, cwd=ROOT, timeout=left, nvml=nvml)
         record |= summarise(read_events(events))
@@ -184,10 +175,6 @@ def measure(args: argparse.Namespace) -> dict:
         "machine": machine(),
         "runs": results,
     }
-
-
-def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
 
 
 def read_events(path: Path) -> list[dict]:
