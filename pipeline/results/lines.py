@@ -8,9 +8,11 @@ each line's schema is a pydantic model in its own module (``pipeline.results.sco
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,8 @@ def check_writable(path: str | Path, setting: str = "results") -> Path:
     path = Path(path)
     if path.is_dir():
         raise PipelineError(f"{setting}={path} is a folder: pass a file in it, e.g. {path / 'results.jsonl'}")
+    if not_a_file := special_file(path):
+        raise PipelineError(f"{setting}={path} is {not_a_file}: pass the path of a regular file")
     folder = nearest_existing(path.parent)
     if not folder.is_dir():
         raise PipelineError(f"{setting}={path}: {folder} is a file, not a folder: pass a path in a folder")
@@ -58,6 +62,24 @@ def check_writable(path: str | Path, setting: str = "results") -> Path:
     if not os.access(target, os.W_OK | (0 if path.exists() else os.X_OK)):
         raise PipelineError(f"{setting}={path}: {target} is not writable here: pass a path you can write")
     return path
+
+
+def special_file(path: Path) -> str | None:
+    """What ``path`` is when a line could not be appended to it although it is no folder (a symlink
+    that leads nowhere or loops, a FIFO, a socket, a device), else None (a regular file, or nothing)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop"
+        return f"a symlink to {os.readlink(path)}, which does not exist" if path.is_symlink() else None
+    kinds = {
+        "a FIFO": stat.S_ISFIFO,
+        "a socket": stat.S_ISSOCK,
+        "a device": stat.S_ISCHR,
+        "a block device": stat.S_ISBLK,
+    }
+    return next((kind for kind, test in kinds.items() if test(mode)), None)
 
 
 def write_all(fd: int, data: bytes) -> None:
