@@ -27,7 +27,8 @@ from pipeline.models import attention
 from pipeline.models.gguf import check_header, convert_gguf
 from pipeline.models.pairing import check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement
-from pipeline.models.sources import ModelSource, cached_snapshot, tokenizer_sha256, weights_sha256
+from pipeline.models.sources import ModelSource, cached_snapshot, tokenizer_sha256
+from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
 __all__ = ["EMBEDDED_MODELS", "LoadedModel", "ModelChoice", "ModelSource", "load_model"]
@@ -203,11 +204,16 @@ def load_model(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     kwargs.update(from_pretrained_placement(torch_device, device_map, gpus))
-    tokenizer = _load_tokenizer(source, location, trust_remote_code=trust_remote_code, **hub_options)
+    hashing = local_weight_hashing(source, cache_dir)
     try:
-        model = _from_pretrained(location, kwargs)
-    except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
-        raise PipelineError(_load_error_message(source, exc, attn_implementation)) from exc
+        tokenizer = _load_tokenizer(source, location, trust_remote_code=trust_remote_code, **hub_options)
+        model = _from_pretrained(source, location, kwargs)
+    except BaseException:
+        if hashing is not None:
+            hashing.cancel()
+        raise
+    if hashing is not None:
+        source.weights_sha256 = hashing.result()
     check_pairing(model, tokenizer, spec)
     if "device_map" not in kwargs:
         model.to(torch_device)
@@ -234,8 +240,7 @@ def prepare(source: ModelSource, revision: str | None, cache_dir: str | Path | N
             Path(source.path), Path(cache_dir) if cache_dir else None
         )
         return str(checkpoint), {}
-    if source.kind == "local":
-        source.weights_sha256 = weights_sha256(Path(source.path))
+    if source.kind == "local":  # its weights are hashed while they load (``local_weight_hashing``)
         source.tokenizer_sha256 = tokenizer_sha256(Path(source.path))
         return source.path, {}
     hub = hub_model(source.spec, revision)
@@ -275,17 +280,22 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _from_pretrained(location: str, kwargs: dict[str, Any]) -> Any:
-    """``from_pretrained``; a model that refuses sdpa (Gemma 2: soft-capped attention) refuses any
-    implementation named like it, so ``blocked_sdpa`` is retried under its other name."""
+def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any]) -> Any:
+    """``from_pretrained``, a failure one PipelineError; a model that refuses sdpa (Gemma 2:
+    soft-capped attention) refuses any implementation named like it, so ``blocked_sdpa`` is retried
+    under its other name."""
+    attn = kwargs.get("attn_implementation")
     try:
-        return AutoModelForCausalLM.from_pretrained(location, **kwargs)
-    except ValueError as exc:
-        if kwargs.get("attn_implementation") != attention.NAME or "scaled_dot_product" not in str(exc):
-            raise
-    return AutoModelForCausalLM.from_pretrained(
-        location, **{**kwargs, "attn_implementation": attention.ALIAS}
-    )
+        try:
+            return AutoModelForCausalLM.from_pretrained(location, **kwargs)
+        except ValueError as exc:
+            if attn != attention.NAME or "scaled_dot_product" not in str(exc):
+                raise
+        return AutoModelForCausalLM.from_pretrained(
+            location, **{**kwargs, "attn_implementation": attention.ALIAS}
+        )
+    except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
+        raise PipelineError(_load_error_message(source, exc, attn)) from exc
 
 
 def attention_dispatches(model: Any) -> bool:

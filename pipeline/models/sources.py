@@ -49,10 +49,6 @@ class ModelSource:
         return record
 
 
-def weights_sha256(directory: Path) -> dict[str, str]:
-    return {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.suffix in WEIGHT_SUFFIXES}
-
-
 def tokenizer_sha256(directory: Path) -> dict[str, str]:
     """The sha256 of each tokenizer file in a model folder (``TOKENIZER_FILE``), by name."""
     return {
