@@ -229,3 +229,37 @@ def test_the_math_backend_memory_grows_linearly_with_the_text(monkeypatch):
             assert peaks[tokens] < 3 * peaks[tokens // 2], {
                 n: f"{p / 2**20:.0f} MiB" for n, p in peaks.items()
             }
+
+
+def test_grouped_heads_without_a_fused_kernel_take_one_with_repeated_heads(monkeypatch):
+    """float32 on CUDA: sdpa's memory-efficient kernel takes float32 but not ``enable_gqa``, so the
+    grouped form would go to the math backend. With the heads repeated, one fused call takes the whole
+    causal pass (no query blocks), and it equals the plain math computation."""
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 16)
+    choose = torch._fused_sdp_choice
+
+    def cuda_float32(query, key, value, mask, dropout, causal, enable_gqa=False, *args):
+        if enable_gqa:
+            return int(SDPBackend.MATH)
+        return int(SDPBackend.EFFICIENT_ATTENTION)
+
+    model = _causal_llama(64, torch.float64)
+    ids = torch.randint(2, 300, (2, 61), generator=torch.Generator().manual_seed(5))
+    with sdpa_kernel([SDPBackend.MATH]):
+        plain = _hidden(model, "sdpa", ids)
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch, "_fused_sdp_choice", cuda_float32)
+    monkeypatch.setattr(
+        torch.nn.functional,
+        "scaled_dot_product_attention",
+        lambda q, k, *a, **kw: calls.append((q.shape[2], k.shape[1])) or sdpa(q, k, *a, **kw),
+    )
+    fused = _hidden(model, attention.NAME, ids)
+    assert calls == [(61, model.config.num_attention_heads)]  # one call, heads repeated
+    assert torch.allclose(fused, plain, rtol=0, atol=1e-12)
+    monkeypatch.setattr(torch, "_fused_sdp_choice", choose)
+    assert (
+        attention.fused_with_repeated_heads(SimpleNamespace(num_key_value_groups=1), *[None] * 3, None)
+        is None
+    )

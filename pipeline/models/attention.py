@@ -16,9 +16,11 @@ see: the others would contribute exp(-inf) = 0 to the softmax, so the result is 
 - Soft-capped attention logits (Gemma 2's ``softcap``, which sdpa cannot apply) run transformers'
   eager formula block by block, never on more than one block of queries x its keys.
 - A plain causal pass that sdpa would run on its math backend (``runs_on_math_backend``: no fused
-  kernel takes it, e.g. float32 on CUDA with grouped key/value heads, or a backend forced with
-  ``torch.nn.attention.sdpa_kernel``) runs as query blocks too: the math backend builds the whole
-  (heads, n, n) score matrix, 128 GiB for Llama-3.1-8B at 32k tokens; blocks build at most
+  kernel takes it as transformers hands it over, e.g. float32 on CUDA with grouped key/value heads
+  and ``enable_gqa``, or a backend forced with ``torch.nn.attention.sdpa_kernel``) runs on a fused
+  kernel with its key/value heads repeated where one takes that form (``fused_with_repeated_heads``:
+  float32 on CUDA, the memory-efficient kernel), else as query blocks: the math backend builds the
+  whole (heads, n, n) score matrix, 128 GiB for Llama-3.1-8B at 32k tokens; blocks build at most
   (heads, QUERY_BLOCK, n). Where a fused kernel applies (every CPU run: flash) nothing changes.
 
 Selected with ``attn_implementation: blocked_sdpa`` (the pipeline's default). transformers checks
@@ -127,6 +129,21 @@ def runs_on_math_backend(module, query: torch.Tensor, key: torch.Tensor, value: 
     return SDPBackend(choice) == SDPBackend.MATH
 
 
+def fused_with_repeated_heads(module, query, key, value, scaling: float | None) -> torch.Tensor | None:
+    """Plain causal attention with the key/value heads repeated, where that form has a fused kernel
+    and the grouped form has none (float32 on CUDA: the memory-efficient kernel takes float32 but not
+    ``enable_gqa``); None where the repeated form would run on the math backend too."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups <= 1:
+        return None
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    causal = bool(getattr(module, "is_causal", True))
+    if SDPBackend(torch._fused_sdp_choice(query, key, value, None, 0.0, causal)) == SDPBackend.MATH:
+        return None
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scaling)
+    return out.transpose(1, 2).contiguous()
+
+
 def softcapped_attention(module, query, key, value, mask, *, softcap: float, scaling=None, **kwargs):
     """transformers' eager attention with soft-capped logits (Gemma 2), for one block of queries:
     scores = tanh(q k^T * scaling / softcap) * softcap, masked, softmax in at least float32."""
@@ -159,6 +176,9 @@ def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) ->
         and q_len == kv_len > QUERY_BLOCK
         and runs_on_math_backend(module, query, key, value)
     ):
+        fused = fused_with_repeated_heads(module, query, key, value, kwargs.get("scaling"))
+        if fused is not None:
+            return fused, None
         attention_mask = SlidingWindow(q_len)  # plain causal, as blocks: no (heads, n, n) scores
     if isinstance(attention_mask, SlidingWindow):
         window = attention_mask
