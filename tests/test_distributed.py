@@ -94,7 +94,7 @@ def test_killed_run_resumes_to_the_same_tables(tiny_model_dir, corpus, tmp_path,
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parts = tmp_path / "test" / "parts"
-    deadline = time.time() + 300
+    deadline = time.time() + 900
     while proc.poll() is None and time.time() < deadline:
         state = tmp_path / "test" / "run.json"
         count = sum(1 for p in parts.iterdir() if p.name.isdigit()) if parts.is_dir() else -1
@@ -246,14 +246,14 @@ def test_two_runs_on_one_artifact_and_a_killed_holder(tiny_model_dir, corpus, tm
         subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
-    pid = holder_pid(lock, procs, time.time() + 300)
+    pid = holder_pid(lock, procs, time.time() + 900)
     holder, other = sorted(procs, key=lambda p: p.pid != pid)
     os.kill(pid, signal.SIGSTOP)
     try:
-        _, refused = other.communicate(timeout=300)
+        _, refused = other.communicate(timeout=900)
     finally:
         os.kill(pid, signal.SIGCONT)
-    _, finished = holder.communicate(timeout=300)
+    _, finished = holder.communicate(timeout=900)
     assert holder.returncode == 0, finished[-2000:]
     assert other.returncode == 2 and "Traceback" not in refused
     assert refused.startswith(f"error: another keytokens run is writing {tmp_path / 'test'}: pid {pid} on ")
@@ -263,7 +263,7 @@ def test_two_runs_on_one_artifact_and_a_killed_holder(tiny_model_dir, corpus, tm
     shutil.rmtree(tmp_path / "test")
     killed = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parts = tmp_path / "test" / "parts"
-    deadline = time.time() + 300
+    deadline = time.time() + 900
     while killed.poll() is None and time.time() < deadline:
         if parts.is_dir() and any(p.name.isdigit() for p in parts.iterdir()):
             os.kill(killed.pid, signal.SIGKILL)

@@ -30,7 +30,7 @@ def browser() -> str:
 
 def run_browser(page: Path, profile: Path, *args: str) -> str:
     command = [browser(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}", *args]
-    done = subprocess.run([*command, page.as_uri()], capture_output=True, text=True, timeout=180)
+    done = subprocess.run([*command, page.as_uri()], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

@@ -249,7 +249,7 @@ def test_a_text_longer_than_the_context_is_an_error_or_windows(tiny_model_dir, w
 # The command: lm-eval's flags, results files, samples, errors
 
 
-def lm_eval_command(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def lm_eval_command(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pipeline.lmeval", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
@@ -294,13 +294,13 @@ def test_the_command_with_limit_log_samples_and_output_path(tiny_model_dir, tiny
     ],
 )  # fmt: skip
 def test_command_errors_are_one_line(args, message):
-    done = lm_eval_command(*args, timeout=120)
+    done = lm_eval_command(*args, timeout=600)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [done.stderr.strip()]
     assert done.stderr.startswith(message) and "Traceback" not in done.stderr
 
 
 def test_an_unknown_task_is_one_line(tiny_artifact):
-    done = lm_eval_command("--artifact", str(tiny_artifact), "--tasks", "longppl_nosuch", timeout=200)
+    done = lm_eval_command("--artifact", str(tiny_artifact), "--tasks", "longppl_nosuch", timeout=600)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: longppl_nosuch: no such lm-eval task") and task_of(tiny_artifact) in last

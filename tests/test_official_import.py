@@ -305,7 +305,7 @@ def test_hub_unreachable_names_the_local_fallback(tmp_path):
     """The default sources are on the Hub; offline, the command fails at once with one line."""
     cmd = [sys.executable, "-m", "pipeline.official", "official=qwen2-72b-instruct", f"output_dir={tmp_path}"]
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "HOME": str(Path.home())}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: could not reach 'emozilla/govreport-test-tokenized'")

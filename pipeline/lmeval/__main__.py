@@ -25,6 +25,7 @@ from typing import Any
 
 from pipeline.errors import PipelineError
 from pipeline.lmeval import require_lm_eval
+from pipeline.lmeval.names import unknown_tasks_in
 from pipeline.lmeval.tasks import check_artifacts, task_directory
 
 ARTIFACT_FLAG = "--artifact"
@@ -127,11 +128,13 @@ def run(args: list[str]) -> None:
     """lm-eval's command line on ``args`` (the command's arguments) with the LongPPL model and tasks."""
     artifacts, rest = take_artifacts(args)
     check_artifacts(artifacts)  # before lm-eval loads: a missing artifact fails at once
+    directory = task_directory(artifacts)
+    if unknown := unknown_tasks_in(rest, directory):  # before lm-eval's task index (seconds) loads
+        raise PipelineError(unknown_tasks(f"Tasks not found: {', '.join(unknown)}", directory))
     require_lm_eval()
     importlib.import_module("pipeline.lmeval.task")  # registers the model, the metrics, the task class
     from lm_eval.__main__ import cli_evaluate
 
-    directory = task_directory(artifacts)
     sys.argv = [f"{sys.executable} -m pipeline.lmeval", *with_defaults(rest)]
     with with_tasks(directory), longppl_tasks_need_longppl_model():
         try:
