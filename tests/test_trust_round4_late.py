@@ -5,12 +5,18 @@ PipelineError in the API), or recorded where it changes a number."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from pipeline.errors import PipelineError
+from pipeline.models import gguf
 from pipeline.results import lines
+from tests.conftest import ROOT, build_model
 
 
 @pytest.mark.parametrize("kind", ["dangling", "loop", "fifo", "socket"])
@@ -90,3 +96,112 @@ def test_known_lm_eval_names_are_left_to_lm_eval(tiny_artifact, tmp_path):
     assert unknown_tasks_in(["--tasks=my_task"], directory) == ["my_task"]  # without its --include_path
     assert unknown_tasks_in(["--config", "c.yaml", "--tasks", "nosuch"], directory) == []
     assert unknown_tasks_in(["validate", "--tasks", "nosuch"], directory) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# A cached GGUF conversion: checked by content on use; a conversion killed midway leaves nothing
+
+
+def fake_gguf(path):
+    """A file with a valid GGUF header (its contents are read by ``read_gguf``, replaced in tests)."""
+    path.write_bytes(gguf.HEADER.pack(gguf.MAGIC, 3, 0, 0) + b"\0" * 64)
+    return path
+
+
+@pytest.fixture
+def converted(tmp_path, tokenizer, monkeypatch):
+    """A GGUF file's cached conversion (its reading replaced by the tiny model) in LONGPPL_CACHE."""
+    monkeypatch.setenv("LONGPPL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        gguf, "read_gguf", lambda path: (tokenizer, build_model("llama", len(tokenizer)).float())
+    )
+    model = fake_gguf(tmp_path / "tiny.gguf")
+    folder, _ = gguf.convert_gguf(model)
+    return model, folder
+
+
+def flip_bits(path, at: int, mask: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(at)
+        byte = handle.read(1)[0]
+        handle.seek(at)
+        handle.write(bytes([byte ^ mask]))
+
+
+@pytest.mark.parametrize("damage", ["low bits", "coarse"])
+def test_a_cached_conversion_with_changed_weights_is_named_damaged(converted, damage):
+    """The low bit of one weight (PPL 19.8108 for 19.8014, recorded as the model), or a run of weights
+    overwritten with NaN (blamed on float16 overflow): the conversion's weights are checked by content
+    on use, the stat unchanged or not."""
+    model, folder = converted
+    weights = folder / "model.safetensors"
+    assert gguf.convert_gguf(model)[0] == folder  # whole: taken, and its weights' version recorded
+    stat = weights.stat()
+    if damage == "low bits":
+        flip_bits(weights, weights.stat().st_size - 3, 0x01)
+    else:
+        with open(weights, "r+b") as handle:
+            handle.seek(stat.st_size - 4096)
+            handle.write(b"\xff" * 4096)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the mtime put back
+    with pytest.raises(
+        PipelineError, match=r"cached GGUF conversion .* is damaged .*model\.safetensors .*sha256"
+    ):
+        gguf.convert_gguf(model)
+
+
+def test_a_whole_conversion_is_read_once_then_known_by_its_version(converted, monkeypatch):
+    model, folder = converted
+    gguf.convert_gguf(model)  # its weights read and found whole
+    reads, sha256 = [], gguf.file_sha256
+    monkeypatch.setattr(gguf, "file_sha256", lambda path: reads.append(Path(path).name) or sha256(path))
+    assert gguf.convert_gguf(model)[0] == folder and "model.safetensors" not in reads
+    os.utime(folder / "model.safetensors")  # a new version (its content the same): read again
+    assert gguf.convert_gguf(model)[0] == folder and "model.safetensors" in reads
+
+
+KILLED_MIDWAY = """
+import os, signal, sys
+from pipeline.models import gguf
+from tests.conftest import build_model, build_tokenizer
+tokenizer = build_tokenizer()
+gguf.read_gguf = lambda path: (tokenizer, build_model("llama", len(tokenizer)).float())
+gguf.new_file_modes = lambda folder: os.kill(os.getpid(), signal.SIGKILL)  # killed while staging
+gguf.convert_gguf(gguf.Path(sys.argv[1]))
+"""
+
+
+def test_a_conversion_killed_midway_leaves_no_staging_folder_for_good(tmp_path, tokenizer, monkeypatch):
+    model = fake_gguf(tmp_path / "tiny.gguf")
+    env = {
+        **os.environ,
+        "LONGPPL_CACHE": str(tmp_path / "cache"),
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_MIDWAY, str(model)], cwd=ROOT, env=env, capture_output=True, timeout=900
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    left = [p for p in (tmp_path / "cache" / "gguf").iterdir() if p.name.startswith(".tmp-")]
+    assert len(left) == 1 and any(left[0].rglob("*.safetensors"))  # what a kill leaves
+    monkeypatch.setenv("LONGPPL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        gguf, "read_gguf", lambda path: (tokenizer, build_model("llama", len(tokenizer)).float())
+    )
+    folder, _ = gguf.convert_gguf(model)
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]
+
+
+def test_a_staging_folder_in_use_is_left_alone(tmp_path):
+    with gguf.staging_folder(tmp_path) as held:
+        gguf.remove_stale_staging(tmp_path)
+        assert held.is_dir()
+        unowned = tmp_path / ".tmp-older"
+        unowned.mkdir()
+        gguf.remove_stale_staging(tmp_path)
+        assert unowned.is_dir()  # no owner file, and new: perhaps a conversion starting
+        os.utime(unowned, (0, 0))
+        gguf.remove_stale_staging(tmp_path)
+        assert not unowned.exists() and held.is_dir()
+    assert not held.exists()
