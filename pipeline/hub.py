@@ -15,8 +15,27 @@ HUB_DATASET_PREFIX = (
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # scheme://...: a location, not a local path
+HUB_MODEL_URL = re.compile(r"^hf://(?:models/)?([^/@]+/[^/@]+)/?(?:@(.+))?$", re.IGNORECASE)
+
+
 def is_hub_dataset(location: object) -> bool:
-    return str(location).startswith(HUB_DATASET_PREFIX)
+    """Whether a location is ``hf://datasets/...`` (the scheme and ``datasets`` in any case)."""
+    return str(location)[: len(HUB_DATASET_PREFIX)].lower() == HUB_DATASET_PREFIX
+
+
+def is_url(text: object) -> bool:
+    """Whether ``text`` is a ``scheme://`` location rather than a path (no such path exists here)."""
+    return bool(URL.match(str(text))) and not Path(str(text)).exists()
+
+
+def hub_model_hint(spec: str) -> str:
+    """What to pass instead of a model given as a URL: its Hub id (and revision) for ``hf://...``."""
+    found = HUB_MODEL_URL.match(spec)
+    if found is None:
+        return "pass a checkpoint directory, a .gguf file or a Hub model id (org/name)"
+    revision = f" with revision={found[2]}" if found[2] else ""
+    return f"a Hub model is given by its id: model.spec={found[1]}{revision}"
 
 
 def offline_unless(*remote: bool) -> None:

@@ -5,6 +5,7 @@ PipelineError in the API), or recorded where it changes a number."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -205,3 +206,43 @@ def test_a_staging_folder_in_use_is_left_alone(tmp_path):
         gguf.remove_stale_staging(tmp_path)
         assert not unowned.exists() and held.is_dir()
     assert not held.exists()
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path):
+    """cache_dir=/proc/self gave a traceback (FileNotFoundError from mkdir)."""
+    with pytest.raises(
+        PipelineError, match=r"^the pipeline's cache folder /proc/self .* cannot be made or written"
+    ):
+        gguf.convert_gguf(fake_gguf(tmp_path / "tiny.gguf"), Path("/proc/self"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Locations: hf://models/... and HF://... are not local paths
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("hf://models/org/name", "model.spec=org/name$"),
+        ("HF://org/name@abc123", "model.spec=org/name with revision=abc123$"),
+        ("s3://bucket/model", "pass a checkpoint directory, a .gguf file or a Hub model id"),
+    ],
+)
+def test_a_model_given_as_a_url_is_not_a_local_path(spec, said):
+    from pipeline.models.loading import load_model
+
+    with pytest.raises(PipelineError, match=f"^model {re.escape(spec)} is a URL, not a path: .*{said}"):
+        load_model(spec, device="cpu")
+
+
+def test_an_artifact_url_is_a_hub_dataset_or_refused(monkeypatch):
+    from pipeline.artifact.reader import open_artifact
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PipelineError, match=r"^could not download key-token dataset 'org/none'"):
+        open_artifact("HF://Datasets/org/none@main")  # the scheme in any case: the Hub, not ./HF:
+    for location in ("hf://models/org/name", "HF://org/name"):
+        with pytest.raises(
+            PipelineError, match=f"^artifact {location}: not a local folder.*hf://datasets/<org>"
+        ):
+            open_artifact(location)

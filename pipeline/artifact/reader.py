@@ -32,7 +32,7 @@ from pipeline.artifact.schema import (
     declared_tables,
 )
 from pipeline.errors import PipelineError
-from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset
+from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset, is_url
 from pipeline.provenance import file_sha256
 
 ARTIFACT_HINT = (
@@ -41,8 +41,17 @@ ARTIFACT_HINT = (
 
 
 def normalized_location(location: str | Path) -> str:
-    """A Hub dataset as given; a local directory as an absolute path (Hydra changes directory)."""
-    return str(location) if is_hub_dataset(location) else str(Path(location).absolute())
+    """A Hub dataset as given (its ``hf://datasets/`` in lower case); a local directory as an absolute
+    path (Hydra changes directory); any other ``scheme://`` location is an error, not a path."""
+    text = str(location)
+    if is_hub_dataset(text):
+        return HUB_DATASET_PREFIX + text[len(HUB_DATASET_PREFIX) :]
+    if is_url(text):
+        raise PipelineError(
+            f"artifact {text}: not a local folder, and the one remote location read is "
+            f"{HUB_DATASET_PREFIX}<org>/<name>[@revision]: pass an artifact folder or a Hub dataset"
+        )
+    return str(Path(text).absolute())
 
 
 def open_artifact(location: str | Path | KeyTokenArtifact, verify_hashes: bool = True) -> KeyTokenArtifact:

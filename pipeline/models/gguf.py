@@ -49,13 +49,21 @@ def default_cache_dir() -> Path:
 
 
 def usable_cache(cache_dir: Path) -> Path:
-    """``cache_dir``, which must be a folder (or not exist yet, under a folder): one line otherwise."""
+    """``cache_dir``, a folder with its ``gguf`` folder made in it: one line when it cannot be (under a
+    file, in /proc, not writable)."""
     folder = nearest_existing(cache_dir)
     if not folder.is_dir():
         raise PipelineError(
             f"the pipeline's cache folder {cache_dir} ($LONGPPL_CACHE or cache_dir=) cannot be made: "
             f"{folder} is a file; point LONGPPL_CACHE (or cache_dir=) at a folder"
         )
+    try:
+        (cache_dir / "gguf").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PipelineError(
+            f"the pipeline's cache folder {cache_dir} ($LONGPPL_CACHE or cache_dir=) cannot be made or "
+            f"written ({exc.strerror or exc}): point LONGPPL_CACHE (or cache_dir=) at a folder you can write"
+        ) from None
     return cache_dir
 
 

@@ -22,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
-from pipeline.hub import hub_model
+from pipeline.hub import hub_model, hub_model_hint, is_url
 from pipeline.models import attention
 from pipeline.models.gguf import check_header, convert_gguf
 from pipeline.models.pairing import check_pairing
@@ -168,6 +168,8 @@ def resolve_source(spec: str) -> ModelSource:
     """Classify a model spec without loading anything."""
     if spec in EMBEDDED_MODELS:
         return ModelSource(spec=spec, kind="embedded", path=str(EMBEDDED_MODELS[spec].gguf_path()))
+    if is_url(spec):
+        raise PipelineError(f"model {spec} is a URL, not a path: {hub_model_hint(spec)}")
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
