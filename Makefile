@@ -12,6 +12,7 @@ OFFICIAL    := longppl==0.3.0
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 LMEVAL_STAMP := $(VENV)/.installed-lmeval
+LOOGLE_STAMP := $(VENV)/.installed-loogle
 PIP         := $(BIN)/python -m pip --disable-pip-version-check -q
 ARGS        ?=
 MODEL       ?=
@@ -27,7 +28,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-numerics
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-numerics
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -47,6 +48,8 @@ help:
 	@echo "  show                   an artifact's key-token pages (ARGS=\"doc_id=<id>\" or all=true)"
 	@echo "  publish                an artifact as a Hub dataset (ARTIFACT= REPO=, DRY_RUN=1 to only write it)"
 	@echo "  lm-eval                LongPPL as lm-evaluation-harness tasks (lm-eval's own flags in ARGS)"
+	@echo "  loogle                 the LooGLE benchmark with its protocol: MODEL= (ARGS=\"task=...\"), docs/loogle.md"
+	@echo "  loogle-metrics         LooGLE's metrics of a predictions file (ARGS=\"predictions=<file> task=<task>\")"
 	@echo "Studies"
 	@echo "  validate               do the paper's claims hold with the embedded models? -> docs/validation.md"
 	@echo "  forgetting-curve       the forgetting curve of MODEL=: fine and coarse memory lengths"
@@ -75,6 +78,7 @@ help:
 	@echo "Setup and checks"
 	@echo "  setup                  .venv: CPU torch, the package, pinned dependencies, embedded models"
 	@echo "  setup-lmeval           the optional lm-evaluation-harness extra"
+	@echo "  setup-loogle           the optional LooGLE extra (nltk, rouge, bert-score) and WordNet for METEOR"
 	@echo "  test                   the test suite (GPU tests skipped)"
 	@echo "  test-gpu               the tests that need a CUDA GPU"
 	@echo "  browser                Chromium for the key-token page's browser test (apt-get, as root)"
@@ -101,6 +105,30 @@ setup-lmeval: $(LMEVAL_STAMP)
 $(LMEVAL_STAMP): $(STAMP)
 	$(PIP) install -c constraints.txt -e '.[dev,lmeval]'
 	touch $(LMEVAL_STAMP)
+
+# LooGLE's metric packages, the optional extra `loogle` (pinned in constraints.txt), and WordNet 3.0 for
+# nltk's METEOR from Debian's packages (apt-get, as root, when missing; without them METEOR is null with
+# its reason): for `make loogle`, `make loogle-metrics` and the tests (docs/loogle.md).
+setup-loogle: $(LOOGLE_STAMP)
+
+$(LOOGLE_STAMP): $(STAMP)
+	$(PIP) install -c constraints.txt -e '.[dev,loogle]'
+	@test -f /usr/share/wordnet/index.sense || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing WordNet 3.0 (apt-get wordnet-base wordnet-sense-index) for METEOR"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index >/dev/null; \
+	else \
+	  echo "WordNet is missing: run 'sudo apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index', then make setup-loogle (until then METEOR is null)"; \
+	fi
+	-$(BIN)/python -m pipeline.loogle.wordnet
+	touch $(LOOGLE_STAMP)
+
+# LooGLE (docs/loogle.md): MODEL as for `make score`; ARGS="task=longdep_qa data=hub max_length=..." etc.
+loogle: $(LOOGLE_STAMP)
+	$(BIN)/python -m pipeline.loogle $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+
+loogle-metrics: $(LOOGLE_STAMP)
+	$(BIN)/python -m pipeline.loogle.evaluate $(ARGS)
 
 # NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs).
 keytokens: $(STAMP)
@@ -190,7 +218,7 @@ longce-demo: $(STAMP)
 publish: $(STAMP)
 	$(BIN)/python -m pipeline.reporting.publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
 
-test: $(LMEVAL_STAMP) browser
+test: $(LMEVAL_STAMP) $(LOOGLE_STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)
 
 # The tests that need a CUDA GPU (marker cuda; `make test` skips them with a reason). On a GPU machine,

@@ -31,7 +31,7 @@ LAYERS = [
     ("inputs", ("pipeline.text", "pipeline.models")),
     ("contract", ("pipeline.artifact", "pipeline.results")),
     ("stages", ("pipeline.keytokens", "pipeline.score", "pipeline.forgetting", "pipeline.training")),
-    ("stages", ("pipeline.official", "pipeline.ladder")),
+    ("stages", ("pipeline.official", "pipeline.ladder", "pipeline.loogle")),
     ("api", ("pipeline.api", "pipeline.lmeval")),
     ("reports", ("pipeline.reporting", "pipeline.validation")),
 ]

@@ -1,0 +1,17 @@
+"""LooGLE (Li et al. 2023), the long-context benchmark, with its own protocol and metrics.
+
+- ``data``, ``sources``: its questions in either Hub layout (``qa_pairs`` read as a literal, never run),
+  from the embedded Wikipedia sample (``data/loogle``), a local copy, or the Hub dataset at its pinned
+  revision; a fingerprint of each task's questions;
+- ``prompts``, ``generation``: its prompts, the first-and-last-halves cut in tokens, greedy decoding
+  with its repetition penalty and generation lengths;
+- ``predictions``: this project's predictions files (resumable, written atomically) and the repository's
+  ``Output/`` format;
+- ``metrics``, ``scoring``, ``reorder``: its automatic metrics as its evaluation code computes them, and
+  the timeline-reorder metrics;
+- ``wordnet``: WordNet for nltk's METEOR from Debian's packages, offline;
+- the commands: ``python -m pipeline.loogle`` (`make loogle`) and ``python -m pipeline.loogle.evaluate``
+  (`make loogle-metrics`).
+
+Layer: stages. May import: the foundation, settings, inputs and contract layers, and ``pipeline.loogle``.
+"""

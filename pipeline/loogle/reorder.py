@@ -1,0 +1,110 @@
+"""Timeline reorder: the long-dependency questions whose answer is an order of labelled events ("II,I,III"
+or "2,1,3"), scored by how far the predicted order is from the answer's.
+
+The repository's ``Reorder/reorder_eval.py`` cannot compute these on its released answers: it indexes a
+list of label strings as positions (every value becomes "None") and replaces a computed value by the
+maximum. Here the deviations are those its ``get_reorder_deviation.py`` defines, on positions: with
+``p[j]`` the predicted position of the answer's j-th event, location square deviation mean((p[j]-j)^2),
+location mean deviation mean(|p[j]-j|), swap deviation (the fewest swaps: n minus the cycles of p) and
+swap distance deviation (its greedy sum of swap distances). The predicted order is the answer's labels in
+their order of first appearance in the prediction; a prediction that does not order every event exactly
+once scores the largest deviation any wrong order of n events has (its ``get_max_deviation.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+
+ORDER = re.compile(r"^\s*([IVXLCDM]+|\d+)(\s*,\s*([IVXLCDM]+|\d+))+\s*$")
+NAMES = ("location_square", "location_mean", "swap", "swap_distance")
+
+
+def is_reorder(answer: Any) -> bool:
+    return isinstance(answer, str) and ORDER.match(answer) is not None
+
+
+def predicted_order(labels: list[str], prediction: str) -> list[str]:
+    """The answer's labels in their order of first appearance in the prediction (as whole words)."""
+    found = re.findall(r"\b(?:[IVXLCDM]+|\d+)\b", prediction)
+    return list(dict.fromkeys(label for label in found if label in labels))
+
+
+def swap_distance(p: list[int]) -> int:
+    """The repository's greedy swap distance: swap the pair that most lowers the mean deviation per unit
+    of distance until every event is in place; the sum of the swaps' distances."""
+    p, weight, n = list(p), 0, len(p)
+    while any(v != i for i, v in enumerate(p)):
+        best, pair = 0.0, (0, 0)
+        for i in range(n):
+            for j in range(i + 1, n):
+                gain = ((abs(p[i] - i) + abs(p[j] - j)) - (abs(p[j] - i) + abs(p[i] - j))) / (j - i)
+                if gain > best:
+                    best, pair = gain, (i, j)
+        if best <= 0:
+            raise AssertionError(f"no swap improves {p}")  # cannot happen for a permutation
+        i, j = pair
+        p[i], p[j] = p[j], p[i]
+        weight += j - i
+    return weight
+
+
+def cycles(p: list[int]) -> int:
+    seen, count = set(), 0
+    for start in range(len(p)):
+        if start not in seen:
+            count += 1
+            while start not in seen:
+                seen.add(start)
+                start = p[start]
+    return count
+
+
+def deviations(p: list[int]) -> dict[str, float]:
+    n = len(p)
+    return {
+        "location_square": sum((v - i) ** 2 for i, v in enumerate(p)) / n,
+        "location_mean": sum(abs(v - i) for i, v in enumerate(p)) / n,
+        "swap": float(n - cycles(p)),
+        "swap_distance": float(swap_distance(p)),
+    }
+
+
+@cache
+def largest(n: int) -> dict[str, float]:
+    """The largest value of each deviation over the wrong orders of n events (by enumeration, as the
+    repository finds it: up to 9 events)."""
+    if n > 9:
+        raise PipelineError(
+            f"a timeline question of {n} events: the largest deviations are enumerated up to 9"
+        )
+    wrong = [list(p) for p in itertools.permutations(range(n)) if list(p) != list(range(n))]
+    values = [deviations(p) for p in wrong] or [deviations(list(range(n)))]
+    return {name: max(v[name] for v in values) for name in NAMES}
+
+
+def question_deviations(answer: str, prediction: str) -> tuple[dict[str, float], bool]:
+    """The deviations of one prediction, and whether it ordered every event exactly once."""
+    labels = [label.strip() for label in answer.split(",")]
+    order = predicted_order(labels, prediction)
+    if len(set(labels)) != len(labels) or sorted(order) != sorted(labels):
+        return largest(len(labels)), False
+    return deviations([order.index(label) for label in labels]), True
+
+
+def reorder_scores(pairs: list[Any]) -> dict[str, Any]:
+    """Mean deviations over the timeline questions among ``pairs`` (``.answer``, ``.prediction``)."""
+    scored = [question_deviations(p.answer, p.prediction) for p in pairs if is_reorder(p.answer)]
+    if not scored:
+        return {"n_questions": 0, "n_ordered": 0, "metrics": {name: None for name in NAMES}}
+    return {
+        "n_questions": len(scored),
+        "n_ordered": sum(ok for _, ok in scored),
+        "metrics": {name: float(np.mean([d[name] for d, _ in scored])) for name in NAMES},
+    }

@@ -1,0 +1,74 @@
+"""WordNet 3.0 for nltk's METEOR, offline: the dictionary files of Debian's ``wordnet-base`` and
+``wordnet-sense-index`` packages, put where nltk's corpus reader looks (``<venv>/share/nltk_data/corpora/
+wordnet``), with the ``lexnames`` file those packages lack, written from the list that WordNet's own
+``lexnames(5WN)`` manual page documents. ``python -m pipeline.loogle.wordnet``, which
+`make setup-loogle` runs."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+from pipeline.files import write_bytes_atomic
+
+DEBIAN_DICT = Path("/usr/share/wordnet")
+LEXNAMES_PAGE = Path("/usr/share/man/man5/lexnames.5WN.gz")
+# The files nltk's WordNetCorpusReader opens for English (the data and index files of the four parts of
+# speech, their exception lists, the sense index and the lexicographer files' names).
+PARTS = ("adj", "adv", "noun", "verb")
+FILES = (
+    *(f"{kind}.{pos}" for kind in ("data", "index") for pos in PARTS),
+    *(f"{pos}.exc" for pos in PARTS),
+    "index.sense",
+)
+CATEGORY = {"noun": 1, "verb": 2, "adj": 3, "adv": 4}  # lexnames(5WN): the syntactic category codes
+ENTRY = re.compile(r"^(\d\d)\t((noun|verb|adj|adv)\.\w+)\s*\t")
+
+
+def nltk_wordnet_dir() -> Path:
+    """Where nltk finds WordNet for this Python (its data path ``<prefix>/share/nltk_data``)."""
+    return Path(sys.prefix) / "share" / "nltk_data" / "corpora" / "wordnet"
+
+
+def lexnames(page: Path = LEXNAMES_PAGE) -> str:
+    """The ``lexnames`` file (number, name, category; tab separated) from the manual page's table."""
+    if not page.is_file():
+        raise PipelineError(
+            f"{page} is missing: install Debian's wordnet-base (apt-get install wordnet-base)"
+        )
+    rows = [ENTRY.match(line) for line in gzip.decompress(page.read_bytes()).decode().splitlines()]
+    entries = [f"{m[1]}\t{m[2]}\t{CATEGORY[m[3]]}\n" for m in rows if m]
+    if len(entries) != 45:
+        raise PipelineError(f"{page}: expected WordNet 3.0's 45 lexicographer files, found {len(entries)}")
+    return "".join(entries)
+
+
+def install(target: Path, source: Path = DEBIAN_DICT, page: Path = LEXNAMES_PAGE) -> Path:
+    """Copy the dictionary files to ``target`` and write ``lexnames`` there; returns ``target``."""
+    missing = [name for name in FILES if not (source / name).is_file()]
+    if missing:
+        raise PipelineError(
+            f"WordNet files missing in {source} ({', '.join(missing)}): run `apt-get install "
+            "--no-install-recommends wordnet-base wordnet-sense-index` as root, then `make setup-loogle`"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copyfile(source / name, target / name)
+    write_bytes_atomic(target / "lexnames", lexnames(page).encode())
+    return target
+
+
+def main() -> None:
+    try:
+        print(f"WordNet for nltk in {install(nltk_wordnet_dir())}")
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
