@@ -119,6 +119,8 @@ class Identity:
 
     @classmethod
     def from_record(cls, fingerprint: str, record: dict[str, Any]) -> Identity:
+        """The identity a record holds; ValueError naming its first field of the wrong type."""
+        check_record(record)
         docs = record["documents"]
         return cls(
             fingerprint,
@@ -126,6 +128,55 @@ class Identity:
             {d: DocumentIdentity(v["tokens"], v["keys"], v.get("values") or {}) for d, v in docs.items()},
             {d: int(v["n_tokens"]) for d, v in docs.items()},
         )
+
+
+_MISSING = object()
+
+
+def check_record(record: Any, prefix: str = "") -> None:
+    """ValueError naming (`documents.<doc>.values.lsd.sum`) the first field of an identity record
+    (``Identity.record``) that is missing or of the wrong type: hashes are strings, counts integers,
+    summaries finite numbers (or null) of known columns and statistics. ``prefix``: the record's own
+    field (``artifact.identity``), named before each of its fields."""
+    top = f"{prefix}." if prefix else ""
+    _expect(record, dict, prefix, "an object")
+    _expect(record.get("discrete", _MISSING), str, f"{top}discrete", "a string")
+    docs = record.get("documents", _MISSING)
+    _expect(docs, dict, f"{top}documents", "an object")
+    for doc, entry in docs.items():
+        where = f"{top}documents.{doc}"
+        _expect(entry, dict, where, "an object")
+        tokens = entry.get("tokens", _MISSING)
+        if tokens is not None:
+            _expect(tokens, str, f"{where}.tokens", "a string or null")
+        _expect(entry.get("keys", _MISSING), str, f"{where}.keys", "a string")
+        count = entry.get("n_tokens", _MISSING)
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < 2**63:
+            raise ValueError(_wrong(count, f"{where}.n_tokens", "a count"))
+        values = entry.get("values") or {}
+        _expect(values, dict, f"{where}.values", "an object")
+        for column, stats in values.items():
+            _expect(
+                column if column in TOLERANCE else None, str, f"{where}.values.{column}", "a value column"
+            )
+            _expect(stats, dict, f"{where}.values.{column}", "an object")
+            for stat, x in stats.items():
+                at = f"{where}.values.{column}.{stat}"
+                _expect(stat if stat in STATS else None, str, at, f"a statistic ({', '.join(STATS)})")
+                if x is not None and (
+                    isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+                ):
+                    raise ValueError(_wrong(x, at, "a finite number or null"))
+
+
+def _expect(value: Any, kind: type, where: str, what: str) -> None:
+    if not isinstance(value, kind):
+        raise ValueError(_wrong(value, where, what))
+
+
+def _wrong(value: Any, where: str, what: str) -> str:
+    found = "missing" if value is _MISSING else f"{type(value).__name__} {str(value)[:40]!r}"
+    return f"`{where or 'identity'}` is {found}, not {what}"
 
 
 def artifact_identity(artifact: Any) -> Identity:
@@ -262,7 +313,9 @@ def _names(docs: Any) -> str:
 def compare_tables(a: Any, b: Any) -> dict[str, Any]:
     """Two artifacts at hand (``KeyTokenArtifact``) compared value by value over the documents both
     have with the same tokens (ids, offsets, null values): per value column the number of values and
-    the median, 99th and 99.9th percentiles and max of |a - b|; the key flags that differ, per document."""
+    the median, 99th and 99.9th percentiles and max of |a - b|; the key flags that differ, per document;
+    per column the documents with values beyond ``TOLERANCE`` (``beyond``: document -> how many, the
+    largest |a - b|)."""
     ids_a, ids_b = a.identity.documents, b.identity.documents
     common = [
         d for d in ids_a if d in ids_b and ids_a[d].tokens is not None and ids_a[d].tokens == ids_b[d].tokens
@@ -270,6 +323,7 @@ def compare_tables(a: Any, b: Any) -> dict[str, Any]:
     tokens_a, tokens_b = _by_document(a), _by_document(b)
     flags = {}
     diffs: dict[str, list[np.ndarray]] = {name: [] for name in VALUE_COLUMNS}
+    beyond: dict[str, dict[str, tuple[int, float]]] = {name: {} for name in VALUE_COLUMNS}
     for doc in common:
         x, y = tokens_a[doc], tokens_b[doc]
         flipped = _array(x, "is_key") != _array(y, "is_key")
@@ -279,11 +333,27 @@ def compare_tables(a: Any, b: Any) -> dict[str, Any]:
             u, v = _array(x, name), _array(y, name)
             both = ~np.isnan(u) & ~np.isnan(v)
             diffs[name].append(np.abs(u[both] - v[both]))
+            if (far := diffs[name][-1] > TOLERANCE[name]).any():
+                beyond[name][doc] = (int(far.sum()), float(diffs[name][-1].max()))
     return {
         "documents": common,
         "key_flags_differ": flags,
+        "beyond": beyond,
         "columns": {name: _quantiles(np.concatenate(d) if d else np.array([])) for name, d in diffs.items()},
     }
+
+
+def table_differences(report: dict[str, Any]) -> list[str]:
+    """Why two artifacts at hand are not the same artifact by their values (``compare_tables``'s
+    report): one line per value column with values beyond ``TOLERANCE``, naming the documents."""
+    out = []
+    for name, docs in report["beyond"].items():
+        if docs:
+            worst = sorted(docs.items(), key=lambda item: -item[1][1])
+            listed = ", ".join(f"{doc} ({n}, max {m:.3g})" for doc, (n, m) in worst[:8])
+            more = f" and {len(worst) - 8} more" if len(worst) > 8 else ""
+            out.append(f"{name} values beyond the tolerance {TOLERANCE[name]:g} in {listed}{more}")
+    return out
 
 
 def _by_document(artifact: Any) -> dict[str, pa.Table]:

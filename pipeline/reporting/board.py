@@ -1,7 +1,8 @@
 """Which results make one leaderboard: one artifact (the same artifact, ``results.scores.same_artifact``:
 its fingerprint and identity, or its exact contents for results before schema 4), only runs on all of
-its documents, the newest result per entry (name, model identity and settings: ``results.keys``), and
-entry names that tell two entries of one name apart."""
+its documents, the newest result per entry (name, model identity and settings: ``results.keys``; an
+entry whose results differ beyond ``CONFLICT_TOLERANCE`` is a conflict, shown as one), and entry names
+that tell two entries of one name apart."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256
 from pipeline.reporting.common import newest
 from pipeline.results.keys import context_name
-from pipeline.results.scores import SCORE_HINT, same_artifact
+from pipeline.results.scores import BPB_METRICS, METRICS, SCORE_HINT, same_artifact
 
 ENTRY_KEY = ["name", "model", "settings"]  # what one entry is: its name, the model's identity, the settings
+# Two results of one entry on the same artifact whose numbers differ by more than this (relative; the
+# refreshes' tolerance, conf/refresh/embedded.yaml) are a conflict: one of them is not what it claims.
+CONFLICT_TOLERANCE = 1e-4
+COUNTS = ("n_tokens", "n_key_tokens")  # compared exactly
 
 
 def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
@@ -50,10 +55,56 @@ def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
     rows = ordered.filter(pl.col("fingerprint") == fingerprint)
     reference = pick_reference(rows, artifact)
     rows = rows.filter(pl.Series([same_artifact(r, reference) for r in rows.iter_rows(named=True)]))
-    rows = rows.unique(subset=ENTRY_KEY, keep="last", maintain_order=True)
+    rows = mark_conflicts(rows).unique(subset=ENTRY_KEY, keep="last", maintain_order=True)
     rows = rows.with_columns(pl.Series("entry", entry_names(rows), dtype=pl.String))
     shown = [c for c in ordered.columns if c != "name"]
     return rows.select("entry", *shown).sort(["longppl", "entry"], nulls_last=True)
+
+
+def mark_conflicts(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (in date order) with each entry whose results differ beyond ``CONFLICT_TOLERANCE``
+    marked on its newest result: its metrics null (no rank, no value taken from either) and
+    ``unavailable`` saying which results differ in what, so the board shows the conflict."""
+    groups: dict[tuple, list[int]] = {}
+    for i, key in enumerate(rows.select(ENTRY_KEY).iter_rows()):
+        groups.setdefault(key, []).append(i)
+    notes = {}
+    for key, members in groups.items():
+        found = [rows.row(i, named=True) for i in members]
+        differ = [(r, d) for r in found[:-1] if (d := number_differences(r, found[-1]))]
+        if differ:
+            listed = "; ".join(f"{result_label(r)}: {d}" for r, d in differ[:3])
+            notes[members[-1]] = (
+                f"conflict: {key[0]} has {len(differ) + 1} results of one model, artifact and settings that "
+                f"differ beyond {CONFLICT_TOLERANCE:g} (newest {result_label(found[-1])}; {listed}): "
+                "compare the artifacts they were scored on (make compare-artifacts), delete the wrong lines"
+            )
+    if not notes:
+        return rows
+    marked = pl.Series([i in notes for i in range(rows.height)])
+    note = pl.Series([notes.get(i) for i in range(rows.height)], dtype=pl.String)
+    nulled = [pl.when(marked).then(None).otherwise(pl.col(c)).alias(c) for c in (*METRICS, *BPB_METRICS)]
+    return rows.with_columns(
+        *nulled, pl.when(marked).then(note).otherwise(pl.col("unavailable")).alias("unavailable")
+    )
+
+
+def number_differences(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """What differs between two results' numbers (``a``'s against ``b``'s), or empty; a number either
+    lacks (a result before bits per byte) is not compared."""
+    out = []
+    for column in (*METRICS, *BPB_METRICS, *COUNTS):
+        x, y = a.get(column), b.get(column)
+        if x is None or y is None:
+            continue
+        if (x != y) if column in COUNTS else not abs(x - y) <= CONFLICT_TOLERANCE * abs(y):
+            out.append(f"{column} {x} against {y}")
+    return ", ".join(out)
+
+
+def result_label(row: dict[str, Any]) -> str:
+    where = f"line {row['line']}" if row.get("line") is not None else "an lm-eval result"
+    return f"{where}, result {row.get('result_id')}"
 
 
 def with_keys(df: pl.DataFrame) -> pl.DataFrame:

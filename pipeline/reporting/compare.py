@@ -5,7 +5,8 @@ Prints each artifact's identity (fingerprint, discrete hash, exact contents hash
 (``pipeline.artifact.identity.differences``: the documents whose texts, tokens, key spans or values
 differ), and a table of the per-token differences of every value column over the documents with the
 same tokens (median, 99th and 99.9th percentiles, max; ``identity.compare_tables``) beside the
-tolerance. Exits with status 2 when they are not the same artifact.
+tolerance. Where both have per-token values, every value must be within the tolerance (summaries
+within their bounds are not enough). Exits with status 2 when they are not the same artifact.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import pydantic.dataclasses
 
-from pipeline.artifact.identity import TOLERANCE, compare_tables, differences
+from pipeline.artifact.identity import TOLERANCE, compare_tables, differences, table_differences
 from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.cli import hydra_main
@@ -58,11 +59,13 @@ def run(cfg: Any) -> dict[str, Any]:
         print(value_table(report))
         flags = report["key_flags_differ"]
         print("key flags that differ: " + (", ".join(f"{d} ({n})" for d, n in flags.items()) or "none"))
+        problems += table_differences(report)  # both at hand: every value, not only its summaries
     exact = a.contents == b.contents
     print(f"\nexact contents: {'equal' if exact else 'differ'}")
     if problems:
         raise PipelineError("not the same artifact: " + "; ".join(problems))
-    print("the same artifact: yes (fingerprint, discrete contents, values within the tolerance)")
+    checked = "every value" if report is not None else "value summaries"
+    print(f"the same artifact: yes (fingerprint, discrete contents, {checked} within the tolerance)")
     return {"exact": exact, "report": report}
 
 

@@ -24,6 +24,8 @@ from pipeline.reporting.common import md_code
 from pipeline.settings import Text, parse
 
 CARD = "README.md"  # the dataset card
+# Written first into every folder `make publish` makes; a folder without it is never written into.
+MARKER = ".longppl-publish"
 CITATION = """@inproceedings{fang2025wrong,
   title     = {What is Wrong with Perplexity for Long-context Language Modeling?},
   author    = {Lizhe Fang and Yifei Wang and Zhaoyang Liu and Chenheng Zhang and Stefanie Jegelka
@@ -163,20 +165,13 @@ def origin(manifest: dict[str, Any]) -> str:
 
 
 def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, license_id: str) -> Path:
-    """Write the exact folder that would be uploaded: the verified artifact files and the card."""
+    """Write the exact folder that would be uploaded: the verified artifact files and the card, into a
+    folder this command makes (``own_folder``)."""
     check_repo(repo)
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
     names = [*(f"{t}.parquet" for t in KINDS[artifact.kind]), MANIFEST, CARD]
-    if out.exists() and not out.is_dir():
-        raise PipelineError(f"out_dir={out} is a file: choose a folder")
-    others = sorted(p.name for p in out.iterdir() if p.name not in names) if out.exists() else []
-    if others:
-        raise PipelineError(
-            f"{out} holds files that `make publish` did not write ({', '.join(others[:3])}): choose another "
-            "out_dir or delete it"
-        )
-    out.mkdir(parents=True, exist_ok=True)  # a folder a failed run prepared is prepared anew
+    own_folder(out, artifact.root, names)
     for name in names[:-1]:
         (out / name).unlink(missing_ok=True)
         shutil.copy2(artifact.root / name, out / name)
@@ -185,6 +180,31 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     write_bytes_atomic(out / CARD, card.encode())
     load_artifact(out)  # the copy verifies like the original
     return out
+
+
+def own_folder(out: Path, source: Path, names: list[str]) -> None:
+    """Make ``out`` (with ``MARKER``), or check that an earlier run made it (a failed upload's folder is
+    prepared anew): a folder this command did not make (an artifact, any other), the artifact itself,
+    or one with files it did not write is never written into."""
+    if out.exists() or out.is_symlink():
+        if not out.is_dir() or out.is_symlink():
+            raise PipelineError(f"out_dir={out} is not a folder `make publish` made: choose a new out_dir")
+        if out.resolve() == source.resolve():
+            raise PipelineError(f"out_dir={out} is the artifact being published: choose a new out_dir")
+        if not (out / MARKER).is_file():
+            raise PipelineError(
+                f"out_dir={out} is a folder `make publish` did not make (nothing was written into it): "
+                "choose a new out_dir, which it makes"
+            )
+        others = sorted(p.name for p in out.iterdir() if p.name not in [*names, MARKER])
+        if others:
+            raise PipelineError(
+                f"{out} holds files that `make publish` did not write ({', '.join(others[:3])}): choose "
+                "another out_dir or delete it"
+            )
+        return
+    out.mkdir(parents=True)
+    write_bytes_atomic(out / MARKER, b"made by make publish: the folder it uploads\n")
 
 
 def upload(folder: Path, repo: str, private: bool) -> str:
@@ -199,6 +219,7 @@ def upload(folder: Path, repo: str, private: bool) -> str:
             repo_id=repo,
             repo_type="dataset",
             commit_message="LongPPL key-token artifact",
+            ignore_patterns=[MARKER],
         )
     except Exception as exc:  # offline, no token, no rights: one line that says what to do
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]

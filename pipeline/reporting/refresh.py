@@ -12,11 +12,13 @@ again by the score stage, as one Hydra multirun over the pinned models (each a `
 written for the run), so on any launcher: one after another by default, ``launcher=joblib`` in
 parallel processes, ``launcher=slurm`` as cluster jobs. Each of PPL, LongPPL and LongPPL-soft must
 match its recorded value within the stated relative tolerance; otherwise the refresh fails, naming the
-model and the metric. A model may instead give ``expected`` values (e.g. a paper's table): only those
-metrics are compared, on the corpus values the refresh's ``aggregate`` names (``pooled``: this
-project's; ``official``: the per-document values combined as the official ``perplexity.py`` does since
-its commit a7082c3, whose README table the official refreshes pin; ``official_before_a7082c3``: the
-arithmetic mean of the code before it, that of the paper's Table 5).
+model and the metric; every other number the recorded result holds (counts, bits per byte, the
+alpha/beta grid, each document's values) must match too. A model may instead give ``expected`` values
+(e.g. a paper's table): only those metrics are compared, on the corpus values the refresh's
+``aggregate`` names (``pooled``: this project's; ``official``: the per-document values combined as the
+official ``perplexity.py`` does since its commit a7082c3, whose README table the official refreshes
+pin; ``official_before_a7082c3``: the arithmetic mean of the code before it, that of the paper's Table
+5).
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def compare(
     problems = []
     for metric in metrics:
         new, old = fresh[metric], expected[metric]
-        if (new is None) != (old is None) or (new is not None and abs(new - old) > tolerance * abs(old)):
+        if (new is None) != (old is None) or (new is not None and not abs(new - old) <= tolerance * abs(old)):
             problems.append(
                 f"{model}: {metric} is {new} now, {source} {old} (relative tolerance {tolerance:g})"
             )
@@ -315,13 +317,20 @@ def check_model(
     recorded: dict[str, Any] | None = None,
 ) -> list[str]:
     """One model's fresh result against its expected values (``recorded_values``); against a recorded
-    result, only when both ran the same model with the same settings (``same_run``)."""
+    result, only when both ran the same model with the same settings (``same_run``), and then every
+    other number it records too (``results.differing_numbers``: counts, bits per byte, the grid, each
+    document's values)."""
     fresh = corpus_values(row, refresh.aggregate)
     if model.expected is not None:
         return compare(model.name, fresh, expected, refresh.tolerance, list(expected), "expected")
+    problems = compare(model.name, fresh, expected, refresh.tolerance)
     if recorded is not None:
         same_run(refresh, model.name, row, recorded)
-    return compare(model.name, fresh, expected, refresh.tolerance)
+        others = [p for p in results.differing_numbers(row, recorded, refresh.tolerance)
+                  if p.split(" ", 1)[0] not in {f"corpus.{m}" for m in results.METRICS}]  # fmt: skip
+        problems += [f"{model.name}: {p}" for p in others[:6]]
+        problems += [f"{model.name}: and {len(others) - 6} more numbers"] if len(others) > 6 else []
+    return problems
 
 
 def same_run(refresh: Refresh, name: str, fresh: dict[str, Any], recorded: dict[str, Any]) -> None:

@@ -11,9 +11,11 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +24,29 @@ from pydantic import BaseModel, ValidationError
 from pipeline.errors import PipelineError
 from pipeline.files import nearest_existing, strict_json
 
+# What a line may hold, read or written: at most MAX_LINE_BYTES (a result of ~15,000 documents; a
+# longer line would cost gigabytes to read), containers nested at most MAX_DEPTH deep (a result
+# nests 6), floats finite and within +-LARGEST (larger ones overflow the readers' arithmetic and
+# plots).
+MAX_LINE_BYTES = 16 * 2**20
+MAX_DEPTH = 32
+LARGEST = 1e300
+
 
 def append(path: Path, row: dict[str, Any]) -> None:
     """Append one strict-JSON line (NaN or inf is an error), whole or not at all: the file is locked
     for the write (concurrent runs never mix or cut each other's lines), a short write continues, a
     failed one (a full disk) is cut back to the file's size before it and is a PipelineError. A file
     whose last line was cut short by an earlier failure gets a newline first, so no line is glued to it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = (strict_json(row, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    if why := problem(row):
+        raise PipelineError(f"the line for {path}: {why}, which its readers refuse: nothing was written")
+    if len(line) > MAX_LINE_BYTES + 1:
+        raise PipelineError(
+            f"the line for {path} is {len(line) - 1} bytes, over the {MAX_LINE_BYTES}-byte limit of a "
+            "results line: score fewer documents per run (documents=...): nothing was written"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         with contextlib.suppress(OSError):  # a filesystem without flock: the one O_APPEND write stays
@@ -118,7 +135,7 @@ def read(
     if not path.is_file():
         raise PipelineError(f"no {what} in {path} (the file does not exist): {hint}")
     lines, torn_lines = [], []
-    for number, data in enumerate(path.read_bytes().split(b"\n"), start=1):
+    for number, data in numbered_lines(path, kind):
         if data.strip():
             try:
                 lines.append((number, *parse(decoded(data), schema)))
@@ -137,6 +154,21 @@ def read(
         why = f"its only line, {torn_lines[0]}, was cut short" if torn_lines else "the file is empty"
         raise PipelineError(f"no {what} in {path} ({why}): {hint}")
     return lines
+
+
+def numbered_lines(path: Path, kind: str) -> Iterator[tuple[int, bytes]]:
+    """The file's lines (without their newline) with their 1-based numbers, read one at a time; a line
+    over ``MAX_LINE_BYTES`` is a PipelineError (before it is read whole)."""
+    with path.open("rb") as stream:
+        number = 0
+        while data := stream.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(data) > MAX_LINE_BYTES and not data.endswith(b"\n"):
+                raise PipelineError(
+                    f"{path} line {number} is longer than {MAX_LINE_BYTES} bytes, the size limit of a "
+                    f"{kind} line (no run writes one): fix or delete that line"
+                )
+            yield number, data.removesuffix(b"\n")
 
 
 def torn(data: bytes) -> bool:
@@ -164,7 +196,31 @@ def parse(text: str, schema: type[BaseModel]) -> tuple[dict[str, Any], Any]:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError(f"`line` is nested deeper than {MAX_DEPTH} levels") from None
+    if why := problem(obj):
+        raise ValueError(why)
     return obj, validate(obj, schema)
+
+
+def problem(obj: Any) -> str | None:
+    """The first value, in line order, that no line may hold (nested beyond ``MAX_DEPTH``, a float
+    beyond ``LARGEST``, NaN or infinity), as "`field` why"; None when there is none (integers are
+    each schema's to check)."""
+    stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"`{where[:80]}...` is nested deeper than {MAX_DEPTH} levels"
+        if isinstance(value, dict):
+            items = [(v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items()]
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            stack.extend(reversed([(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]))
+        elif isinstance(value, float) and not (math.isfinite(value) and abs(value) <= LARGEST):
+            kind = "not a finite number" if not math.isfinite(value) else f"beyond +-{LARGEST:g}"
+            return f"`{where or 'line'}` is {value}, {kind}"
+    return None
 
 
 def validate(obj: Any, schema: type[BaseModel]) -> Any:
@@ -176,6 +232,8 @@ def validate(obj: Any, schema: type[BaseModel]) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         problem = "is missing" if first["type"] == "missing" else first["msg"].removeprefix("Value error, ")
+        if not first["loc"] and problem.startswith("`"):  # a check of the whole line names its field
+            raise ValueError(problem) from None
         raise ValueError(f"`{location(first['loc'])}` {problem}") from None
 
 

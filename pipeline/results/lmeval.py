@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from pipeline.artifact.identity import check_record
 from pipeline.errors import PipelineError
+from pipeline.results import lines
 from pipeline.results.keys import model_key
 from pipeline.results.scores import FRAME_SCHEMA, METRICS, Bits, Count, Perplexity, result_id
 
@@ -37,6 +39,7 @@ FILTER = "none"  # the tasks' only filter: lm-eval's metric keys are "<metric>,n
 COLUMNS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bpb": "bits_per_byte",
            "key_bpb": "key_bits_per_byte"}  # fmt: skip
 RESULTS_KEYS = ("results", "configs", "config", "n-samples")
+MAX_FILE_BYTES = 64 * 2**20  # lm-eval's results JSON (its samples are other files)
 RESULTS_PREFIX = "results_"  # lm-eval's results_<date>.json
 
 
@@ -56,6 +59,13 @@ class TaskValues(BaseModel):
     model_name: str
     context_limit: Count = None
     unavailable: dict[str, str] = {}
+
+    @field_validator("identity")
+    @classmethod
+    def _identity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_record(value, "longppl_artifact_record.identity")
+        return value
 
 
 @dataclass
@@ -94,11 +104,14 @@ def read_lmeval_results(*locations: str | Path) -> LmEvalRows:
 def load(path: Path, required: bool) -> dict[str, Any] | None:
     """The results file's JSON; None for another JSON file in a directory (an error if named)."""
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"over {MAX_FILE_BYTES} bytes, the size limit of a results file")
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         if not required:
             return None
-        raise PipelineError(f"{path} is not valid JSON ({str(exc).splitlines()[0][:100]})") from None
+        why = "nested too deep" if isinstance(exc, RecursionError) else str(exc).splitlines()[0][:100]
+        raise PipelineError(f"{path} is not valid JSON ({why})") from None
     if isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in RESULTS_KEYS):
         return data
     if required:
@@ -135,6 +148,13 @@ def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any
         return None, f"run on {counts.get('effective')} of {counts.get('original')} documents (--limit)"
     config, meta = data["config"], data["configs"][task]["metadata"]
     settings = config.get("longppl_settings") or {}
+    read = {
+        "results": {task: data["results"][task]},
+        "configs": {task: data["configs"][task]},
+        "config": config,
+    }
+    if why := lines.problem(read):
+        raise PipelineError(f"{path}: task {task}: {why}")
     values = {column: data["results"][task].get(f"{metric},{FILTER}") for column, metric in COLUMNS.items()}
     try:
         checked = TaskValues(
@@ -150,7 +170,8 @@ def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any
     except ValidationError as exc:
         first = exc.errors()[0]
         message = first["msg"].removeprefix("Value error, ")
-        raise PipelineError(f"{path}: task {task}: {'.'.join(map(str, first['loc']))} {message}") from None
+        field = "" if message.startswith("`") else f"{'.'.join(map(str, first['loc']))} "
+        raise PipelineError(f"{path}: task {task}: {field}{message}") from None
     return flat_row(data, checked, settings), None
 
 

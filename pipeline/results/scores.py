@@ -32,7 +32,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
 
 from pipeline import __version__
-from pipeline.artifact.identity import Identity, differences
+from pipeline.artifact.identity import Identity, check_record, differences
 from pipeline.models.sources import identify_in_memory
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
@@ -170,13 +170,14 @@ class ScoreLine(_Part):
 
 
 def _check_identity(artifact: ArtifactRef) -> None:
-    """A schema-4 line's ``artifact.identity`` must be readable as one (``Identity.from_record``)."""
+    """A schema-4 line's ``artifact.identity`` must be readable as one (``identity.check_record``: every
+    field of its type); the error names the first field that is not."""
     try:
-        Identity.from_record(artifact.fingerprint, artifact.identity)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        check_record(artifact.identity, "artifact.identity")
+    except ValueError as exc:
         raise ValueError(
-            f"`artifact.identity` is missing or malformed ({type(exc).__name__}: {exc}; a result of schema "
-            "4 records the identity of the artifact it scored)"
+            f"`artifact.identity` is missing or malformed: {exc} (a result of schema 4 records the "
+            "identity of the artifact it scored)"
         ) from None
 
 
@@ -287,6 +288,39 @@ def same_artifact(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if None in ids:
         return a.get("contents") == b.get("contents")
     return not differences(ids[0], ids[1])
+
+
+def differing_numbers(new: dict[str, Any], old: dict[str, Any], tolerance: float) -> list[str]:
+    """Every number a result line ``old`` records in ``corpus`` (its grid included) and per document
+    (``documents``, by ``doc_id``) that ``new`` does not give within the relative ``tolerance`` (counts
+    and flags: exactly; missing, or NaN, is a difference), one "field: new now, old recorded" each."""
+    mine, theirs = _numbers(_by_doc(new)), _numbers(_by_doc(old))
+    out = []
+    for where, then in theirs.items():
+        now = mine.get(where)
+        same = now == then if isinstance(then, (bool, int)) and isinstance(now, (bool, int)) else (
+            isinstance(now, (int, float)) and abs(now - then) <= tolerance * abs(then)
+        )  # fmt: skip
+        if not same:
+            out.append(f"{where} is {now} now, {then} recorded")
+    return out
+
+
+def _by_doc(line: dict[str, Any]) -> dict[str, Any]:
+    docs = line.get("documents")
+    keyed = {str(d.get("doc_id")): d for d in docs if isinstance(d, dict)} if isinstance(docs, list) else {}
+    return {"corpus": line.get("corpus") or {}, "documents": keyed}
+
+
+def _numbers(value: Any, where: str = "") -> dict[str, Any]:
+    """The numbers (and flags) of nested dicts, by dotted path."""
+    if isinstance(value, dict):
+        return {
+            k: v
+            for key, item in value.items()
+            for k, v in _numbers(item, f"{where}.{key}".lstrip(".")).items()
+        }
+    return {where: value} if isinstance(value, (bool, int, float)) else {}
 
 
 def _identity(record: dict[str, Any]) -> Identity | None:
