@@ -13,6 +13,8 @@ from pipeline.errors import PipelineError
 from pipeline.loogle import generation, run
 from pipeline.loogle.data import SAMPLE_DIR, jsonl_rows, questions_from_rows
 from pipeline.loogle.sources import DataSource, fingerprint, load_questions
+from pipeline.reporting import loogle_board
+from pipeline.results import loogle as loogle_results
 from tests.conftest import compose_config
 from tests.test_cli_errors import cli, error_lines
 
@@ -89,6 +91,7 @@ def loogle_overrides(model_dir, out, *extra: str) -> list[str]:
         "device=cpu",
         "progress=false",
         f"predictions_dir={out}",
+        f"results={out / 'results' / 'loogle.jsonl'}",
         *extra,
     ]
 
@@ -98,6 +101,11 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
 
     result = loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
     (path,) = tmp_path.glob("*.jsonl")
+    (line,) = loogle_results.read_rows(tmp_path / "results" / "loogle.jsonl")
+    assert (line["task"], line["n_questions"], line["settings"]["limit"]) == ("shortdep_qa", 3, 3)
+    assert line["metrics"] == result["shortdep_qa"]["metrics"] and line["model"]["weights_sha256"]
+    board = loogle_board.files(tmp_path / "results" / "loogle.jsonl")["loogle.md"].decode()
+    assert re.search(rf"\| {tiny_model_dir.name} \| shortdep_qa \| sample \| 3 \| 509 \|", board), board
     rows = jsonl_rows(path)
     assert [r["qid"] for r in rows] == [f"{PICARDO}#{i}" for i in range(3)]
     assert rows[0]["max_length"] == 512 - 3  # the tiny model's context less the new tokens
@@ -111,6 +119,7 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
     monkeypatch.setattr(run, "generate", lambda *a: calls.append(a) or real(*a))
     loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
     assert len(calls) == 1 and jsonl_rows(path) == rows
+    assert len(loogle_board.table(tmp_path / "results" / "loogle.jsonl")) == 1  # the same entry, newest kept
 
 
 def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_path):

@@ -4,6 +4,7 @@ killed run resumes it), then LooGLE's metrics of each, printed."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ from pipeline.loogle.scoring import bertscore_mode
 from pipeline.loogle.sources import DataSource, fingerprint, load_questions
 from pipeline.models.loading import ModelChoice, is_local_model
 from pipeline.results import lines
+from pipeline.results import loogle as loogle_results
+from pipeline.results.loogle import loogle_row
+from pipeline.results.scores import model_record
 from pipeline.settings import Compute, parse
 
 
@@ -45,10 +49,13 @@ def run(cfg: Any) -> dict[str, Any]:
     offline_unless(source.data == "hub", not is_local_model(choice.spec), mode == "true")
     questions = selected(str(plain["task"]), source, plain["limit"])
     folder = lines.check_writable(Path(str(plain["predictions_dir"])) / "x.jsonl", "predictions_dir").parent
+    results_path = lines.check_writable(Path(str(plain["results"])))
     choice.check()
     lm = choice.load(compute)
+    model = model_record(lm, add_bos=True)
     results = {}
     for task, task_questions in questions.items():
+        started = time.time()
         new_tokens = new_tokens_for(task, plain["max_new_tokens"])
         budget = prompt_limit(lm.context_length, plain["max_length"], new_tokens, task)
         settings = RunSettings(
@@ -64,7 +71,13 @@ def run(cfg: Any) -> dict[str, Any]:
         path = folder / f"{file_slug(name, task)}.jsonl"
         predict_task(lm, task_questions, settings, path, progress=bool(plain["progress"]))
         results[task] = evaluate(path, task, source, mode)
-        print("\n".join([*result_lines(results[task]), f"predictions   {path}"]))
+        row = loogle_row(choice.display_name, model, results[task], settings.record(), time.time() - started)
+        loogle_results.append(results_path, row)
+        print(
+            "\n".join(
+                [*result_lines(results[task]), f"predictions   {path}", f"appended to   {results_path}"]
+            )
+        )
     return results
 
 

@@ -9,6 +9,8 @@ result. Writes, byte-identical for the same inputs:
     the PNG plots PPL against LongPPL.
 ``correlations.md`` / ``correlations.csv`` / ``scatter-<benchmark>.png`` (with ``benchmarks=<csv>``)
     see ``pipeline.reporting.correlations``.
+``loogle.md`` / ``loogle.csv`` (with ``loogle.jsonl`` beside the scores file)
+    the LooGLE table, beside LongPPL: see ``pipeline.reporting.loogle_board``.
 
 lm-eval results files with LongPPL tasks (`make lm-eval`, ``pipeline.results.lmeval``; ``lm-eval/``
 beside the scores file, or ``lmeval_results=<files or folders>``) are read too, so runs made either
@@ -31,7 +33,7 @@ import pydantic.dataclasses
 from pipeline.cli import hydra_main
 from pipeline.files import write_bytes_atomic
 from pipeline.provenance import file_sha256
-from pipeline.reporting import correlations, ladder_plot
+from pipeline.reporting import correlations, ladder_plot, loogle_board
 from pipeline.reporting.board import other_contents, partial_notes, select
 from pipeline.reporting.common import (
     csv_text,
@@ -341,6 +343,11 @@ def run(cfg: Any) -> dict[str, Path]:
         ladder=options.ladder_results or results.with_name("ladder.jsonl"),
     )
     print(paths["leaderboard.md"].read_text(encoding="utf-8"))
+    for name, data in loogle_board.files(results.with_name("loogle.jsonl")).items():  # LooGLE beside LongPPL
+        write_bytes_atomic(Path(options.out_dir) / name, data)
+        paths[name] = Path(options.out_dir) / name
+        if name.endswith(".md"):
+            print(data.decode())
     if note := other_contents(scores, select(scores, options.artifact)):
         print(note)
     for note in partial_notes(scores):

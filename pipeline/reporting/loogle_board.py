@@ -1,0 +1,71 @@
+"""The LooGLE table of `make leaderboard`: the newest run of each entry of ``loogle.jsonl`` (beside the
+scores file; ``pipeline.results.loogle``), one row per model and task, as ``loogle.md`` and
+``loogle.csv``. An entry is the model's identity, the task, its questions and the settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.reporting.common import csv_text, fmt, md_table, md_text
+from pipeline.results.loogle import newest_rows
+
+# CSV name -> Markdown header.
+COLUMNS = {
+    "model": "model",
+    "task": "task",
+    "data": "data",
+    "n_questions": "questions",
+    "max_length": "max_length",
+    "bleu1": "BLEU-1",
+    "bleu4": "BLEU-4",
+    "rouge1": "ROUGE-1",
+    "rouge2": "ROUGE-2",
+    "rougeL": "ROUGE-L",
+    "meteor": "METEOR",
+    "bertscore": "BERTScore",
+    "exact_match": "exact",
+    "partial_match": "partial",
+    "reorder_location_mean": "reorder LMD",
+    "result_id": "result",
+}
+NOTE = (
+    "LooGLE (`make loogle`, newest run per model, task, questions and settings; docs/loogle.md): "
+    "ROUGE is recall, BERTScore is the prediction's precision as LooGLE computes it; empty: not computed "
+    "(its reason is in loogle.jsonl) or not a metric of the task."
+)
+
+
+def cells(row: dict[str, Any]) -> dict[str, str | None]:
+    metrics = row["metrics"]
+    reorder = (row.get("reorder") or {}).get("metrics") or {}
+    values = {name: fmt(metrics[name]) if metrics.get(name) is not None else None for name in COLUMNS}
+    return values | {
+        "model": row["model_name"],
+        "task": row["task"],
+        "data": row["data"],
+        "n_questions": str(row["n_questions"]),
+        "max_length": str(row["settings"]["max_length"]),
+        "reorder_location_mean": None
+        if reorder.get("location_mean") is None
+        else fmt(reorder["location_mean"]),
+        "result_id": row["result_id"],
+    }
+
+
+def table(path: str | Path) -> list[dict[str, str | None]]:
+    rows = sorted(newest_rows(path), key=lambda r: (r["task"], r["model_name"], r["result_id"]))
+    return [cells(row) for row in rows]
+
+
+def files(path: str | Path) -> dict[str, bytes]:
+    """``loogle.md`` and ``loogle.csv`` of the results file ``path``; none without it."""
+    if not Path(path).is_file():
+        return {}
+    rows = table(path)
+    body = [[md_text(r[k]) if k == "model" else r[k] or "" for k in COLUMNS] for r in rows]
+    markdown = f"# LooGLE\n\n{NOTE}\n\n" + md_table(list(COLUMNS.values()), body)
+    return {
+        "loogle.md": markdown.encode(),
+        "loogle.csv": csv_text(list(COLUMNS), [[r[k] for k in COLUMNS] for r in rows]).encode(),
+    }

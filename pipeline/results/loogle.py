@@ -1,0 +1,106 @@
+"""The LooGLE results file ``artifacts/results/loogle.jsonl``: one strict-JSON line per task of a
+`make loogle` run. This module owns its schema (``LooGLELine``): ``loogle_row`` builds a line,
+``append`` validates and writes it, ``read_rows`` reads and validates a file (``pipeline.results.lines``).
+
+A line is keyed like every other entry (``loogle_key``): the model's identity (``keys.model_key``, not
+its name), the task, the questions (their fingerprint) and the settings; it holds LooGLE's metrics (null
+where one could not be computed, with the reason), the timeline-reorder deviations, the predictions file,
+and the provenance of the other results lines (library versions, date, wall time).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline import __version__
+from pipeline.provenance import json_sha256, library_versions
+from pipeline.results import lines
+from pipeline.results.forgetting import Finite, Length, newest_per
+from pipeline.results.keys import model_key
+
+SCHEMA = "loogle/1"
+RUN_HINT = "run `make loogle MODEL=...` first"
+TASK = Literal["shortdep_qa", "longdep_qa", "shortdep_cloze", "longdep_summarization"]
+
+
+class LooGLELine(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    kind: Literal["loogle/1"]
+    result_id: str
+    model_name: str
+    model: dict[str, Any]
+    task: TASK
+    data: str
+    fingerprint: str
+    settings: dict[str, Any]
+    n_questions: Annotated[Length, Field(ge=1)]
+    metrics: dict[str, Finite | None]
+    unavailable: dict[str, str]
+    reorder: dict[str, Any] | None = None
+    predictions: str
+    date: str
+    wall_seconds: Finite
+
+
+def loogle_row(
+    model_name: str, model: dict[str, Any], result: dict[str, Any], settings: dict[str, Any], seconds: float
+) -> dict[str, Any]:
+    """One line: a task's metrics (``pipeline.loogle.evaluate.evaluate``'s result) for the model
+    ``model`` (``scores.model_record``) run with ``settings``; ``seconds`` the task's wall time."""
+    key = {
+        "model": model,
+        "task": result["task"],
+        "fingerprint": settings["fingerprint"],
+        "settings": settings,
+    }
+    return {
+        "kind": SCHEMA,
+        "result_id": json_sha256(key)[:16],
+        "model_name": model_name,
+        "model": model,
+        "task": result["task"],
+        "data": settings["data"],
+        "fingerprint": settings["fingerprint"],
+        "settings": settings,
+        "n_questions": result["n_questions"],
+        "metrics": result["metrics"],
+        "unavailable": result["unavailable"],
+        "reorder": result.get("reorder"),
+        "predictions": result["predictions"],
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_seconds": round(seconds, 2),
+        "pipeline_version": __version__,
+        "libraries": library_versions(),
+    }
+
+
+def append(path: Path, row: dict[str, Any]) -> None:
+    """Validate, then append one strict-JSON line."""
+    lines.validate(row, LooGLELine)
+    lines.append(path, row)
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of a results file, in file order, each validated; an error names the line."""
+    found = lines.read(path, LooGLELine, what="LooGLE results", kind="LooGLE result", hint=RUN_HINT)
+    return [obj for _, obj, _ in found]
+
+
+def loogle_key(row: dict[str, Any]) -> str | None:
+    """The model's identity, the task, the questions and the settings but the fingerprint's copy."""
+    identity = model_key(row.get("model"))
+    if identity is None:
+        return None
+    settings = {k: v for k, v in row["settings"].items() if k not in ("model", "fingerprint", "data")}
+    return json.dumps([identity, row["task"], row["fingerprint"], settings], sort_keys=True)
+
+
+def newest_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The newest line of each entry (``loogle_key``), in file order."""
+    return list(newest_per(read_rows(path), loogle_key).values())
