@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic.dataclasses
 from tqdm.auto import tqdm
 
+from pipeline.definition import Positive
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
-from pipeline.settings import parse
+from pipeline.settings import NonNegative, parse
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,9 @@ class CorpusSpec:
     id_field: str | None = "id"
     tokenized_with: str | None = None  # Hub id or directory of the tokenizer that made input_ids
     tokenizer_revision: str | None = None
-    min_tokenized_len: int = 0
-    max_ids: int | None = None
-    limit: int | None = None
+    min_tokenized_len: NonNegative = 0
+    max_ids: Positive | None = None  # a negative one would cut ids off the end of every text
+    limit: Positive | None = None  # a negative one would drop rows from the end
     too_few: Literal["keep", "longest"] = "keep"
 
     @classmethod
@@ -124,6 +126,10 @@ def _documents(
 ) -> list[Document]:
     """The rows as documents; ``selected``: rows of a selection in reference tokens (``decoded_rows``),
     whose ``tokenized_len`` each document records."""
+    if selected and not rows:
+        raise PipelineError(
+            f"corpus {where}: no row is selected (none has {spec.min_tokenized_len} reference tokens or more)"
+        )
     if rows and spec.text_field not in rows[0]:
         columns = ", ".join(sorted(rows[0]))
         raise PipelineError(
@@ -138,19 +144,33 @@ def _documents(
             raise PipelineError(
                 f"corpus {where}, row {i}: '{spec.text_field}' is {type(text).__name__}, not text"
             )
-        doc_id = str(row[spec.id_field]) if spec.id_field and spec.id_field in row else f"{spec.name}-{i:05d}"
-        if not doc_id:
-            raise PipelineError(f"corpus {where}, row {i}: empty document id in '{spec.id_field}'")
+        doc_id = document_id(row, spec, i, where)
         if doc_id in seen:
             raise PipelineError(
                 f"corpus {where}: duplicate document id '{doc_id}' (rows {seen[doc_id]} and {i}); "
                 "ids must be unique"
             )
         seen[doc_id] = i
+        check_unicode(doc_id, f"corpus {where}, row {i}: its id '{spec.id_field}'")
         check_unicode(text, f"corpus {where}, document '{doc_id}'")
         reference_tokens = int(row["tokenized_len"]) if selected else None
         docs.append(Document(id=doc_id, text=text, reference_tokens=reference_tokens))
     return docs
+
+
+def document_id(row: dict[str, Any], spec: CorpusSpec, i: int, where: str) -> str:
+    """Row ``i``'s id: its ``id_field`` (text or a whole number), else ``<name>-<row>``; a null, empty
+    or other id is an error (a null would become the document "None")."""
+    if not (spec.id_field and spec.id_field in row):
+        return f"{spec.name}-{i:05d}"
+    value = row[spec.id_field]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        shown = "empty" if value == "" else "null" if value is None else type(value).__name__
+        raise PipelineError(
+            f"corpus {where}, row {i}: its document id '{spec.id_field}' is {shown}, not text or a whole "
+            "number: give every row an id, or set corpus.id_field=null to number the rows"
+        )
+    return str(value)
 
 
 def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
@@ -176,7 +196,13 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _parquet_rows(path: Path) -> list[dict[str, Any]]:
-    return pq.read_table(path).to_pylist()
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise PipelineError(
+            f"corpus file {path} does not read as Parquet ({detail}): pass a Parquet or JSONL file"
+        ) from None
 
 
 def _dataset_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
@@ -205,16 +231,37 @@ def _dataset_rows(spec: CorpusSpec) -> list[dict[str, Any]]:
 def decoded_rows(rows: list[dict[str, Any]], spec: CorpusSpec, where: str) -> list[dict[str, Any]]:
     """The rows that the selection keeps, each with its text decoded from the reference tokenizer's
     ids (tokenized here when the dataset holds plain texts)."""
+    if not rows:
+        raise PipelineError(f"corpus {where} has no rows: pass a dataset with texts in it")
     tokenizer = reference_tokenizer(spec, where)
-    if rows and "input_ids" not in rows[0]:
+    if "input_ids" not in rows[0]:
         rows = tokenized_rows(rows, spec, tokenizer, where)
-    missing = {"input_ids", "tokenized_len"} - set(rows[0] if rows else {})
+    missing = {"input_ids", "tokenized_len"} - set(rows[0])
     if missing:
         raise PipelineError(f"corpus {where} is not pre-tokenized: no column {', '.join(sorted(missing))}")
+    check_tokenized(rows, where)
     return [
         {**row, spec.text_field: tokenizer.batch_decode([row["input_ids"][: spec.max_ids]])[0]}
         for row in selected_rows(rows, spec, where)
     ]
+
+
+def check_tokenized(rows: list[dict[str, Any]], where: str) -> None:
+    """Every row's ``input_ids`` a list of token ids and its ``tokenized_len`` their number (the
+    selection is made on it): a string of ids or a length that disagrees is an error, not trusted."""
+    for i, row in enumerate(rows):
+        ids, length = row.get("input_ids"), row.get("tokenized_len")
+        if not isinstance(ids, (list, tuple)) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in ids
+        ):
+            raise PipelineError(
+                f"corpus {where}, row {i}: input_ids is {type(ids).__name__}, not a list of token ids"
+            )
+        if isinstance(length, bool) or not isinstance(length, int) or length != len(ids):
+            raise PipelineError(
+                f"corpus {where}, row {i}: tokenized_len is {length!r} but input_ids holds {len(ids)} ids: "
+                "fix tokenized_len (the selection is made on it)"
+            )
 
 
 def reference_tokenizer(spec: CorpusSpec, where: str) -> Any:
@@ -239,7 +286,10 @@ def tokenized_rows(rows: list[dict[str, Any]], spec: CorpusSpec, tokenizer: Any,
             f"tokenize (columns: {columns}): set corpus.text_field=<column>"
         )
     out = []
-    for row in tqdm(rows, desc=f"tokenizing {spec.name}", unit="text", disable=len(rows) < 10):
+    for i, row in enumerate(tqdm(rows, desc=f"tokenizing {spec.name}", unit="text", disable=len(rows) < 10)):
+        if not isinstance(row[spec.text_field], str):
+            kind = "null" if row[spec.text_field] is None else type(row[spec.text_field]).__name__
+            raise PipelineError(f"corpus {where}, row {i}: '{spec.text_field}' is {kind}, not text")
         ids = tokenizer(row[spec.text_field], add_special_tokens=False)["input_ids"]
         out.append({**row, "input_ids": ids, "tokenized_len": len(ids)})
     return out
