@@ -298,3 +298,31 @@ def test_writers_refuse_what_readers_refuse(tmp_path):
     ):
         lines.append(tmp_path / "scores.jsonl", line)
     assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_lm_eval_results_are_read_with_the_same_refusals(tmp_path):
+    """An lm-eval results file's LongPPL task with an identity record of the wrong type or a 1e308
+    value (on f0729ca: read as good, then a traceback on the board) is one error naming the file,
+    the task and the field."""
+    from pipeline.results.lmeval import read_lmeval_results
+
+    task = "longppl_x"
+    record = {"name": "x", "contents": "c" * 64, "identity": {"discrete": "d" * 64, "documents": []}}
+    data = {
+        "results": {task: {"ppl,none": 12.5, "longppl,none": 6.5}},
+        "configs": {task: {"metadata": {"longppl_fingerprint": "f" * 64, "longppl_artifact_record": record}}},
+        "config": {"longppl_model_name": "m"},
+        "n-samples": {task: {"original": 2, "effective": 2}},
+    }
+    path = tmp_path / "results_x.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(
+        PipelineError,
+        match=rf"{re.escape(str(path))}: task {task}: `longppl_artifact_record\.identity\.documents` is list",
+    ):
+        read_lmeval_results(path)
+    record["identity"]["documents"] = {}
+    data["results"][task]["longppl,none"] = 1e308
+    path.write_text(json.dumps(data))
+    with pytest.raises(PipelineError, match=rf"task {task}: `results\.{task}\.longppl,none` is 1e\+308"):
+        read_lmeval_results(path)
