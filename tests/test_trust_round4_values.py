@@ -17,12 +17,13 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pytest
+from omegaconf import OmegaConf
 
 from pipeline import definition
 from pipeline.artifact.identity import differences
 from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
-from pipeline.reporting import compare, leaderboard, publish, refresh
+from pipeline.reporting import board, compare, leaderboard, publish, refresh
 from pipeline.results import lines
 from pipeline.results.scores import read_scores
 from tests.conftest import ROOT, compose_config
@@ -181,9 +182,11 @@ def test_one_entrys_results_that_differ_are_shown_as_a_conflict(tmp_path):
     path.write_text(
         json.dumps(first) + "\n" + json.dumps(first | {"date": "2027-01-01T00:00:00+00:00"}) + "\n"
     )
-    board = leaderboard.render(read_scores(path), tmp_path / "o2")["leaderboard.csv"]
-    (row,) = list(csv.DictReader(board.open()))
+    again = leaderboard.render(read_scores(path), tmp_path / "o2")["leaderboard.csv"]
+    (row,) = list(csv.DictReader(again.open()))
     assert row["longppl_soft"] == "11.9645" and row["rank"] == "1"  # equal results: one entry, no conflict
+    embedded = OmegaConf.load(ROOT / "conf" / "refresh" / "embedded.yaml")
+    assert embedded.tolerance == board.CONFLICT_TOLERANCE  # the refreshes' tolerance
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,6 +216,7 @@ def test_publish_never_writes_into_a_folder_it_did_not_make(tiny_artifact, tmp_p
         (victim, r"is the artifact being published"),
         (other, r"is a folder `make publish` did not make \(nothing was written into it\)"),
         (tmp_path / "empty", r"is a folder `make publish` did not make"),
+        (victim / "card", r"is inside the artifact being published"),
     ]
     for out, message in cases:
         with pytest.raises(PipelineError, match=rf"out_dir={re.escape(str(out))} {message}"):

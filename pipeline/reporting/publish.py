@@ -203,6 +203,8 @@ def own_folder(out: Path, source: Path, names: list[str]) -> None:
                 "another out_dir or delete it"
             )
         return
+    if source.resolve() in out.resolve().parents:
+        raise PipelineError(f"out_dir={out} is inside the artifact being published: choose a new out_dir")
     out.mkdir(parents=True)
     write_bytes_atomic(out / MARKER, b"made by make publish: the folder it uploads\n")
 
