@@ -329,3 +329,53 @@ def test_a_pre_tokenized_corpus_is_checked_row_by_row(tmp_path, tokenizer, colum
     spec = CorpusSpec(name="c", min_tokenized_len=4, **saved_dataset(tmp_path, tokenizer, columns))
     with pytest.raises(PipelineError, match=said):
         load_corpus(spec)
+
+
+# ----------------------------------------------------------------------------------------------
+# The API: what it is given is checked first, in one PipelineError
+
+
+@pytest.fixture(scope="module")
+def held(tokenizer):
+    import torch
+
+    model = build_model("llama", len(tokenizer))
+    with torch.device("meta"):
+        meta = build_model("llama", len(tokenizer))
+    return model, meta
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("model=None", r"^model is NoneType: pass a causal LM loaded in memory"),
+        (
+            "meta",
+            r"^model LlamaForCausalLM: its parameter .* is on the meta device, so its weights are not loaded",
+        ),
+        ("tokenizer=str", r"^tokenizer is str \('gpt2'\): pass the tokenizer object"),
+    ],
+)
+def test_the_api_refuses_what_is_no_loaded_model_or_tokenizer(held, tokenizer, tiny_artifact, case, said):
+    from pipeline import api
+
+    model, meta = held
+    given = {"model=None": (None, tokenizer), "meta": (meta, tokenizer), "tokenizer=str": (model, "gpt2")}[
+        case
+    ]
+    with pytest.raises(PipelineError, match=said):
+        api.score(*given, tiny_artifact)
+    with pytest.raises(PipelineError, match=said):
+        api.find_key_tokens(["a text " * 30], *given)
+
+
+def test_the_api_refuses_a_bytes_path(held, tokenizer, tiny_artifact, tmp_path):
+    from pipeline import api
+
+    model, _ = held
+    with pytest.raises(PipelineError, match=r"^keytokens is bytes \(b'.*'\): pass a str or a pathlib.Path$"):
+        api.score(model, tokenizer, str(tiny_artifact).encode())
+    with pytest.raises(PipelineError, match=r"^results_file is bytes"):
+        api.score(model, tokenizer, tiny_artifact, results_file=str(tmp_path / "s.jsonl").encode())
+    with pytest.raises(PipelineError, match=r"^directory is bytes"):
+        api.save_key_tokens(None, str(tmp_path / "a").encode())

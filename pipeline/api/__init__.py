@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import numbers
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -101,9 +102,15 @@ def score(
     started = time.time()
     settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
     documents = checked_documents(documents)
-    path = None if results_file is None else lines.check_writable(Path(results_file), "results_file")
-    artifact = open_artifact(keytokens)
     lm = in_memory(model, tokenizer, model_name)
+    path = (
+        None
+        if results_file is None
+        else lines.check_writable(as_path(results_file, "results_file"), "results_file")
+    )
+    artifact = open_artifact(
+        keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens")
+    )
     result = engine.score(artifact, lm, settings, compute, documents=documents, progress=progress)
     if path is not None:  # a run on part of the documents records them (no leaderboard entry)
         name = context_name(lm.source.spec, settings.context_limit)
@@ -149,12 +156,22 @@ def find_key_tokens(
 def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
     """Write an artifact held in memory (``find_key_tokens``) as an artifact directory that `make score`
     reads; returns the directory."""
-    root = Path(directory)
+    root = as_path(directory, "directory")
     if (root / MANIFEST).exists():
         raise PipelineError(f"{root} already holds an artifact: choose another directory")
     write_artifact(root, artifact)
     load_artifact(root)  # verifies as any artifact
     return root
+
+
+def as_path(value: Any, name: str) -> Any:
+    """A location argument: a ``str`` (a path or ``hf://datasets/...``) as given, an ``os.PathLike`` as a
+    Path; anything else (bytes, a number) is an error, not ``"b'...'"`` taken as a folder name."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike) and isinstance(os.fspath(value), str):
+        return Path(value)
+    raise PipelineError(f"{name} is {type(value).__name__} ({value!r:.80}): pass a str or a pathlib.Path")
 
 
 def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:

@@ -25,7 +25,7 @@ from pipeline.errors import PipelineError
 from pipeline.hub import hub_model, hub_model_hint, is_url
 from pipeline.models import attention
 from pipeline.models.gguf import check_header, convert_gguf
-from pipeline.models.pairing import check_pairing
+from pipeline.models.pairing import check_held, check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement
 from pipeline.models.sources import ModelSource, cached_snapshot, tokenizer_sha256
 from pipeline.models.weight_hashes import local_weight_hashing
@@ -95,8 +95,7 @@ class LoadedModel:
 
 def in_memory(model: Any, tokenizer: Any, name: str | None = None) -> LoadedModel:
     """A model and tokenizer that are already loaded (a notebook, a training job), as a ``LoadedModel``."""
-    if tokenizer is None:
-        raise PipelineError("pass the model's tokenizer too: the key spans are mapped onto its tokens")
+    check_held(model, tokenizer)
     parameter = next(model.parameters())
     spec = name or getattr(model, "name_or_path", None) or type(model).__name__
     source = ModelSource(spec=str(spec), kind="memory", path="")

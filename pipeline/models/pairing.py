@@ -6,6 +6,8 @@ over a handful of key tokens), so the pairing is checked where a model and its t
 - ``check_pairing``: the tokenizer's BOS id must be among those the model's config and generation
   config name, and its EOS id where there is no BOS to compare (only where both sides name one; a
   fine-tune may give a new EOS, and pad ids, which users set freely, change no number);
+- ``check_held``: what an API call is given is a loaded model (parameters, none on the meta device)
+  and a tokenizer object (not its name);
 - ``check_token_ids``: every token id fed to the model must have an embedding;
 - ``worse_than_uniform``: a perplexity above the vocabulary size, worse than guessing uniformly, is
   reported (a trained model with its own tokenizer is far below it; an untrained one lies near it).
@@ -13,6 +15,7 @@ over a handful of key tokens), so the pairing is checked where a model and its t
 
 from __future__ import annotations
 
+from os import PathLike
 from typing import Any
 
 import torch
@@ -20,6 +23,29 @@ import torch
 from pipeline.errors import PipelineError
 
 ADVICE = "pass the model's own tokenizer (AutoTokenizer.from_pretrained of the model's checkpoint)"
+
+
+def check_held(model: Any, tokenizer: Any) -> None:
+    """A model and tokenizer passed in memory: the model a loaded torch module (its parameters, none
+    on the meta device: weights never loaded), the tokenizer an object, not a name or a path."""
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise PipelineError(
+            f"model is {type(model).__name__}: pass a causal LM loaded in memory (a transformers model), "
+            "or load one with pipeline.api.load_model(<name or path>)"
+        )
+    meta = next((name for name, p in model.named_parameters() if p.is_meta), None)
+    if meta is not None or next(model.parameters(), None) is None:
+        why = f"its parameter {meta} is on the meta device" if meta else "it has no parameters"
+        raise PipelineError(
+            f"model {type(model).__name__}: {why}, so its weights are not loaded: load them first"
+        )
+    if tokenizer is None:
+        raise PipelineError("pass the model's tokenizer too: the key spans are mapped onto its tokens")
+    if isinstance(tokenizer, (str, bytes, PathLike)) or not callable(tokenizer):
+        raise PipelineError(
+            f"tokenizer is {type(tokenizer).__name__} ({str(tokenizer)[:80]!r}): pass the tokenizer object, "
+            "e.g. AutoTokenizer.from_pretrained(<its name or folder>)"
+        )
 
 
 def token_ids(value: Any) -> set[int]:
