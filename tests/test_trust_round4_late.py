@@ -379,3 +379,76 @@ def test_the_api_refuses_a_bytes_path(held, tokenizer, tiny_artifact, tmp_path):
         api.score(model, tokenizer, tiny_artifact, results_file=str(tmp_path / "s.jsonl").encode())
     with pytest.raises(PipelineError, match=r"^directory is bytes"):
         api.save_key_tokens(None, str(tmp_path / "a").encode())
+
+
+# ----------------------------------------------------------------------------------------------
+# A model's identity covers every file that changes its numbers
+
+
+def edit_rope_theta(config: dict) -> dict:
+    """The config with its rope theta changed (transformers 5 keeps it in ``rope_parameters``)."""
+    if isinstance(config.get("rope_parameters"), dict):
+        config["rope_parameters"]["rope_theta"] = config["rope_parameters"].get("rope_theta", 10000.0) * 2
+    else:
+        config["rope_theta"] = config.get("rope_theta", 10000.0) * 2
+    return config
+
+
+def test_a_local_models_identity_covers_its_config_and_remote_code(tiny_model_dir, tmp_path):
+    """rope_theta edited in a local model's config.json took PPL from 19.80 to 21.75 under one identity
+    and one result id; with trust_remote_code, the folder's code runs too."""
+    import shutil
+
+    from pipeline.models.loading import load_model
+    from pipeline.results.keys import model_key
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    before = load_model(str(folder), dtype="float64", device="cpu").source.to_dict()
+    assert set(before["config_sha256"]) >= {"config.json"}
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(edit_rope_theta(config)))
+    after = load_model(str(folder), dtype="float64", device="cpu").source.to_dict()
+    assert after["weights_sha256"] == before["weights_sha256"] and model_key(after) != model_key(before)
+    (folder / "helpers.py").write_text("X = 1\n")
+    trusted = load_model(str(folder), dtype="float64", device="cpu", trust_remote_code=True).source.to_dict()
+    assert "helpers.py" in trusted["config_sha256"] and "helpers.py" not in after["config_sha256"]
+
+
+def test_a_model_in_memorys_identity_covers_its_config(tiny_model_dir, tokenizer):
+    from pipeline.models.loading import in_memory, load_model
+    from pipeline.models.sources import identify_in_memory
+    from pipeline.results.keys import model_key
+
+    model = load_model(str(tiny_model_dir), dtype="float64", device="cpu").model
+    keys = []
+    for _ in range(2):
+        lm = in_memory(model, tokenizer, "tiny")
+        identify_in_memory(lm.source, lm.model, lm.tokenizer)
+        keys.append(model_key(lm.source.to_dict()))
+        model.config.rope_parameters["rope_theta"] *= 2  # in place, as a user might
+    assert keys[0] != keys[1]
+
+
+def test_a_hub_models_remote_code_is_hashed_where_it_ran(tmp_path):
+    """trust_remote_code: the code transformers copied into its dynamic modules (a repo's auto_map may
+    name another repo's code, at that repo's newest commit) is hashed by its path there."""
+    import importlib.util
+
+    from pipeline.models.sources import remote_code_sha256
+
+    folder = tmp_path / "transformers_modules" / "org" / "code_repo" / "abc123"
+    folder.mkdir(parents=True)
+    (folder / "modeling_x.py").write_text("class XModel:\n    pass\n")
+    (folder / "configuration_x.py").write_text("A = 1\n")
+    spec = importlib.util.spec_from_file_location(
+        "transformers_modules.org.code_repo.abc123.modeling_x", folder / "modeling_x.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        found = remote_code_sha256(module.XModel(), object())
+    finally:
+        del sys.modules[spec.name]
+    assert sorted(found) == ["org/code_repo/abc123/configuration_x.py", "org/code_repo/abc123/modeling_x.py"]

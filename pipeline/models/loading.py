@@ -27,7 +27,7 @@ from pipeline.models import attention
 from pipeline.models.gguf import check_header, convert_gguf
 from pipeline.models.pairing import check_held, check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement
-from pipeline.models.sources import ModelSource, cached_snapshot, tokenizer_sha256
+from pipeline.models.sources import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
@@ -228,6 +228,7 @@ def load_model(
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
     if source.kind == "hub" and (snapshot := cached_snapshot(source.spec, source.revision)) is not None:
         source.tokenizer_sha256 = tokenizer_sha256(snapshot)  # the files of the commit loaded
+    identify_config_and_code(source, model, tokenizer, trust_remote_code)
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
     )

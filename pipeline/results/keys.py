@@ -2,8 +2,8 @@
 scored, so that two runs that differ in any of them are never shown, compared or matched as one.
 
 - ``model_identity``: what identifies a model in a results line's ``model`` record (``ModelSource``):
-  its kind, the GGUF file's hash, the weights' and tokenizer files' hashes, the Hub commit, the
-  attention implementation; not where it was read from (a path), nor its name.
+  its kind, the GGUF file's hash, the weights', tokenizer files' and config files' (and remote code's)
+  hashes, the Hub commit, the attention implementation; not where it was read from (a path), nor its name.
 - ``partial``: whether a line scored fewer documents than its artifact holds (``settings.documents``
   names the ids scored; a line of schema 4 without it is judged by its per-document values against
   the artifact's identity). Partial results are never leaderboard entries.
@@ -21,7 +21,7 @@ from typing import Any
 # The fields of ``ModelSource`` that identify a model (``path`` never does; ``spec`` does not for a
 # local folder or a GGUF file, whose hashes stand for it).
 IDENTITY_FIELDS = ("spec", "kind", "revision", "file_sha256", "weights_sha256", "tokenizer_sha256",
-                   "attn_implementation")  # fmt: skip
+                   "config_sha256", "attn_implementation")  # fmt: skip
 LOCATED_KINDS = ("local", "gguf")
 # A ladder line's own settings (``pipeline.ladder.run.ladder_settings``); the rest are its full
 # rung's score settings, those of `make score` without ``context_limit``.
