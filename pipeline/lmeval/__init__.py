@@ -7,7 +7,9 @@
   (``pipeline.lmeval.metrics``);
 - ``task_manager``: an lm-eval ``TaskManager`` with a task per artifact (``pipeline.lmeval.tasks``);
 - ``python -m pipeline.lmeval`` (`make lm-eval`): lm-eval's command line with all of these;
-- ``schema_problems``: a results file against lm-eval's results schema (``pipeline.lmeval.results_schema``).
+- ``schema_problems``: a results file against lm-eval's results schema (``pipeline.lmeval.results_schema``);
+- LooGLE's tasks (``pipeline.lmeval.loogle``, ``loogle_<task>``, tag ``loogle``): answered by `make loogle`'s
+  generation with the model ``longppl``, scored with its metrics.
 
     import lm_eval
     from pipeline.lmeval import LongPPLLM, task_manager

@@ -161,8 +161,14 @@ class LongPPLLM(LM):
         )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """LooGLE's questions (``pipeline.lmeval.loogle``) by `make loogle`'s generation; no other."""
+        from pipeline.lmeval.loogle import answer_requests, is_loogle
+
+        if requests and all(is_loogle(r) for r in requests):
+            with eval_mode(self.lm.model):
+                return answer_requests(self.lm, requests, disable_tqdm)
         raise PipelineError(
-            f"--model {MODEL_NAME} scores perplexity tasks (loglikelihood_rolling): run generation "
+            f"--model {MODEL_NAME} generates for LooGLE's tasks only (loogle_*): run other generation "
             "tasks with lm-eval's own models (--model hf)"
         )
 

@@ -26,11 +26,15 @@ from pipeline.artifact.schema import MANIFEST
 from pipeline.cli import CONF_DIR
 from pipeline.errors import PipelineError
 from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset
+from pipeline.loogle.data import TASKS
 
 TASK_PREFIX = "longppl_"
 TAG = "longppl"  # --tasks longppl: every artifact's task
 TASK_CLASS = "pipeline.lmeval.task.LongPPLTask"
 VERSION = 1  # the tasks' version (lm-eval's `versions` in a results file)
+LOOGLE_CLASS = "pipeline.lmeval.loogle.LooGLETask"
+LOOGLE_TAG = "loogle"  # --tasks loogle: LooGLE's four tasks
+LOOGLE_SAMPLE = ("shortdep_qa", "longdep_qa")  # the tasks of the embedded sample; the others: the Hub
 
 
 def task_name(location: str) -> str:
@@ -118,4 +122,19 @@ def task_directory(artifacts: Sequence[str | Path] = (), root: Path | None = Non
     directory = Path(tempfile.mkdtemp(prefix="longppl-lmeval-tasks-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     write_tasks([*local_artifacts(root), *map(str, artifacts)], directory)
+    write_loogle_tasks(directory)
     return directory
+
+
+def write_loogle_tasks(directory: Path) -> dict[str, Path]:
+    """LooGLE's four tasks (``pipeline.lmeval.loogle``), tagged ``loogle``: the embedded sample's two,
+    the Hub dataset's (at ``conf/loogle_data.yaml``'s revision) other two."""
+    revision = OmegaConf.load(CONF_DIR / "loogle_data.yaml").revision
+    paths = {}
+    for task in TASKS:
+        data = "sample" if task in LOOGLE_SAMPLE else "hub"
+        meta = {"version": VERSION, "loogle_task": task, "loogle_data": data, "loogle_revision": revision}
+        text = [f"task: loogle_{task}", f"class: !function {LOOGLE_CLASS}", f"tag: [{LOOGLE_TAG}]"]
+        paths[task] = directory / f"loogle_{task}.yaml"
+        paths[task].write_text("\n".join([*text, f"metadata: {json.dumps(meta)}"]) + "\n", encoding="utf-8")
+    return paths
