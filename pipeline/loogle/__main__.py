@@ -16,7 +16,7 @@ from pipeline.formats import file_slug
 from pipeline.hub import offline_unless
 from pipeline.loogle.data import SAMPLE_DIR, TASKS, Question, check_task
 from pipeline.loogle.evaluate import evaluate, result_lines, source_of
-from pipeline.loogle.run import RunSettings, new_tokens_for, predict_task, prompt_limit
+from pipeline.loogle.run import RunSettings, check_prompts, new_tokens_for, predict_task, prompt_limit
 from pipeline.loogle.scoring import bertscore_mode
 from pipeline.loogle.sources import DataSource, fingerprint, load_questions
 from pipeline.models.loading import ModelChoice, is_local_model
@@ -48,37 +48,35 @@ def run(cfg: Any) -> dict[str, Any]:
     mode = bertscore_mode(plain["bertscore"])
     offline_unless(source.data == "hub", not is_local_model(choice.spec), mode == "true")
     questions = selected(str(plain["task"]), source, plain["limit"])
+    new_tokens = {task: new_tokens_for(task, plain["max_new_tokens"]) for task in questions}
     folder = lines.check_writable(Path(str(plain["predictions_dir"])) / "x.jsonl", "predictions_dir").parent
     results_path = lines.check_writable(Path(str(plain["results"])))
     choice.check()
     lm = choice.load(compute)
-    model = model_record(lm, add_bos=True)
-    results = {}
-    for task, task_questions in questions.items():
-        started = time.time()
-        new_tokens = new_tokens_for(task, plain["max_new_tokens"])
-        budget = prompt_limit(lm.context_length, plain["max_length"], new_tokens, task)
-        settings = RunSettings(
-            task,
-            source.label,
-            fingerprint(task_questions),
-            choice.display_name,
-            budget,
-            new_tokens,
-            plain["limit"],
-        )
-        name = f"{choice.display_name}--{task}--{source.label}--L{budget}"
-        path = folder / f"{file_slug(name, task)}.jsonl"
-        predict_task(lm, task_questions, settings, path, progress=bool(plain["progress"]))
-        results[task] = evaluate(path, task, source, mode)
-        row = loogle_row(choice.display_name, model, results[task], settings.record(), time.time() - started)
-        loogle_results.append(results_path, row)
-        print(
-            "\n".join(
-                [*result_lines(results[task]), f"predictions   {path}", f"appended to   {results_path}"]
-            )
-        )
-    return results
+    plans = {}
+    for task, task_questions in questions.items():  # every task's prompts checked before any generation
+        budget = prompt_limit(lm.context_length, plain["max_length"], new_tokens[task], task)
+        fields = (source.label, fingerprint(task_questions), choice.display_name, budget, new_tokens[task])
+        settings = RunSettings(task, *fields, plain["limit"])
+        name = file_slug(f"{choice.display_name}--{task}--{source.label}--L{budget}", task)
+        check_prompts(lm.tokenizer, task_questions, budget)
+        plans[task] = (settings, folder / f"{name}.jsonl")
+    return {task: run_task(lm, questions[task], *plans[task], plain, results_path) for task in plans}
+
+
+def run_task(
+    lm: Any, questions: list[Question], settings: RunSettings, path: Path, plain: dict, results_path: Path
+) -> dict[str, Any]:
+    """One task: its predictions (resumed), its metrics, its results line; printed."""
+    started = time.time()
+    predict_task(lm, questions, settings, path, progress=bool(plain["progress"]))
+    result = evaluate(path, settings.task, source_of(plain), bertscore_mode(plain["bertscore"]))
+    row = loogle_row(
+        settings.model, model_record(lm, add_bos=True), result, settings.record(), time.time() - started
+    )
+    loogle_results.append(results_path, row)
+    print("\n".join([*result_lines(result), f"predictions   {path}", f"appended to   {results_path}"]))
+    return result
 
 
 def main() -> None:

@@ -71,6 +71,12 @@ def line_for(question: Question, settings: RunSettings, cut: Any, prediction: st
     }
 
 
+def check_prompts(tokenizer: Any, questions: list[Question], max_length: int) -> None:
+    """Every question's prompt can be cut to ``max_length`` tokens keeping its question (else an error)."""
+    for question in questions:
+        cut_prompt(tokenizer, question, max_length)
+
+
 def predict_task(
     lm: Any, questions: list[Question], settings: RunSettings, path: Path, progress: bool = True
 ) -> list[dict[str, Any]]:
