@@ -501,3 +501,22 @@ def flat(value, prefix: str = "") -> dict:
     if isinstance(value, dict):
         return {k: v for key, item in value.items() for k, v in flat(item, f"{prefix}{key}.").items()}
     return {prefix: value}
+
+
+def test_a_damaged_weight_is_named_not_blamed_on_float16_overflow(held):
+    """A coarsely damaged checkpoint (a run of NaN weights) in float32 was blamed on float16 overflow."""
+    import torch
+
+    from pipeline.models.precision import non_finite_cause
+
+    model, _ = held
+    damaged = build_model("llama", model.config.vocab_size)
+    with torch.no_grad():
+        damaged.model.layers[0].mlp.down_proj.weight[:4] = float("nan")
+    said = non_finite_cause(damaged, torch.float32)
+    assert said.startswith("its weight model.layers.0.mlp.down_proj.weight holds NaN or infinite values")
+    assert "overflow" not in said
+    assert non_finite_cause(model, torch.float32).startswith(
+        "its weights are finite and float32 is no 16-bit"
+    )
+    assert non_finite_cause(model, torch.float16).startswith("overflow in a 16-bit dtype? (float16;")

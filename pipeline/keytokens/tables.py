@@ -16,7 +16,7 @@ from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.keytokens.documents import Prepared
 from pipeline.models.logprobs import TargetScorer, long_and_short_logprobs
-from pipeline.models.precision import first_non_finite
+from pipeline.models.precision import first_non_finite, non_finite_cause
 from pipeline.provenance import text_sha256
 
 
@@ -34,7 +34,9 @@ def keytoken_tables(
     window_bos = bos_id if rule.short_window_bos else None
     passes = long_and_short_logprobs(scorer, seq, rule.K, rule.d, bos_id=window_bos, progress=progress)
     long, short = passes.long[len(prefix) :], passes.short[len(prefix) :]
-    check_finite(item, long, short, first_long=1 - len(prefix), first_short=rule.K - len(prefix))
+    check_finite(
+        item, long, short, first_long=1 - len(prefix), first_short=rule.K - len(prefix), model=scorer.model
+    )
     lsd = definition.long_short_difference(long, short)
     key = definition.is_key(lsd, long, rule.alpha, rule.beta)
     starts, ends = item.offsets[:, 0], item.offsets[:, 1]
@@ -69,11 +71,12 @@ def keytoken_tables(
 
 
 def check_finite(
-    item: Prepared, long: np.ndarray, short: np.ndarray, first_long: int, first_short: int
+    item: Prepared, long: np.ndarray, short: np.ndarray, first_long: int, first_short: int, model: Any
 ) -> None:
     """Every long log-prob from ``first_long`` and every short one from ``first_short`` (text token
     indices; the others have no prediction or no short context) must be finite: a NaN or an
-    infinity (overflow in a 16-bit dtype) is an error naming the document and the token."""
+    infinity (overflow in a 16-bit dtype, or a damaged weight) is an error naming the document, the
+    token and the cause (``non_finite_cause``)."""
     for name, values, first in (("long", long, max(first_long, 0)), ("short", short, max(first_short, 0))):
         at = first_non_finite(values[first:])
         if at is not None:
@@ -81,8 +84,8 @@ def check_finite(
             start, end = item.offsets[i]
             raise PipelineError(
                 f"document '{item.doc.id}': the evaluator's {name}-context log-prob of token {i} (characters "
-                f"{start}-{end}) is {values[i]}: overflow in a 16-bit dtype? (float16 overflows where "
-                "bfloat16 and float32 do not); the run stops before writing this document"
+                f"{start}-{end}) is {values[i]}: {non_finite_cause(model, next(model.parameters()).dtype)}; "
+                "the run stops before writing this document"
             )
 
 

@@ -30,7 +30,7 @@ from pipeline.models.float32_head import float32_logits, float32_output_supporte
 from pipeline.models.loading import LoadedModel, resolve_head_dtype
 from pipeline.models.pairing import check_token_ids, embedding_rows
 from pipeline.models.placement import execution_device, loaded_weights
-from pipeline.models.precision import full_precision_reductions, rounding_tolerance
+from pipeline.models.precision import full_precision_reductions, non_finite_cause, rounding_tolerance
 from pipeline.settings import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, DEFAULT_WINDOW_BATCH_TOKENS, Compute
 
 
@@ -211,7 +211,7 @@ class TargetScorer:
             if not torch.isfinite(ref).all():
                 raise PipelineError(
                     f"{type(self.model).__name__} gives non-finite log-probs for a {length}-token probe in "
-                    f"{logits.dtype} (overflow? float16 overflows where bfloat16 and float32 do not)"
+                    f"{logits.dtype}: {non_finite_cause(self.model, logits.dtype)}"
                 )
             tolerance = rounding_tolerance(
                 logits, getattr(self.model.config, "final_logit_softcapping", None)

@@ -61,3 +61,23 @@ def first_non_finite(values: np.ndarray) -> int | None:
     """The index of the first NaN or infinite value (overflow in a low precision), None if none."""
     bad = np.flatnonzero(~np.isfinite(values))
     return int(bad[0]) if bad.size else None
+
+
+def non_finite_cause(model: torch.nn.Module, dtype: torch.dtype) -> str:
+    """Why a model gives a NaN or an infinite log-prob, for the error that reports one: overflow in a
+    16-bit dtype (of an activation, or of a weight cast to it), else a weight that is itself NaN or
+    infinite (a damaged checkpoint), else neither."""
+    damaged = next(
+        (n for n, p in model.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()),
+        None,
+    )
+    name = str(dtype).removeprefix("torch.")
+    if dtype in (torch.float16, torch.bfloat16):
+        weight = f", and its weight {damaged} is NaN or infinite in it" if damaged else ""
+        return (
+            f"overflow in a 16-bit dtype? ({name}{weight}; float16 overflows where bfloat16 and float32 do "
+            "not): try dtype=float32"
+        )
+    if damaged is not None:
+        return f"its weight {damaged} holds NaN or infinite values: the checkpoint is damaged; load it anew"
+    return f"its weights are finite and {name} is no 16-bit dtype: check the model's config and code"

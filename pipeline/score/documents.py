@@ -11,9 +11,9 @@ import torch
 
 from pipeline.artifact.reader import ArtifactDocument
 from pipeline.errors import PipelineError
-from pipeline.models.loading import LoadedModel, dtype_name
+from pipeline.models.loading import LoadedModel
 from pipeline.models.logprobs import TargetScorer, context_limited_logprobs
-from pipeline.models.precision import first_non_finite
+from pipeline.models.precision import first_non_finite, non_finite_cause
 from pipeline.score import bpb
 from pipeline.score.sums import DocumentScore, Sums, grid_label
 from pipeline.settings import ScoreSettings
@@ -180,7 +180,7 @@ def check_finite(logprobs: np.ndarray, first: int, doc_id: str, lm: LoadedModel)
     if at is not None:
         raise PipelineError(
             f"document '{doc_id}': {lm.source.spec} gives a log-probability of {logprobs[first + at]} for "
-            f"its token {first + at} (overflow in {dtype_name(lm.dtype)}?): try dtype=float32"
+            f"its token {first + at}: {non_finite_cause(lm.model, lm.dtype)}"
         )
 
 
