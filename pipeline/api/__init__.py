@@ -102,12 +102,12 @@ def score(
     started = time.time()
     settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
     documents = checked_documents(documents)
-    lm = in_memory(model, tokenizer, model_name)
     path = (
         None
         if results_file is None
         else lines.check_writable(as_path(results_file, "results_file"), "results_file")
     )
+    lm = in_memory(model, tokenizer, model_name)  # before the artifact opens (a download, a check)
     artifact = open_artifact(
         keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens")
     )
