@@ -179,3 +179,11 @@ def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_pat
     assert any("cannot fit even its instruction and question" in x for x in lines)
     assert any("qa_pairs of" in x and "not a Python literal" in x for x in lines)
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_a_hub_download_folder_with_the_later_config_names(tmp_path):
+    (tmp_path / "data").mkdir()
+    row = {"input": "A paper.", "title": "2201.00001", "qa_pairs": "none", "output": "Its abstract."}
+    (tmp_path / "data" / "summarization.jsonl").write_text(json.dumps(row) + "\n")
+    (question,) = load_questions("longdep_summarization", DataSource(str(tmp_path)))
+    assert (question.qid, question.question, question.answer) == ("2201.00001#0", "", "Its abstract.")

@@ -15,6 +15,9 @@ from typing import Any
 from pipeline.errors import PipelineError
 from pipeline.loogle.data import SAMPLE_DIR, Question, check_task, jsonl_rows, questions_from_rows
 
+# The Hub configs a task may have: later revisions name the summaries' config `summarization`.
+CONFIG_NAMES = {"longdep_summarization": ("longdep_summarization", "summarization")}
+
 
 @dataclass(frozen=True)
 class DataSource:
@@ -41,7 +44,13 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
         raise PipelineError(
             f"setting data={source.data}: not a directory (sample, hub or a folder of <task>.jsonl)"
         )
-    candidates = (folder / f"{task}.jsonl", folder / f"{task}.parquet", folder / task)
+    names = CONFIG_NAMES.get(task, (task,))  # in the folder or its data/ (a Hub download)
+    candidates = [
+        b / f"{n}{ext}"
+        for n in names
+        for b in (folder, folder / "data")
+        for ext in (".jsonl", ".parquet", "")
+    ]
     path = next((p for p in candidates if p.is_file() or sorted(p.rglob("*.parquet"))), None)
     if path is None and source.data == "sample":
         raise PipelineError(
@@ -49,7 +58,9 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
             "(data/loogle/README.md); pass data=hub, or data=<folder with LooGLE's test files>"
         )
     if path is None:
-        raise PipelineError(f"{folder} has no {task}.jsonl, {task}.parquet or {task}/ with Parquet files")
+        raise PipelineError(
+            f"{folder} has no {task}.jsonl, {task}.parquet or {task}/ with Parquet files (nor its data/)"
+        )
     return questions_from_rows(task, file_rows(path), str(path))
 
 
@@ -72,16 +83,25 @@ def hub_rows(task: str, source: DataSource) -> list[dict[str, Any]]:
             f"data=hub needs the revision of {source.dataset} to read (revision=<commit>): unpinned, the "
             "dataset could change under the same name"
         )
-    try:
-        data = datasets.load_dataset(source.dataset, task, split="test", revision=source.revision)
-    except Exception as exc:  # datasets raises many types for a missing or unreachable dataset
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise PipelineError(
-            f"could not load LooGLE's Hub dataset {source.dataset} ({task}, revision {source.revision}): "
-            f"{detail}; offline, run `hf download {source.dataset} --repo-type dataset --revision "
-            f"{source.revision} --local-dir DIR` on a connected machine and pass data=DIR"
-        ) from exc
-    return data.to_list()
+    first: Exception | None = None
+    for config in CONFIG_NAMES.get(task, (task,)):
+        try:
+            return datasets.load_dataset(
+                source.dataset, config, split="test", revision=source.revision
+            ).to_list()
+        except Exception as exc:  # datasets raises many types for a missing or unreachable dataset
+            first = first or exc
+    raise hub_error(task, source, first) from first
+
+
+def hub_error(task: str, source: DataSource, exc: Exception | None) -> PipelineError:
+    """One line: what failed, and the fix offline."""
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    return PipelineError(
+        f"could not load LooGLE's Hub dataset {source.dataset} ({task}, revision {source.revision}): "
+        f"{detail}; offline, run `hf download {source.dataset} --repo-type dataset --revision "
+        f"{source.revision} --local-dir DIR` on a connected machine and pass data=DIR"
+    )
 
 
 def fingerprint(questions: list[Question]) -> str:
