@@ -28,7 +28,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-numerics
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -68,6 +68,7 @@ help:
 	@echo "  bench-attention        peak memory of sliding-window attention at 8k and 16k"
 	@echo "  bench-head             the float32 head of a bfloat16 model: upcast against float32-output GEMM"
 	@echo "  bench-gpu              both stages at the paper's shapes on a GPU against the official code"
+	@echo "  bench-gpu-levers       stage 1's levers on a GPU: where its time goes, what each changes"
 	@echo "  bench-numerics         GPU key tokens and scores against the CPU's, real weights (SmolLM2)"
 	@echo "  bench-checks           the artifact checks against the newest score run on it"
 	@echo "  bench-equivalence      how far stage 1 runs elsewhere or in other summation orders differ"
@@ -281,11 +282,19 @@ bench-head: $(STAMP)
 # each in its own process -> docs/benchmarks-gpu.md. Offline; bench/gpu_machine.sh on a bare machine.
 bench-gpu: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_paper all $(ARGS)
+	$(BIN)/python -m bench.gpu_report >/dev/null
+
+# On a CUDA GPU, after make bench-gpu: where stage 1's time per text goes and what each lever does to
+# it (window batches, sdpa kernels, head blocks, the last layer), in one process -> docs/benchmarks-gpu.md.
+bench-gpu-levers: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_levers $(ARGS)
+	$(BIN)/python -m bench.gpu_report >/dev/null
 
 # On a CUDA GPU: SmolLM2 as the evaluator on the default corpus, CPU float32 against CUDA float32, TF32,
-# bfloat16 with and without the float32 head, and the official code -> docs/benchmarks-gpu.md.
+# bfloat16 and float16 with the float32 head, bfloat16 logits and the official code -> docs/benchmarks-gpu.md.
 bench-numerics: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_numerics $(ARGS)
+	$(BIN)/python -m bench.gpu_report >/dev/null
 
 # The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
 bench-checks: $(STAMP)

@@ -1,5 +1,5 @@
 """What the benchmarks share: peak memory sampling, jobs in watched subprocesses, the repository
-root and the default artifact. The benchmarks run as modules from the repository root
+root, the default artifact and the record of the machine a measurement ran on. The benchmarks run as modules from the repository root
 (``python -m bench.<name>``, as the Makefile does)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import json
 import os
+import platform
 import subprocess
 import tempfile
 import threading
@@ -127,3 +128,47 @@ def _failure(returncode: int, stderr: str) -> str | None:
         lines = stderr.strip().splitlines() or ["no output"]
         return "error: " + lines[-1][:300]
     return None
+
+
+def machine() -> dict:
+    import torch
+    import transformers
+
+    record = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpus": os.cpu_count(),
+        "commit": os.environ.get("BENCH_COMMIT") or _git_head(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if torch.cuda.is_available():
+        record["gpu"] = torch.cuda.get_device_name(0)
+        record["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+        record["cuda"] = torch.version.cuda
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            record["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        except Exception:
+            pass
+    try:
+        from importlib.metadata import version
+
+        record["longppl"] = version("longppl")
+    except Exception:
+        record["longppl"] = None
+    return record
+
+
+def _git_head() -> str | None:
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip()
+            or None
+        )
+    except OSError:
+        return None

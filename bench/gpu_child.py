@@ -19,6 +19,7 @@ import time
 STARTED = time.time()  # before the imports: they are part of the start-up
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
@@ -63,6 +64,19 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def load_parts() -> list[tuple]:
+    """The parts of a model's load, timed as phases of their own (inside "model load")."""
+    from pipeline.models import loading
+    from pipeline.models.weight_hashes import WeightHashing
+
+    return [
+        (loading, "_load_tokenizer", "load: tokenizer"),
+        (loading, "_from_pretrained", "load: from_pretrained"),
+        (loading, "attention_dispatches", "load: attention probe"),
+        (WeightHashing, "result", "load: waiting for weight hashes"),
+    ]
+
+
 def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.artifact.writer import ArtifactWriter
     from pipeline.keytokens import __main__ as command
@@ -70,6 +84,7 @@ def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.models.logprobs import TargetScorer
 
     timed = [
+        *load_parts(),
         (run, "load_corpus", "corpus"),
         (run, "load_evaluator", "model load"),
         (run, "select", "selection"),
@@ -89,6 +104,7 @@ def stage2(events: Events, overrides: list[str]) -> None:
     from pipeline.score import engine
 
     timed = [
+        *load_parts(),
         (command, "open_artifact", "artifact"),
         (ModelChoice, "load", "model load"),
         (TargetScorer, "check_against_full_forward", "self-check"),
@@ -189,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--artifact", type=Path)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument(
+        "--sdpa-math", action="store_true", help="sdpa on its math backend only (float32 as before 88746e2)"
+    )
     args, overrides = parser.parse_known_args(argv)
     if args.tf32:
         import torch
@@ -196,12 +215,19 @@ def main(argv: list[str] | None = None) -> None:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     events = Events(args.events)
-    if args.contender == "stage1":
-        stage1(events, overrides)
-    elif args.contender == "stage2":
-        stage2(events, overrides)
-    else:
-        {"official": official, "plain": plain}[args.contender](events, args)
+    with _math_only() if args.sdpa_math else contextlib.nullcontext():
+        if args.contender == "stage1":
+            stage1(events, overrides)
+        elif args.contender == "stage2":
+            stage2(events, overrides)
+        else:
+            {"official": official, "plain": plain}[args.contender](events, args)
+
+
+def _math_only():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH])
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ weights. The embedded SmolLM2-135M-Instruct is the evaluator on the default corp
 GovReport documents, K=1024, d=1024, no BOS before the short windows, as the official code), run as
 
 - CPU float32: the reference (or ``--reference DIR``, an artifact computed so elsewhere);
-- float32 with TF32 off (the pipeline's default), float32 with TF32 on, bfloat16 with the float32
-  head (``head_dtype=float32``) and bfloat16 logits (``head_dtype=model``) on ``--device``;
+- float32 with TF32 off (the pipeline's default), with TF32 on, with TF32 on and attention on sdpa's
+  math backend in query blocks (as before 88746e2), bfloat16 with the float32 head
+  (``head_dtype=float32``), float16 with the float32 head, and bfloat16 logits (``head_dtype=model``)
+  on ``--device``;
 - the official ``find_key_token`` in bfloat16 on the same texts;
 
 and compared with the reference: the Jaccard index of key characters, and quantiles of the per-token
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, slug
+from bench.common import ROOT, machine, slug
 from bench.device_peak import run_measured
 from bench.gpu_child import command_line
 
@@ -38,7 +40,14 @@ def stage1_runs(device: str) -> dict[str, list[str]]:
     return {
         f"{device} float32": [f"device={device}", "dtype=float32"],
         f"{device} float32, TF32": [f"device={device}", "dtype=float32", "--tf32"],
+        f"{device} float32, TF32, math attention": [
+            f"device={device}",
+            "dtype=float32",
+            "--tf32",
+            "--sdpa-math",
+        ],
         f"{device} bfloat16, float32 head": [f"device={device}", "dtype=bfloat16", "head_dtype=float32"],
+        f"{device} float16, float32 head": [f"device={device}", "dtype=float16", "head_dtype=float32"],
         f"{device} bfloat16 logits": [f"device={device}", "dtype=bfloat16", "head_dtype=model"],
     }
 
@@ -171,8 +180,6 @@ def measure(args: argparse.Namespace) -> dict:
         scores = [score("cpu float32", ["device=cpu", "dtype=float32"], reference, work)]
     with ThreadPoolExecutor(4) as pool:
         scores += list(pool.map(lambda item: score(*item, reference, work), stage2_runs(args.device).items()))
-    from bench.gpu_paper import machine
-
     return {
         "bench": "gpu_numerics",
         "machine": machine(),
@@ -188,7 +195,7 @@ def jaccard(a: set, b: set) -> float:
 
 
 def section(result: dict) -> list[str]:
-    """The report's section (``bench.gpu_paper report``)."""
+    """The report's section (``bench.gpu_report``)."""
     m = result["machine"]
     lines = [
         "## Key tokens and scores on the GPU against the CPU (real weights)",
@@ -239,13 +246,11 @@ def main() -> None:
     parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for every stage-1 run")
     args = parser.parse_args()
     result = measure(args)
-    from bench import gpu_paper
-
-    path = args.json or gpu_paper.WORK / "numerics.json"
+    path = args.json or WORK / "numerics.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print("\n".join(section(result)))
-    print(f"written: {path}; report: {gpu_paper.write_report(gpu_paper.WORK, path)}")
+    print(f"written: {path}; render docs/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`")
 
 
 if __name__ == "__main__":

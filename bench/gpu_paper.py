@@ -15,31 +15,27 @@ format whose texts exceed ``--tokens`` reference tokens (the shipped sample's re
 Per contender: the first text's time, the steady time per text (the median after the first), the
 fixed start-up (the process's wall time less the texts at the steady rate: one text's run minus a
 steady text), where the time before the first text went, and the device's peak memory by NVML
-(``bench.device_peak``). ``report`` writes ``docs/benchmarks-gpu.md`` from the measurements' JSON files
-(``bench.gpu_numerics`` adds its own).
+(``bench.device_peak``). ``bench.gpu_report`` renders ``docs/benchmarks-gpu.md`` from the measurements'
+JSON files (and those of ``bench.gpu_numerics`` and ``bench.gpu_levers``).
 
     python -m bench.gpu_paper build --texts 3 --tokens 32767
     python -m bench.gpu_paper measure --texts 3 --tokens 32767 --float32 --json gpu-32k.json
-    python -m bench.gpu_paper report gpu-32k.json gpu-128k.json numerics.json
+    python -m bench.gpu_report gpu-32k.json gpu-128k.json numerics.json levers.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
-from bench.common import ROOT, slug
+from bench.common import ROOT, machine, slug
 from bench.device_peak import nvml_reader, run_measured
 from bench.gpu_child import command_line
 
 WORK = Path("/tmp/longppl-bench-gpu")
-REPORT = ROOT / "docs/benchmarks-gpu.md"
 LLAMA31_8B = {  # meta-llama/Llama-3.1-8B's config.json
     "vocab_size": 128256,
     "hidden_size": 4096,
@@ -132,12 +128,17 @@ def contenders(
         },
         {"name": "plain forward + float32 CE", "against": "stage 2 (ours)", "child": ["plain", *plain]},
     ]  # fmt: skip
-    if float32:
-        for tf32 in (False, True):
-            label = f"stage 1 float32, TF32 {'on' if tf32 else 'off'}, 1 text"
-            tag = f"paper{tokens}x1-float32{'-tf32' if tf32 else ''}"
+    if float32:  # TF32 off and on; on, with attention on the math backend in query blocks (before 88746e2)
+        for label, flags in (
+            ("TF32 off", []),
+            ("TF32 on", ["--tf32"]),
+            ("TF32 on, math attention", ["--tf32", "--sdpa-math"]),
+        ):
+            tag = f"paper{tokens}x1-float32-{slug(label)}"
             child = ["stage1", *stage1, "dtype=float32", "corpus.limit=1", f"name={tag}"]
-            runs.append({"name": label, "child": [*child, *(["--tf32"] if tf32 else [])]})
+            runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags]})
+        child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name=paper{tokens}x1-float16"]
+        runs.append({"name": "stage 1 float16, float32 head, 1 text", "child": child})
     return runs
 
 
@@ -214,50 +215,6 @@ def startup(run: dict) -> float | None:
     return run["wall_s"] - len(run["text_s"]) * steady
 
 
-def machine() -> dict:
-    import torch
-    import transformers
-
-    record = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "cpus": os.cpu_count(),
-        "commit": os.environ.get("BENCH_COMMIT") or _git_head(),
-        "date": time.strftime("%Y-%m-%d"),
-    }
-    if torch.cuda.is_available():
-        record["gpu"] = torch.cuda.get_device_name(0)
-        record["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
-        record["cuda"] = torch.version.cuda
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            record["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:
-            pass
-    try:
-        from importlib.metadata import version
-
-        record["longppl"] = version("longppl")
-    except Exception:
-        record["longppl"] = None
-    return record
-
-
-def _git_head() -> str | None:
-    try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-            ).stdout.strip()
-            or None
-        )
-    except OSError:
-        return None
-
-
 def fmt(value, digits: int = 2) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -307,54 +264,6 @@ def versus(run: dict, other: dict | None) -> str:
     return f"{time_ratio:.2f}x the time, {run['peak_gib'] / other['peak_gib']:.2f}x the memory of {other['name']}"
 
 
-def report(files: list[Path], out: Path) -> str:
-    """``docs/benchmarks-gpu.md`` from the JSON files of ``measure`` and ``bench.gpu_numerics``."""
-    from bench import gpu_numerics
-
-    results = [json.loads(f.read_text()) for f in files]
-    lines = [
-        "# Benchmarks on a GPU",
-        "",
-        "What this page is for: the measured time and memory of both stages at the paper's shapes on one",
-        "GPU, against the official code in the same run, and how far GPU key tokens are from the CPU's.",
-        "Written by `make bench-gpu` and `make bench-numerics` (docs/gpu.md says how to run them on a",
-        "machine without network).",
-        "",
-        "```sh",
-        'make bench-gpu ARGS="--texts 3"               # 32767 tokens per text',
-        'make bench-gpu ARGS="--texts 1 --tokens 131071"',
-        "make bench-numerics",
-        "```",
-        "",
-        "Timed per contender, each alone in its own process: the first text, the steady time per text (median",
-        "after the first), the fixed start-up (the whole process less its texts at the steady rate: one text's",
-        "run minus a steady text) and the device's peak memory by NVML (every process's memory on the GPU,",
-        "the CUDA context included), sampled every 0.1 s. The evaluator is Llama-3.1-8B's exact shape with",
-        "random bfloat16 weights (time and memory do not depend on trained weights); its tokenizer is the",
-        "embedded SmolLM2's, which is also the reference tokenizer of the texts.",
-        "",
-    ]
-    for result in sorted(results, key=lambda r: (r["bench"], r.get("tokens", 0))):
-        lines += paper_section(result) if result["bench"] == "gpu_paper" else gpu_numerics.section(result)
-    if not any(r["bench"] == "gpu_numerics" and not r.get("partial") for r in results):
-        lines += [
-            "## Key tokens on the GPU against the CPU",
-            "",
-            "No `make bench-numerics` result in this report.",
-            "",
-        ]
-    text = "\n".join(lines)
-    out.write_text(text)
-    return text
-
-
-def write_report(work: Path, *more: Path) -> Path:
-    """docs/benchmarks-gpu.md from every measurement in ``work`` (and ``more``)."""
-    files = {*work.glob("gpu-*.json"), *work.glob("numerics.json"), *more}
-    report(sorted(files), REPORT)
-    return REPORT
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
@@ -377,13 +286,7 @@ def main() -> None:
             "--only", nargs="*", help="contenders by name: 'stage 1' 'find_key_token' 'stage 2' ..."
         )
         s.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
-    r = sub.add_parser("report")
-    r.add_argument("files", type=Path, nargs="+")
-    r.add_argument("--out", type=Path, default=REPORT)
     args = parser.parse_args()
-    if args.step == "report":
-        print(report(args.files, args.out))
-        return
     if args.step in ("build", "all"):
         print(
             json.dumps(build(args.work, args.texts, args.tokens, args.shape, args.device, args.tokenizer)),
@@ -394,7 +297,7 @@ def main() -> None:
         path = args.json or args.work / f"gpu-{args.tokens}.json"
         path.write_text(json.dumps(result, indent=1))
         print("\n".join(paper_section(result)))
-        print(f"written: {path}; report: {write_report(args.work, path)}")
+        print(f"written: {path}; render docs/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,14 @@ phase records and their summary, the comparisons of artifacts and the report."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from argparse import Namespace
 
 import pyarrow.parquet as pq
 import pytest
 
-from bench import device_peak, gpu_child, gpu_numerics, gpu_paper
+from bench import device_peak, gpu_child, gpu_levers, gpu_numerics, gpu_paper, gpu_report
 from bench.common import ROOT
 from bench.rehearse_paper import trained_tokenizer
 from tests.conftest import compose_keytokens, keytokens_overrides, run_keytokens
@@ -84,8 +85,15 @@ def test_contenders_run_the_paper_preset_on_the_same_texts(tmp_path):
     artifact = str(tmp_path / "keytokens" / "paper131071x3")
     assert f"name={'paper131071x3'}" in stage1 and official[official.index("--artifact") + 1] == artifact
     assert f"artifact={artifact}" in runs[2]["child"] and "add_bos=false" in runs[2]["child"]
-    float32 = [r for r in runs if "float32," in r["name"]]
-    assert [("--tf32" in r["child"]) for r in float32] == [False, True]
+    float32 = [r for r in runs if "stage 1 float32," in r["name"]]
+    assert (
+        "dtype=float16" in runs[-1]["child"] and runs[-1]["name"] == "stage 1 float16, float32 head, 1 text"
+    )
+    assert [("--tf32" in r["child"], "--sdpa-math" in r["child"]) for r in float32] == [
+        (False, False),
+        (True, False),
+        (True, True),  # attention on the math backend in query blocks, as before 88746e2
+    ]
     assert all("dtype=float32" in r["child"] and "corpus.limit=1" in r["child"] for r in float32)
 
 
@@ -178,7 +186,7 @@ def test_report_has_every_contender_and_the_ratios(measured, tiny_artifact, tmp_
     paper, numerics = tmp_path / "paper.json", tmp_path / "numerics.json"
     paper.write_text(json.dumps(result))
     numerics.write_text(json.dumps(numerics_result(tiny_artifact)))
-    text = gpu_paper.report([paper, numerics], tmp_path / "report.md")
+    text = gpu_report.report([paper, numerics], tmp_path / "report.md")
     assert text.startswith("# Benchmarks on a GPU\n\nWhat this page is for")
     assert "## 600 tokens per text, 2 texts" in text
     ours = {line.split(" |")[0]: line for line in text.splitlines() if "(ours) |" in line}
@@ -188,7 +196,7 @@ def test_report_has_every_contender_and_the_ratios(measured, tiny_artifact, tmp_
     )
     assert "of plain forward + float32 CE |" in ours["| stage 2 (ours)"]
     assert "No `make bench-numerics` result" not in text
-    assert "No `make bench-numerics` result" in gpu_paper.report([paper], tmp_path / "alone.md")
+    assert "No `make bench-numerics` result" in gpu_report.report([paper], tmp_path / "alone.md")
     assert "| cpu float32 again |" in text and "| cuda float32 | 12.0000 (+0.0e+00)" in text
 
 
@@ -213,3 +221,21 @@ def test_the_machine_script_names_what_the_benches_read():
     for option in ("--tokenizer", "--texts", "--tokens", "--float32", "--budget", "--json", "--only"):
         assert option in script
     assert "--reference-scores" in script and "bench.gpu_numerics" in script
+
+
+def test_levers_time_stage_1_and_keep_its_numbers(measured, tmp_path):
+    """bench.gpu_levers on the bench's own model and first text: every lever measured, the window
+    batches and sdpa's flash kernel give the default run's numbers, the report renders it."""
+    _, _, work = measured
+    out = tmp_path / "levers.json"
+    cmd = [sys.executable, "-m", "bench.gpu_levers", "--work", str(work), "--tokens", "600", "--texts", "2"]
+    subprocess.run(
+        [*cmd, "--device", "cpu", "--K", "128", "--d", "64", "--json", str(out)], cwd=ROOT, check=True
+    )
+    result = json.loads(out.read_text())
+    rows = {r["lever"]: r for r in result["levers"]}
+    assert {"long pass: body", "short windows: head", "short windows: body less its last layer"} <= set(rows)
+    for name in ("window_batch_tokens=5120", "window_batch_tokens=65536", "sdpa kernel flash_attention"):
+        assert rows[name]["max_abs_diff"] == 0.0 and rows[name]["seconds"] >= 0
+    assert "failed: RuntimeError" in "\n".join(gpu_levers.section(result))  # cuDNN: no such kernel on the CPU
+    assert result["load_direct_s"] >= 0 and result["load_ours_s"] > 0 and result["text_tokens"] == 600
