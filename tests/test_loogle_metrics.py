@@ -117,3 +117,31 @@ def test_wordnet_lexnames_from_the_manual_page():
     text = lexnames()
     assert text.splitlines()[0] == "00\tadj.all\t3" and text.splitlines()[-1] == "44\tadj.ppl\t3"
     assert "18\tnoun.person\t1" in text.splitlines()
+
+
+def test_bertscore_equals_bert_scores_own_call_with_the_same_model(tmp_path, monkeypatch):
+    """LooGLE's call, ``score([reference], [hypothesis], ...)[1]``, and this project's scorer loaded once
+    give the same numbers (here with a tiny random RoBERTa in place of roberta-large, which needs the Hub)."""
+    import bert_score
+    import torch
+    from transformers import RobertaConfig, RobertaModel
+
+    from pipeline.loogle import scoring
+    from tests.conftest import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    tokenizer.model_max_length, tokenizer.pad_token = 128, tokenizer.eos_token
+    shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=130, pad_token_id=1, **shape)
+    torch.manual_seed(0)
+    RobertaModel(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    pairs = [Scored("Paris is the capital", "The capital of France is Paris."), Scored("", "No.")]
+    model = {"model_type": str(tmp_path), "num_layers": 2}
+    expected = [float(bert_score.score([p.answer], [p.prediction or "None"], **model)[1]) for p in pairs]
+    scorer = bert_score.BERTScorer(**model)
+    assert metrics.bertscores([p.answer for p in pairs], [p.prediction for p in pairs], scorer) == expected
+    monkeypatch.setattr(scoring, "bert_scorer", lambda mode: (scorer, None))
+    result = score_task("shortdep_qa", pairs)
+    assert result["metrics"]["bertscore"] == pytest.approx(sum(expected) / 2, abs=1e-12)
+    assert "bertscore" not in result["unavailable"]
