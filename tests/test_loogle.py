@@ -13,10 +13,11 @@ from pipeline.errors import PipelineError
 from pipeline.loogle import generation, run
 from pipeline.loogle.data import SAMPLE_DIR, jsonl_rows, questions_from_rows
 from pipeline.loogle.sources import DataSource, fingerprint, load_questions
-from pipeline.reporting import loogle_board
+from pipeline.reporting import leaderboard, loogle_board
 from pipeline.results import loogle as loogle_results
 from tests.conftest import compose_config
 from tests.test_cli_errors import cli, error_lines
+from tests.test_leaderboard import base_rows, write_lines
 
 PICARDO = "José Luis Picardo"
 
@@ -105,6 +106,11 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
     assert (line["task"], line["n_questions"], line["settings"]["limit"]) == ("shortdep_qa", 3, 3)
     assert line["metrics"] == result["shortdep_qa"]["metrics"] and line["model"]["weights_sha256"]
     board = loogle_board.files(tmp_path / "results" / "loogle.jsonl")["loogle.md"].decode()
+    # make leaderboard: the LooGLE table beside LongPPL's, from loogle.jsonl beside the scores file
+    scores = write_lines(tmp_path / "results" / "scores.jsonl", base_rows())
+    out = tmp_path / "board"
+    paths = leaderboard.run(compose_config("leaderboard", [f"results={scores}", f"out_dir={out}"]))
+    assert paths["loogle.md"].read_text() == board and (out / "leaderboard.md").is_file()
     assert re.search(rf"\| {tiny_model_dir.name} \| shortdep_qa \| sample \| 3 \| 509 \|", board), board
     rows = jsonl_rows(path)
     assert [r["qid"] for r in rows] == [f"{PICARDO}#{i}" for i in range(3)]
