@@ -267,7 +267,9 @@ def test_corpus_files_that_are_no_corpus(tmp_path):
     from pipeline.text.corpus import CorpusSpec, decoded_rows, load_corpus
 
     (tmp_path / "fake.parquet").write_text("id,text\n1,not parquet\n")
-    with pytest.raises(PipelineError, match=r"^corpus file .*fake\.parquet does not read as Parquet \("):
+    with pytest.raises(
+        PipelineError, match=r"^corpus file .*fake\.parquet is not a readable Parquet file \("
+    ):
         load_corpus(CorpusSpec(name="c", path=str(tmp_path / "fake.parquet")))
     said = corpus_error([{"id": None, "text": "a"}], tmp_path)
     assert said.endswith(

@@ -201,7 +201,7 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     except (pa.ArrowException, OSError) as exc:
         detail = " ".join(str(exc).split())[:200]
         raise PipelineError(
-            f"corpus file {path} does not read as Parquet ({detail}): pass a Parquet or JSONL file"
+            f"corpus file {path} is not a readable Parquet file ({detail}): pass a Parquet or JSONL file"
         ) from None
 
 
