@@ -27,6 +27,55 @@ FILES = (
 )
 CATEGORY = {"noun": 1, "verb": 2, "adj": 3, "adv": 4}  # lexnames(5WN): the syntactic category codes
 ENTRY = re.compile(r"^(\d\d)\t((noun|verb|adj|adv)\.\w+)\s*\t")
+# WordNet 3.0's 45 lexicographer files in number order, as lexnames(5WN) lists them: used where the
+# manual page is not installed (images that leave out /usr/share/man); a test keeps the two equal.
+LEXICOGRAPHER_FILES = [
+    "adj.all",
+    "adj.pert",
+    "adv.all",
+    "noun.Tops",
+    "noun.act",
+    "noun.animal",
+    "noun.artifact",
+    "noun.attribute",
+    "noun.body",
+    "noun.cognition",
+    "noun.communication",
+    "noun.event",
+    "noun.feeling",
+    "noun.food",
+    "noun.group",
+    "noun.location",
+    "noun.motive",
+    "noun.object",
+    "noun.person",
+    "noun.phenomenon",
+    "noun.plant",
+    "noun.possession",
+    "noun.process",
+    "noun.quantity",
+    "noun.relation",
+    "noun.shape",
+    "noun.state",
+    "noun.substance",
+    "noun.time",
+    "verb.body",
+    "verb.change",
+    "verb.cognition",
+    "verb.communication",
+    "verb.competition",
+    "verb.consumption",
+    "verb.contact",
+    "verb.creation",
+    "verb.emotion",
+    "verb.motion",
+    "verb.perception",
+    "verb.possession",
+    "verb.social",
+    "verb.stative",
+    "verb.weather",
+    "adj.ppl",
+]
 
 
 def nltk_wordnet_dir() -> Path:
@@ -34,17 +83,21 @@ def nltk_wordnet_dir() -> Path:
     return Path(sys.prefix) / "share" / "nltk_data" / "corpora" / "wordnet"
 
 
-def lexnames(page: Path = LEXNAMES_PAGE) -> str:
-    """The ``lexnames`` file (number, name, category; tab separated) from the manual page's table."""
+def page_names(page: Path = LEXNAMES_PAGE) -> list[str] | None:
+    """The lexicographer files that the manual page's table lists, in number order; None without it."""
     if not page.is_file():
-        raise PipelineError(
-            f"{page} is missing: install Debian's wordnet-base (apt-get install wordnet-base)"
-        )
+        return None
     rows = [ENTRY.match(line) for line in gzip.decompress(page.read_bytes()).decode().splitlines()]
-    entries = [f"{m[1]}\t{m[2]}\t{CATEGORY[m[3]]}\n" for m in rows if m]
-    if len(entries) != 45:
-        raise PipelineError(f"{page}: expected WordNet 3.0's 45 lexicographer files, found {len(entries)}")
-    return "".join(entries)
+    return [m[2] for m in rows if m]
+
+
+def lexnames(page: Path = LEXNAMES_PAGE) -> str:
+    """The ``lexnames`` file (number, name, category; tab separated): the manual page's table, or the
+    same list kept here where the page is not installed."""
+    names = page_names(page) or LEXICOGRAPHER_FILES
+    if len(names) != 45:
+        raise PipelineError(f"{page}: expected WordNet 3.0's 45 lexicographer files, found {len(names)}")
+    return "".join(f"{n:02d}\t{name}\t{CATEGORY[name.partition('.')[0]]}\n" for n, name in enumerate(names))
 
 
 def install(target: Path, source: Path = DEBIAN_DICT, page: Path = LEXNAMES_PAGE) -> Path:
