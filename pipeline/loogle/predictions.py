@@ -94,8 +94,9 @@ def check_official_task(task: str, pairs: Any, answers: list[Any], here: str) ->
         raise PipelineError(f"{here}: has questions, so it is not of task longdep_summarization")
     if task != "longdep_summarization" and (not isinstance(pairs, list) or len(pairs) != len(answers)):
         raise PipelineError(f"{here}: no question per answer, so it is not of task {task}")
-    if (task == "shortdep_cloze") != all(isinstance(a, dict) for a in answers):
-        kind = "a mapping of masks" if task == "shortdep_cloze" else "text"
+    mappings = all(isinstance(a, dict) and all(isinstance(v, str) for v in a.values()) for a in answers)
+    if (task == "shortdep_cloze") != mappings:
+        kind = "mappings of masks to entities" if task == "shortdep_cloze" else "text"
         raise PipelineError(f"{here}: its answers are not {kind}, so it is not of task {task}")
 
 
