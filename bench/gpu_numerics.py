@@ -68,8 +68,10 @@ def run_stage1(name: str, args: list[str], work: Path, extra: list[str]) -> dict
     out = [f"output_dir={work / 'keytokens'}", f"name={slug(name)}"]
     cmd, log = child("stage1", name, [*EVALUATOR, *out, *extra, *args], work)
     record = run_measured(cmd, log, cwd=ROOT)
-    if record["returncode"]:
-        raise SystemExit(f"{name} failed:\n{log.read_text()[-2000:]}")
+    if record["returncode"]:  # a failed run is a result (float16 may overflow): the others go on
+        print(f"{name} failed:\n{log.read_text()[-2000:]}", flush=True)
+        lines = [line for line in log.read_text().splitlines() if line.strip()]
+        return {"error": (lines or ["no output"])[-1][:300], "wall_s": record["wall_s"]}
     return {"artifact": str(work / "keytokens" / slug(name)), "wall_s": record["wall_s"]}
 
 
@@ -159,6 +161,9 @@ def measure(args: argparse.Namespace) -> dict:
         done |= {name: future.result() for name, future in later.items()}
     for name, _ in runs:
         run = done[name]
+        if "error" in run:
+            rows.append({"name": name, **run})
+            continue
         keys, spans, tokens = artifact_keys(Path(run["artifact"]))
         rows.append({
             "name": name, "key_tokens": tokens, "spans": spans, "key_chars": len(keys),
@@ -208,6 +213,9 @@ def section(result: dict) -> list[str]:
         "|---|---:|---:|---:|---:|---|---|",
     ]
     for r in result["stage1"]:
+        if "error" in r:
+            lines.append(f"| {r['name']} | | | | failed: {r['error'][:160]} | | |")
+            continue
         diff = r.get("abs_diff", {})
         cells = [" / ".join(f"{v:.2g}" for v in diff[k]) if k in diff else "" for k in ("lsd", "lcl")]
         lines.append(

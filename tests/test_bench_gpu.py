@@ -159,7 +159,15 @@ def numerics_result(artifact) -> dict:
     return {
         "bench": "gpu_numerics",
         "machine": machine,
-        "stage1": [{**row, "jaccard": 1.0}, {**other, "jaccard": 1.0}],
+        "stage1": [
+            {**row, "jaccard": 1.0},
+            {**other, "jaccard": 1.0},
+            {
+                "name": "cuda float16, float32 head",
+                "error": "error: ... overflow in a 16-bit dtype?",
+                "wall_s": 9,
+            },
+        ],
         "stage2": scores,
     }
 
@@ -198,6 +206,7 @@ def test_report_has_every_contender_and_the_ratios(measured, tiny_artifact, tmp_
     assert "No `make bench-numerics` result" not in text
     assert "No `make bench-numerics` result" in gpu_report.report([paper], tmp_path / "alone.md")
     assert "| cpu float32 again |" in text and "| cuda float32 | 12.0000 (+0.0e+00)" in text
+    assert "| cuda float16, float32 head | | | | failed: error: ... overflow in a 16-bit dtype? |" in text
 
 
 def test_the_child_times_a_function_as_a_phase(tmp_path):

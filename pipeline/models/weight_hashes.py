@@ -18,18 +18,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline.files import write_json_atomic
-from pipeline.models.gguf import default_cache_dir
+from pipeline.models.gguf import default_cache_dir, file_version
 from pipeline.models.sources import WEIGHT_SUFFIXES, ModelSource
 from pipeline.provenance import file_sha256
 
 RECORD = "weight-hashes.json"
 MAX_THREADS = 8
-
-
-def stat_key(path: Path) -> str:
-    """What identifies one version of a file without reading it: device, inode, size, mtime, ctime."""
-    s = path.stat()
-    return f"{s.st_dev}:{s.st_ino}:{s.st_size}:{s.st_mtime_ns}:{s.st_ctime_ns}"
 
 
 def weight_files(directory: Path) -> list[Path]:
@@ -78,7 +72,7 @@ class WeightHashing:
         self.record = WeightHashes(cache_dir)
         known = self.record.read()
         self.files = {p.name: p.resolve() for p in weight_files(directory)}
-        self.keys = {name: stat_key(p) for name, p in self.files.items()}
+        self.keys = {name: file_version(p) for name, p in self.files.items()}
         self.done: dict[str, str] = {}
         todo = []
         for name, path in self.files.items():
@@ -94,7 +88,7 @@ class WeightHashing:
         new = {name: future.result() for name, future in self.pending.items()}
         self.pool.shutdown()
         # A file changed while it was read is hashed again rather than recorded under a stale key.
-        changed = [n for n in new if stat_key(self.files[n]) != self.keys[n]]
+        changed = [n for n in new if file_version(self.files[n]) != self.keys[n]]
         for name in changed:
             new[name] = file_sha256(self.files[name])
         stable = {n: h for n, h in new.items() if n not in changed}
