@@ -61,7 +61,9 @@ def question_of(doc: dict[str, Any]) -> Question:
 
 
 class LooGLETask(ConfigurableTask):
-    """One LooGLE task (``metadata.loogle_task``, ``metadata.loogle_data``: sample, hub or a folder)."""
+    """One LooGLE task (``metadata.loogle_task``; ``loogle_data``: sample, hub or a folder;
+    ``loogle_max_length``: the prompt's token budget, `make loogle`'s ``max_length``; lm-eval's
+    ``--metadata`` sets them)."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         cfg = copy.deepcopy(config or {})
@@ -79,6 +81,7 @@ class LooGLETask(ConfigurableTask):
                 "until": [],
                 "max_gen_toks": max_new_tokens()[self.task],
                 "do_sample": False,
+                "loogle_max_length": meta.get("loogle_max_length"),  # null: the context less the new tokens
             },
             "metric_list": [
                 {"metric": n, "aggregation": RATIO if n in MATCH else MEAN, "higher_is_better": True}

@@ -100,7 +100,8 @@ def hub_error(task: str, source: DataSource, exc: Exception | None) -> PipelineE
     return PipelineError(
         f"could not load LooGLE's Hub dataset {source.dataset} ({task}, revision {source.revision}): "
         f"{detail}; offline, run `hf download {source.dataset} --repo-type dataset --revision "
-        f"{source.revision} --local-dir DIR` on a connected machine and pass data=DIR"
+        f"{source.revision} --local-dir DIR` on a connected machine and pass data=DIR (lm-eval: --metadata "
+        """'{"loogle_data": "DIR"}')"""
     )
 
 
