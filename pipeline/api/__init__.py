@@ -156,7 +156,7 @@ def find_key_tokens(
 def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
     """Write an artifact held in memory (``find_key_tokens``) as an artifact directory that `make score`
     reads; returns the directory."""
-    root = as_path(directory, "directory")
+    root = Path(as_path(directory, "directory"))
     if (root / MANIFEST).exists():
         raise PipelineError(f"{root} already holds an artifact: choose another directory")
     write_artifact(root, artifact)
