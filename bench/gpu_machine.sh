@@ -66,8 +66,8 @@ if [ "$phase" = 1 ]; then
   ($PY -m pytest -q -m cuda -rs -p no:cacheprovider tests/test_gpu.py >"$OUT/test-gpu.log" 2>&1
    echo "exit status $?" >>"$OUT/test-gpu.log") &
   tests=$!
-  step importtime $PY -X importtime -c "import bench.gpu_child, pipeline.keytokens.__main__, pipeline.keytokens.run" \
-    2>"$OUT/importtime.txt"
+  echo "== importtime -> importtime.txt" >>"$log"  # not a step: a step sends stderr to the log
+  $PY -X importtime -c "import bench.gpu_child, pipeline.keytokens.__main__, pipeline.keytokens.run" 2>"$OUT/importtime.txt"
   step build $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
   step build-long $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
   wait $tests
