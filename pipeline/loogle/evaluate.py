@@ -19,18 +19,7 @@ from pipeline.loogle.predictions import Scored, check_ours, is_ours, official_pa
 from pipeline.loogle.reorder import reorder_scores
 from pipeline.loogle.scoring import bertscore_mode, score_task
 from pipeline.loogle.sources import DataSource, fingerprint, load_questions
-
-LABELS = {
-    "bleu1": "BLEU-1",
-    "bleu4": "BLEU-4",
-    "rouge1": "ROUGE-1",
-    "rouge2": "ROUGE-2",
-    "rougeL": "ROUGE-L",
-    "meteor": "METEOR",
-    "bertscore": "BERTScore",
-    "exact_match": "exact match",
-    "partial_match": "partial match",
-}
+from pipeline.results.loogle import METRIC_LABELS as LABELS
 
 
 def source_of(plain: dict[str, Any]) -> DataSource:

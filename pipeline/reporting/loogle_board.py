@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.reporting.common import csv_text, fmt, md_table, md_text
-from pipeline.results.loogle import newest_rows
+from pipeline.results.loogle import METRIC_LABELS, newest_rows
 
 # CSV name -> Markdown header.
 COLUMNS = {
@@ -17,13 +17,7 @@ COLUMNS = {
     "data": "data",
     "n_questions": "questions",
     "max_length": "max_length",
-    "bleu1": "BLEU-1",
-    "bleu4": "BLEU-4",
-    "rouge1": "ROUGE-1",
-    "rouge2": "ROUGE-2",
-    "rougeL": "ROUGE-L",
-    "meteor": "METEOR",
-    "bertscore": "BERTScore",
+    **METRIC_LABELS,
     "exact_match": "exact",
     "partial_match": "partial",
     "reorder_location_mean": "reorder LMD",

@@ -27,6 +27,18 @@ SCHEMA = "loogle/1"
 RUN_HINT = "run `make loogle MODEL=...` first"
 TASK = Literal["shortdep_qa", "longdep_qa", "shortdep_cloze", "longdep_summarization"]
 
+METRIC_LABELS = {  # LooGLE's metrics by the name results lines use, as people read them
+    "bleu1": "BLEU-1",
+    "bleu4": "BLEU-4",
+    "rouge1": "ROUGE-1",
+    "rouge2": "ROUGE-2",
+    "rougeL": "ROUGE-L",
+    "meteor": "METEOR",
+    "bertscore": "BERTScore",
+    "exact_match": "exact match",
+    "partial_match": "partial match",
+}
+
 
 class LooGLELine(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
