@@ -187,7 +187,7 @@ def test_newest_row_wins(tmp_path):
     rows = [
         *base_rows(),
         # re-scored later (the same numbers within the refreshes' tolerance; beyond it they are a
-        # conflict, test_trust_round4_values): the newer date wins even though an older-dated line
+        # conflict, test_values_and_readers): the newer date wins even though an older-dated line
         # comes after it
         result("qwen2.5-0.5b", (14.5, 6.2500002, 9.375), "2026-11-23T00:00:00+00:00"),
         result("qwen2.5-0.5b", (14.5, 6.2499998, 9.375), "2026-11-20T00:00:00+00:00"),

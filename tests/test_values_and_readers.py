@@ -1,4 +1,4 @@
-"""Trust, fourth round: "the same artifact" judged on every value where both artifacts are at hand, a
+""" "The same artifact" judged on every value where both artifacts are at hand, a
 refresh that compares every number a result records, conflicting results shown as a conflict, a
 publish that never writes into a folder it did not make, and readers that refuse what writers refuse
 (each refusal one line naming the file, the line and the field)."""

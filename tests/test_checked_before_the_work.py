@@ -1,4 +1,5 @@
-"""The fourth red team's "checked too late" cases (issue 43, points 2, 3, 6, 8): each is refused in
+"""What used to be checked too late, or not at all (a model's identity, cached conversions, settings,
+corpora, API inputs, lm-eval task names): each is refused in
 one line before any slow work (one ``error:`` line and exit status 2 on the command line, one
 PipelineError in the API), or recorded where it changes a number."""
 
