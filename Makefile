@@ -28,7 +28,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -50,6 +50,7 @@ help:
 	@echo "  lm-eval                LongPPL as lm-evaluation-harness tasks (lm-eval's own flags in ARGS)"
 	@echo "  loogle                 the LooGLE benchmark with its protocol: MODEL= (ARGS=\"task=...\"), docs/loogle.md"
 	@echo "  loogle-metrics         LooGLE's metrics of a predictions file (ARGS=\"predictions=<file> task=<task>\")"
+	@echo "  loogle-evidence        LooGLE's evidence located in its documents, per task and rule (ARGS=\"data=<dir> task=...\")"
 	@echo "Studies"
 	@echo "  validate               do the paper's claims hold with the embedded models? -> docs/validation.md"
 	@echo "  forgetting-curve       the forgetting curve of MODEL=: fine and coarse memory lengths"
@@ -130,6 +131,9 @@ loogle: $(LOOGLE_STAMP)
 
 loogle-metrics: $(LOOGLE_STAMP)
 	$(BIN)/python -m pipeline.loogle.evaluate $(ARGS)
+
+loogle-evidence: $(STAMP)
+	$(BIN)/python -m pipeline.loogle.evidence_report $(ARGS)
 
 # NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs).
 keytokens: $(STAMP)

@@ -35,6 +35,7 @@ def test_the_question_layout_gives_the_same_questions():
     documents = load_questions("longdep_qa", DataSource())
     rows = [
         {"title": q.doc_id, "context": q.context, "question": q.question, "answer": q.answer}
+        | {"evidence": list(q.evidence)}
         for q in documents
     ]
     assert questions_from_rows("longdep_qa", rows, "rows") == documents

@@ -10,8 +10,9 @@
 - ``metrics``, ``scoring``, ``reorder``: its automatic metrics as its evaluation code computes them, and
   the timeline-reorder metrics;
 - ``wordnet``: WordNet for nltk's METEOR from Debian's packages, offline;
-- the commands: ``python -m pipeline.loogle`` (`make loogle`) and ``python -m pipeline.loogle.evaluate``
-  (`make loogle-metrics`).
+- ``evidence``: each question's evidence strings located in its document as character spans;
+- the commands: ``python -m pipeline.loogle`` (`make loogle`), ``python -m pipeline.loogle.evaluate``
+  (`make loogle-metrics`) and ``python -m pipeline.loogle.evidence_report`` (`make loogle-evidence`).
 
 Layer: stages. May import: the foundation, settings, inputs and contract layers, and ``pipeline.loogle``.
 """

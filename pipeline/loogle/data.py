@@ -27,8 +27,9 @@ ID_COLUMNS = ("title", "doc_id", "id", "_id")
 
 @dataclass(frozen=True)
 class Question:
-    """One question of a task: its document, its place there, the text, the question and the answer
-    (a string; for cloze a mapping of masks to entities)."""
+    """One question of a task: its document, its place there, the text, the question, the answer
+    (a string; for cloze a mapping of masks to entities) and its evidence (``S``: the strings an
+    annotator copied from the text, or for cloze a summary of the segment; none for summarization)."""
 
     task: str
     doc_id: str
@@ -36,6 +37,7 @@ class Question:
     context: str
     question: str
     answer: str | dict[str, str]
+    evidence: tuple[str, ...] = ()
 
     @property
     def qid(self) -> str:
@@ -83,6 +85,18 @@ def answer_of(task: str, value: Any, where: str) -> str | dict[str, str]:
     return value
 
 
+def evidence_of(value: Any, where: str) -> tuple[str, ...]:
+    """The evidence of a question: absent, one string, or a list of strings (``S`` of ``qa_pairs``,
+    or an ``evidence`` column)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise PipelineError(f"the evidence of {where}: expected a string or a list of strings")
+    return tuple(value)
+
+
 def document_questions(task: str, row: dict[str, Any], where: str) -> list[Question]:
     """The questions of one document row (``input``, ``title``, ``qa_pairs``, ``output``)."""
     doc_id, context = str(row.get("title") or where), row["input"]
@@ -90,7 +104,15 @@ def document_questions(task: str, row: dict[str, Any], where: str) -> list[Quest
         return [Question(task, doc_id, 0, context, "", answer_of(task, row.get("output"), where))]
     pairs = parse_qa_pairs(row["qa_pairs"], f"{where} ({doc_id})")
     return [
-        Question(task, doc_id, i, context, str(p["Q"]), answer_of(task, p["A"], f"{where} item {i}"))
+        Question(
+            task,
+            doc_id,
+            i,
+            context,
+            str(p["Q"]),
+            answer_of(task, p["A"], f"{where} item {i}"),
+            evidence_of(p.get("S"), f"{where} item {i}"),
+        )
         for i, p in enumerate(pairs)
     ]
 
@@ -107,7 +129,8 @@ def question_rows(task: str, rows: Iterable[dict[str, Any]], where: str) -> list
         seen[doc_id] = index + 1
         question = row.get("question") or ""
         answer = answer_of(task, row["answer"], f"{where} row {number}")
-        out.append(Question(task, doc_id, index, row["context"], str(question), answer))
+        evidence = evidence_of(row.get("evidence"), f"{where} row {number}")
+        out.append(Question(task, doc_id, index, row["context"], str(question), answer, evidence))
     return out
 
 
