@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -46,13 +47,19 @@ def _write_holder(fd: int) -> None:
     os.pwrite(fd, data, 0)
 
 
-def describe_holder(path: Path) -> str:
-    """The holder recorded in a lock file, in words (best effort: the file may be mid-write)."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        return f"pid {record['pid']} on {record['host']} since {record['since']} ({record['command']})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another process"
+def describe_holder(path: Path, wait: float = 2.0) -> str:
+    """The holder recorded in a lock file, in words. A holder writes its record just after it takes
+    the lock, so a refused run that reads an empty or half-written record reads again for up to
+    ``wait`` seconds; "another process" if it never becomes whole (a record of an older version)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            return f"pid {record['pid']} on {record['host']} since {record['since']} ({record['command']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() >= deadline:
+                return "another process"
+            time.sleep(0.01)
 
 
 @contextmanager
