@@ -146,7 +146,9 @@ def report(args, lm, seconds, cpu, memory, where) -> None:
     ]
     print("\n" + "\n".join(lines))
     title = "# LongCE against CE: cost of a training step (`make bench-longce`)"
-    command = "python bench/longce_cost.py " + " ".join(sys.argv[1:])
+    command = "python bench/longce_cost.py " + " ".join(sys.argv[1:]).replace(
+        f"{ROOT}/", ""
+    )  # no machine path
     text = "\n".join([title, "", f"`{command.strip()}`", "", *lines, ""])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text, encoding="utf-8")
