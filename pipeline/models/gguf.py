@@ -27,7 +27,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
-from pipeline.files import nearest_existing, umask, write_json_atomic
+from pipeline.files import nearest_existing, umask
+from pipeline.models.weight_hashes import FileHashing
 from pipeline.provenance import file_sha256
 
 MAGIC = b"GGUF"
@@ -36,7 +37,7 @@ VERSIONS = (2, 3)  # what the gguf reader transformers uses reads
 # What reading a damaged or foreign file raises inside transformers' GGUF reader.
 SOURCE_RECORD = "longppl-source.json"  # what a conversion was made from, and the files it wrote
 WEIGHTS = (".safetensors", ".bin")
-VERIFIED = "longppl-verified.json"  # {weight file: its version when its sha256 was last found right}
+VERIFIED = "longppl-verified.json"  # the weights' hashes by their version (``FileHashing``'s record)
 STAGING = ".tmp-"  # a conversion's staging folder in the cache, and its lock file
 OWNER = ".owner"
 UNOWNED_STAGING_S = 3600
@@ -166,36 +167,18 @@ def check_conversion(target: Path, weights: bool = True) -> None:
         check_weights(target, {name: sha for name, _, sha in entries if Path(name).suffix in WEIGHTS})
 
 
-def file_version(path: Path) -> str:
-    """One version of a file, told without reading it: device, inode, size, mtime and ctime (ns); the
-    ctime cannot be set from user space, so a rewrite that restores the mtime still changes it."""
-    s = path.stat()
-    return f"{s.st_dev}:{s.st_ino}:{s.st_size}:{s.st_mtime_ns}:{s.st_ctime_ns}"
-
-
 def check_weights(target: Path, recorded: dict[str, str]) -> None:
     """Each weight file's sha256 against ``recorded`` (its sha256 when written), read again unless
-    ``VERIFIED`` holds the version it had when last found whole: a changed bit anywhere is an error.
-    Measured (2 shared cores): SmolLM2-135M's 0.54 GB read in 0.43 to 0.97 s, Gemma 3 270M's 1.07 GB in
-    0.83 s; a stat (0.004 to 0.03 s) otherwise."""
-    try:
-        verified = json.loads((target / VERIFIED).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        verified = {}
-    versions = {}
+    ``VERIFIED`` (a ``FileHashing`` record) holds its hash for the version it has now: a changed bit
+    anywhere is an error. Measured (2 shared cores): SmolLM2-135M's 0.54 GB read in 0.43 to 0.97 s,
+    Gemma 3 270M's 1.07 GB in 0.83 s; a stat (0.004 to 0.03 s) otherwise."""
+    files = {name: target / name for name in recorded}
+    found = FileHashing(files, target / VERIFIED, hash_file=lambda path: file_sha256(path)).result()
     for name, sha in recorded.items():
-        version = file_version(target / name)
-        if not isinstance(verified, dict) or verified.get(name) != version:
-            if file_sha256(target / name) != sha:
-                raise PipelineError(
-                    f"{damaged(target)}: {name} is not the file written when it was made (its sha256 differs)"
-                )
-            if file_version(target / name) != version:
-                continue  # changed while it was read: read again next time
-        versions[name] = version
-    if versions != verified:
-        with contextlib.suppress(OSError):  # a read-only cache: the weights are read on every use
-            write_json_atomic(target / VERIFIED, versions)
+        if found[name] != sha:
+            raise PipelineError(
+                f"{damaged(target)}: {name} is not the file written when it was made (its sha256 differs)"
+            )
 
 
 @contextlib.contextmanager

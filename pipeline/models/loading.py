@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pipeline.errors import PipelineError
 from pipeline.hub import hub_model, hub_model_hint, is_url
 from pipeline.models import attention
-from pipeline.models.gguf import check_header, convert_gguf
+from pipeline.models.gguf import check_header, convert_gguf, default_cache_dir
 from pipeline.models.pairing import check_held, check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement
 from pipeline.models.sources import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
@@ -205,7 +205,7 @@ def load_model(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     kwargs.update(from_pretrained_placement(torch_device, device_map, gpus))
-    hashing = local_weight_hashing(source, cache_dir)
+    hashing = local_weight_hashing(source, Path(cache_dir) if cache_dir else default_cache_dir())
     try:
         tokenizer = _load_tokenizer(source, location, trust_remote_code=trust_remote_code, **hub_options)
         model = _from_pretrained(source, location, kwargs)

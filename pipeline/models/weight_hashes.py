@@ -1,24 +1,27 @@
-"""The sha256 of a local checkpoint's weight files, recorded for provenance, off the load's critical path.
+"""The sha256 of weight files, each read once per version of the file, off the load's critical path.
 
 Hashing 16 GB at about 1.1 GB/s takes 8 to 15 s, as long as loading the weights. Two things take it off
 the start-up without weakening what is recorded (every file's full sha256):
 
-- a record per file in the cache folder (``weight-hashes.json``), keyed by the file's real path and its
-  device, inode, size, mtime and ctime in nanoseconds: a file whose stat is unchanged since it was
-  hashed is not read again. The ctime cannot be set from user space, so rewriting a file and
-  restoring its mtime still changes the key;
-- the files without such a record are hashed in threads while the model loads (``WeightHashing``);
-  hashlib releases the GIL on large blocks, so the threads run beside the load.
+- a record of hashed files (``FileHashing``: a JSON file), keyed by each file's real path and its version
+  (``file_version``: device, inode, size, mtime and ctime in nanoseconds): a file whose version is
+  unchanged since it was hashed is not read again. The ctime cannot be set from user space, so
+  rewriting a file and restoring its mtime still changes the version;
+- the files without such a record are hashed in threads (hashlib releases the GIL on large blocks), so
+  a local checkpoint's weights are hashed while the model loads (``local_weight_hashing``: the record
+  ``weight-hashes.json`` in the cache folder). A cached GGUF conversion's weights are checked against
+  the hashes they were written with through the same record, kept in the conversion's folder
+  (``pipeline.models.gguf.check_weights``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline.files import write_json_atomic
-from pipeline.models.gguf import default_cache_dir, file_version
 from pipeline.models.sources import WEIGHT_SUFFIXES, ModelSource
 from pipeline.provenance import file_sha256
 
@@ -26,15 +29,23 @@ RECORD = "weight-hashes.json"
 MAX_THREADS = 8
 
 
+def file_version(path: Path) -> str:
+    """One version of a file, told without reading it: device, inode, size, mtime and ctime (ns); the
+    ctime cannot be set from user space, so a rewrite that restores the mtime still changes it."""
+    s = path.stat()
+    return f"{s.st_dev}:{s.st_ino}:{s.st_size}:{s.st_mtime_ns}:{s.st_ctime_ns}"
+
+
 def weight_files(directory: Path) -> list[Path]:
     return [p for p in sorted(directory.iterdir()) if p.suffix in WEIGHT_SUFFIXES]
 
 
-class WeightHashes:
-    """The record of hashed files in ``cache_dir`` (None: no record, every file is hashed)."""
+class HashRecord:
+    """A JSON file of hashed files: real path -> {"stat": version, "sha256": hex} (None: no record,
+    every file is hashed)."""
 
-    def __init__(self, cache_dir: Path | None):
-        self.path = None if cache_dir is None else cache_dir / RECORD
+    def __init__(self, path: Path | None):
+        self.path = path
 
     def read(self) -> dict[str, dict[str, str]]:
         """path -> {"stat": key, "sha256": hex}; an unreadable or foreign record is an empty one."""
@@ -64,14 +75,18 @@ class WeightHashes:
             pass
 
 
-class WeightHashing:
-    """The weight files' hashes of ``directory``, computed in threads from construction on;
-    ``result()`` waits for them: {file name: sha256}."""
+class FileHashing:
+    """The sha256 of ``files`` (name -> path), those without a matching entry in ``record`` computed in
+    threads from construction on (by ``hash_file``, default ``file_sha256``); ``result()`` waits for
+    them: {name: sha256}."""
 
-    def __init__(self, directory: Path, cache_dir: Path | None):
-        self.record = WeightHashes(cache_dir)
+    def __init__(
+        self, files: dict[str, Path], record: Path | None, hash_file: Callable[[Path], str] | None = None
+    ):
+        self.record = HashRecord(record)
         known = self.record.read()
-        self.files = {p.name: p.resolve() for p in weight_files(directory)}
+        self.hash_file = hash_file or file_sha256
+        self.files = {name: path.resolve() for name, path in files.items()}
         self.keys = {name: file_version(p) for name, p in self.files.items()}
         self.done: dict[str, str] = {}
         todo = []
@@ -82,7 +97,7 @@ class WeightHashing:
             else:
                 todo.append(name)
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(len(todo), MAX_THREADS)))
-        self.pending: dict[str, Future] = {n: self.pool.submit(file_sha256, self.files[n]) for n in todo}
+        self.pending: dict[str, Future] = {n: self.pool.submit(self.hash_file, self.files[n]) for n in todo}
 
     def result(self) -> dict[str, str]:
         new = {name: future.result() for name, future in self.pending.items()}
@@ -90,7 +105,7 @@ class WeightHashing:
         # A file changed while it was read is hashed again rather than recorded under a stale key.
         changed = [n for n in new if file_version(self.files[n]) != self.keys[n]]
         for name in changed:
-            new[name] = file_sha256(self.files[name])
+            new[name] = self.hash_file(self.files[name])
         stable = {n: h for n, h in new.items() if n not in changed}
         self.record.add({str(self.files[n]): {"stat": self.keys[n], "sha256": h} for n, h in stable.items()})
         return dict(sorted({**self.done, **new}.items()))
@@ -99,9 +114,17 @@ class WeightHashing:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def local_weight_hashing(source: ModelSource, cache_dir: str | Path | None) -> WeightHashing | None:
-    """A local checkpoint's weight files hashed beside its load (None for any other source), in the
-    record of ``cache_dir`` (the GGUF cache folder's default when None)."""
+class WeightHashing(FileHashing):
+    """The weight files of a checkpoint folder, with the record ``weight-hashes.json`` in ``cache_dir``."""
+
+    def __init__(self, directory: Path, cache_dir: Path | None):
+        files = {p.name: p for p in weight_files(directory)}
+        super().__init__(files, None if cache_dir is None else cache_dir / RECORD)
+
+
+def local_weight_hashing(source: ModelSource, cache_dir: Path) -> WeightHashing | None:
+    """A local checkpoint's weight files hashed beside its load (None for any other source), with the
+    record in ``cache_dir``."""
     if source.kind != "local":
         return None
-    return WeightHashing(Path(source.path), Path(cache_dir) if cache_dir else default_cache_dir())
+    return WeightHashing(Path(source.path), cache_dir)
