@@ -26,7 +26,7 @@ def slug(name: str) -> str:
 
 def default_artifact() -> Path:
     """The artifact `make keytokens` writes by default (``default_artifact`` in conf/common.yaml)."""
-    from pipeline.cli import compose
+    from pipeline.commands.shell import compose
 
     return ROOT / str(compose("score").artifact)
 

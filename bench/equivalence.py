@@ -50,7 +50,7 @@ def run_variant(name: str, documents: int, out: Path) -> tuple[Path, float]:
     """Stage 1 on the first ``documents`` documents with the variant's overrides; its artifact and
     the process's CPU seconds."""
     overrides, env = VARIANTS[name]
-    command = [sys.executable, "-m", "pipeline.keytokens", f"num_documents={documents}"]
+    command = [sys.executable, "-m", "pipeline.commands.keytokens", f"num_documents={documents}"]
     command += [f"output_dir={out}", f"name={folder(name)}", "progress=false", *overrides]
     before = os.times()
     subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, **env})

@@ -1,6 +1,6 @@
 """The contenders of `make bench-gpu`, each run in its own process by ``bench.gpu_paper``:
 
-- ``stage1`` / ``stage2``: the project's own commands (``python -m pipeline.keytokens`` /
+- ``stage1`` / ``stage2``: the project's own commands (``python -m pipeline.commands.keytokens`` /
   ``pipeline.score`` with the given overrides), unchanged, with a timer around the functions where
   their time goes: imports, the corpus, the model's load, the selection, the self-check, each text,
   the artifact's finalisation, the summary and pages;
@@ -79,7 +79,7 @@ def load_parts() -> list[tuple]:
 
 def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.artifact.writer import ArtifactWriter
-    from pipeline.keytokens import __main__ as command
+    from pipeline.commands import keytokens as command
     from pipeline.keytokens import run
     from pipeline.models.logprobs import TargetScorer
 
@@ -94,13 +94,13 @@ def stage1(events: Events, overrides: list[str]) -> None:
         (command, "print_summary", "summary"),
         (command, "write_views", "pages"),
     ]
-    run_command(events, command, "pipeline.keytokens", timed, overrides)
+    run_command(events, command, "pipeline.commands.keytokens", timed, overrides)
 
 
 def stage2(events: Events, overrides: list[str]) -> None:
+    from pipeline.commands import score as command
     from pipeline.models.loading import ModelChoice
     from pipeline.models.logprobs import TargetScorer
-    from pipeline.score import __main__ as command
     from pipeline.score import engine
 
     timed = [
@@ -111,7 +111,7 @@ def stage2(events: Events, overrides: list[str]) -> None:
         (engine, "model_logprobs", "text"),
         (command, "score_row", "result"),
     ]
-    run_command(events, command, "pipeline.score", timed, overrides)
+    run_command(events, command, "pipeline.commands.score", timed, overrides)
 
 
 def run_command(events: Events, command, name: str, timed: list[tuple], overrides: list[str]) -> None:

@@ -52,7 +52,7 @@ if [ "$phase" = prepare ]; then
   $V -m bench.gpu_child stage1 --events $REF.events evaluator=smollm2-135m short_window_bos=false progress=false \
     output_dir=$REF name=cpu-float32 device=cpu dtype=float32
   rm -rf .gpu/b/reference && mkdir -p .gpu/b/reference && cp $REF/cpu-float32/*.parquet $REF/cpu-float32/manifest.json .gpu/b/reference/
-  $V -m pipeline.score model=smollm2-135m artifact=.gpu/b/reference results=.gpu/b/reference-scores.jsonl \
+  $V -m pipeline.commands.score model=smollm2-135m artifact=.gpu/b/reference results=.gpu/b/reference-scores.jsonl \
     progress=false device=cpu dtype=float32
   du -sh .whl .gpu/a .gpu/b
   exit 0
@@ -67,7 +67,7 @@ if [ "$phase" = 1 ]; then
    echo "exit status $?" >>"$OUT/test-gpu.log") &
   tests=$!
   echo "== importtime -> importtime.txt" >>"$log"  # not a step: a step sends stderr to the log
-  $PY -X importtime -c "import bench.gpu_child, pipeline.keytokens.__main__, pipeline.keytokens.run" 2>"$OUT/importtime.txt"
+  $PY -X importtime -c "import bench.gpu_child, pipeline.commands.keytokens, pipeline.keytokens.run" 2>"$OUT/importtime.txt"
   step build $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
   step build-long $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
   wait $tests

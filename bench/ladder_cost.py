@@ -143,10 +143,12 @@ def main() -> None:
         return
     before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        score_s, _ = command("pipeline.score", args.model, args.artifact, f"results={tmp}/scores.jsonl")
+        score_s, _ = command(
+            "pipeline.commands.score", args.model, args.artifact, f"results={tmp}/scores.jsonl"
+        )
         scored = json.loads(Path(tmp, "scores.jsonl").read_text().splitlines()[-1])
     results = args.out / "ladder.jsonl"
-    ladder_s, printed = command("pipeline.ladder", args.model, args.artifact, f"results={results}",
+    ladder_s, printed = command("pipeline.commands.ladder", args.model, args.artifact, f"results={results}",
                                 f"plot_dir={args.out}")  # fmt: skip
     print(printed)
     ladder = json.loads(results.read_text().splitlines()[-1])

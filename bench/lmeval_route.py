@@ -55,9 +55,9 @@ def time_part(artifact: Path, repeats: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-lmeval-"))
     score_s, lmeval_s = [], []
     for i in range(repeats):
-        score_s.append(timed([sys.executable, "-m", "pipeline.score", f"artifact={artifact}",
+        score_s.append(timed([sys.executable, "-m", "pipeline.commands.score", f"artifact={artifact}",
                               f"results={work / 'scores.jsonl'}", "progress=false"]))  # fmt: skip
-        lmeval_s.append(timed([sys.executable, "-m", "pipeline.lmeval", "--model_args", f"pretrained={MODEL}",
+        lmeval_s.append(timed([sys.executable, "-m", "pipeline.commands.lm_eval", "--model_args", f"pretrained={MODEL}",
                                "--artifact", str(artifact), "--tasks", task,
                                "--output_path", str(work / f"lm-eval-{i}")]))  # fmt: skip
     line = read_lines(work / "scores.jsonl")[-1][1]

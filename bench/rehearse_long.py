@@ -11,13 +11,13 @@ random-weight models, checked against the preset (docs/long.md).
    Llama-3.1-8B (128256 entries, llama3 RoPE scaling, 128k context) with two narrow layers and the
    embedded SmolLM2 tokenizer, in bfloat16 with the float32 head; the scored models are Qwen2-7B's
    shape (128k context) and Mistral-7B's (32k context, which must refuse the texts).
-2. ``python -m pipeline.keytokens preset=long`` with the local copies and ``device=cpu
+2. ``python -m pipeline.commands.keytokens preset=long`` with the local copies and ``device=cpu
    head_dtype=float32``: the texts whole, K=4096, d=1024, no BOS before the short windows.
-3. ``python -m pipeline.score`` with the 128k model on that artifact; with the 32k model it must stop
+3. ``python -m pipeline.commands.score`` with the 128k model on that artifact; with the 32k model it must stop
    with the context error (``context_limit=`` or ``allow_truncation=true``).
-4. The span files of the tokens of largest LSD imported (``python -m pipeline.official
+4. The span files of the tokens of largest LSD imported (``python -m pipeline.commands.import_official
    corpus=pg19_long``: a random evaluator finds no key token with alpha=2, beta=-2), then
-   ``python -m pipeline.ladder`` on them with rungs 4096 to 65536 and the full text: the effective
+   ``python -m pipeline.commands.ladder`` on them with rungs 4096 to 65536 and the full text: the effective
    context length and its interval.
 
 The configuration, the artifact, its texts and each step's peak memory are checked against the preset
@@ -79,7 +79,7 @@ def preflight(extra: list[str]) -> None:
     """preset=long as the command composes it, against the preset's run, before anything runs."""
     from omegaconf import OmegaConf
 
-    from pipeline.cli import compose
+    from pipeline.commands.shell import compose
 
     config = OmegaConf.to_container(compose("keytokens", ["preset=long", *extra]), resolve=True)
     check_values(config, LONG_CONFIG, "preset=long", WHOSE)
@@ -94,7 +94,7 @@ def stage1(work: Path, models: dict[str, Path], documents: int, extra: list[str]
     command = [
         sys.executable,
         "-m",
-        "pipeline.keytokens",
+        "pipeline.commands.keytokens",
         "preset=long",
         f"evaluator.spec={models['evaluator']}",
     ]
@@ -125,7 +125,7 @@ def check_artifact(work: Path, rows: list[dict], reference, documents: int):
 
 
 def score_step(work: Path, artifact: Path, model: Path, name: str) -> Step:
-    command = [sys.executable, "-m", "pipeline.score", f"model.spec={model}", f"model.name={name}"]
+    command = [sys.executable, "-m", "pipeline.commands.score", f"model.spec={model}", f"model.name={name}"]
     command += [f"artifact={artifact}", f"results={work / 'scores.jsonl'}", "progress=false"]
     return Step(f"make score ({name})", command, work / f"score-{name}.log")
 
@@ -145,14 +145,26 @@ def check_refusal(work: Path, art, model: Path, steps: list[Step]) -> None:
 
 
 def import_step(work: Path, models: dict[str, Path], documents: int) -> Step:
-    command = [sys.executable, "-m", "pipeline.official", "official=llama3.1-8b", "corpus=pg19_long"]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline.commands.import_official",
+        "official=llama3.1-8b",
+        "corpus=pg19_long",
+    ]
     command += [f"spans_dir={work / 'key_text'}", f"official.tokenizer={models['evaluator']}"]
     command += [*local_sources(work, documents), f"output_dir={work / 'imported'}", "progress=false"]
     return Step("import the top-LSD spans", command, work / "import.log")
 
 
 def ladder_step(work: Path, artifact: Path, model: Path) -> Step:
-    command = [sys.executable, "-m", "pipeline.ladder", f"model.spec={model}", "model.name=Qwen2-7B-shaped"]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline.commands.ladder",
+        f"model.spec={model}",
+        "model.name=Qwen2-7B-shaped",
+    ]
     command += [f"artifact={artifact}", f"ladder=[{','.join(map(str, LADDER))}]", "progress=false"]
     command += [f"results={work / 'ladder.jsonl'}", f"plot_dir={work / 'ladder'}"]
     command += [f"forgetting_results={work / 'forgetting.jsonl'}"]

@@ -9,13 +9,13 @@ run (docs/gpu.md) but the GPU kernels, at the paper's lengths, with tiny random-
    (vocabulary of 128256 entries, llama3 RoPE scaling, 128k context, grouped-query attention) but two
    narrow layers, with the embedded SmolLM2 tokenizer (byte-level BPE, like Llama-3's), in bfloat16
    with the float32 head.
-2. ``python -m pipeline.keytokens preset=paper evaluator=llama3.1-8b`` with the local copies and
+2. ``python -m pipeline.commands.keytokens preset=paper evaluator=llama3.1-8b`` with the local copies and
    ``device=cpu head_dtype=float32`` (on a GPU ``head_dtype=auto`` is float32): the full 32767-token
    texts, K=4096, d=1024, no BOS before the short windows.
 3. Span files in the official format (``[start, end];...``, one per key token) for these documents
    (the tokens of largest LSD: a random evaluator finds no key token with alpha=2, beta=-2), then
-   ``python -m pipeline.official official=llama3.1-8b`` on them.
-4. ``python -m pipeline.reporting.refresh refresh=official-llama3.1-8b record=true`` with two tiny
+   ``python -m pipeline.commands.import_official official=llama3.1-8b`` on them.
+4. ``python -m pipeline.commands.leaderboard_refresh refresh=official-llama3.1-8b record=true`` with two tiny
    evaluated models in bfloat16 on the imported artifact, add_bos=false as the official config says
    (Qwen2-7B's shape: 128k context, the evaluator's tokenizer; Mistral-7B's: 32000 entries, 32k
    context, a 4096-token sliding window, with a byte-level BPE trained on the sample); then the
@@ -207,13 +207,13 @@ def preflight(extra: list[str]) -> None:
     """The configs as the commands compose them, against the paper's run, before anything runs."""
     from omegaconf import OmegaConf
 
-    from pipeline.cli import compose
+    from pipeline.commands.shell import compose
 
     def composed(name: str, overrides: list[str]) -> dict:
         return OmegaConf.to_container(compose(name, overrides), resolve=True)
 
     check_values(composed("keytokens", ["preset=paper", *extra]), PAPER_CONFIG, "preset=paper")
-    official = composed("refresh", ["refresh=official-llama3.1-8b"])
+    official = composed("leaderboard_refresh", ["refresh=official-llama3.1-8b"])
     check_values(official, OFFICIAL_SCORING, "refresh=official-llama3.1-8b")
     check_values(composed("import_official", []), OFFICIAL_IMPORT, "make import-official")
 
@@ -224,7 +224,7 @@ def local_sources(work: Path, documents: int) -> list[str]:
 
 
 def stage1(work: Path, models: dict[str, Path], documents: int, extra: list[str]) -> Step:
-    command = [sys.executable, "-m", "pipeline.keytokens", "preset=paper", "evaluator=llama3.1-8b"]
+    command = [sys.executable, "-m", "pipeline.commands.keytokens", "preset=paper", "evaluator=llama3.1-8b"]
     command += [f"evaluator.spec={models['evaluator']}", *local_sources(work, documents)]
     command += ["device=cpu", "head_dtype=float32", f"output_dir={work / 'keytokens'}", "name=paper"]
     return Step("stage 1 (preset=paper)", [*command, "progress=false", *extra], work / "stage1.log")
@@ -270,7 +270,7 @@ def write_span_files(art, folder: Path, share: float = 0.02) -> dict[str, list[t
 
 
 def import_step(work: Path, models: dict[str, Path], documents: int) -> Step:
-    command = [sys.executable, "-m", "pipeline.official", "official=llama3.1-8b"]
+    command = [sys.executable, "-m", "pipeline.commands.import_official", "official=llama3.1-8b"]
     command += [f"spans_dir={work / 'key_text'}", f"official.tokenizer={models['evaluator']}"]
     command += [*local_sources(work, documents), f"output_dir={work / 'imported'}", "progress=false"]
     return Step("import the span files (make import-official)", command, work / "import.log")
@@ -296,7 +296,7 @@ def refresh_step(work: Path, art, models: dict[str, Path]) -> Step:
         f"{{name: {name}, spec: '{models[name]}', revision: null}}"
         for name in ("Qwen2-7B", "Mistral-7B-Instruct-v0.2")
     )
-    command = [sys.executable, "-m", "pipeline.reporting.refresh", "refresh=official-llama3.1-8b"]
+    command = [sys.executable, "-m", "pipeline.commands.leaderboard_refresh", "refresh=official-llama3.1-8b"]
     command += [f"artifact={art.root}", f"fingerprint={art.manifest['fingerprint']}", f"models=[{pinned}]"]
     command += [f"recorded={work / 'recorded.jsonl'}", f"work_dir={work / 'refresh'}", "settings.device=cpu"]
     return Step("official refresh (record=true)", [*command, "record=true"], work / "refresh.log")
@@ -308,14 +308,14 @@ def compare_as_the_refresh_does(work: Path, art) -> dict[str, dict[str, float]]:
     their official aggregation passes, the same values 3% off fail (tolerance 2%)."""
     from omegaconf import OmegaConf
 
-    from pipeline.cli import compose
-    from pipeline.reporting import refresh
+    from pipeline.commands.shell import compose
     from pipeline.score.sums import official_aggregate
     from pipeline.settings import parse
+    from pipeline.sharing import refresh
 
     rows = [json.loads(line) for line in (work / "recorded.jsonl").read_text().splitlines()]
     expected = {row["model_name"]: official_aggregate(row["documents"]) for row in rows}
-    config = OmegaConf.to_container(compose("refresh", ["refresh=official-llama3.1-8b"]), resolve=True)
+    config = OmegaConf.to_container(compose("leaderboard_refresh", ["refresh=official-llama3.1-8b"]), resolve=True)
     for row in rows:
         check_values(
             row["settings"], {"add_bos": False, "dtype": "bfloat16"}, f"{row['model_name']}'s result"

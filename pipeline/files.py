@@ -1,5 +1,6 @@
-"""Atomic file writes (a file appears complete or not at all, even when a run is killed mid-write), and
-where a file or folder could be made (``nearest_existing``)."""
+"""Atomic file writes (a file appears complete or not at all, even when a run is killed mid-write),
+where a file or folder could be made (``nearest_existing``), and the configuration directory's values
+read as plain data (``conf_value``: no Hydra outside the commands)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from pipeline.errors import PipelineError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def conf_file(name: str) -> dict[str, Any]:
+    """A file of ``conf/`` (``model/local.yaml``) as plain data, read safely (no interpolation)."""
+    return yaml.safe_load((CONF_DIR / name).read_text(encoding="utf-8")) or {}
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Annotated, Any, Literal, TypeVar
 
-from omegaconf import DictConfig, OmegaConf
 from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
@@ -123,12 +122,10 @@ def field_names(cls: type) -> tuple[str, ...]:
 
 
 def parse(cls: type[T], values: Mapping[str, Any], *, prefix: str = "", strict: bool = False) -> T:
-    """``cls`` from the entries of ``values`` (a mapping or a Hydra config) that are its fields,
-    validated; the first problem is one PipelineError, ``setting <prefix><key>=<value>: <what is
-    wrong>``. ``strict``: every entry must be a field (a config group such as ``corpus``, where an
-    unknown key is a typo)."""
-    if isinstance(values, DictConfig):
-        values = OmegaConf.to_container(values, resolve=True)
+    """``cls`` from the entries of ``values`` (plain data: a command converts its Hydra config once)
+    that are its fields, validated; the first problem is one PipelineError, ``setting
+    <prefix><key>=<value>: <what is wrong>``. ``strict``: every entry must be a field (a config group
+    such as ``corpus``, where an unknown key is a typo)."""
     names = field_names(cls)
     if strict:
         unknown = sorted(set(values) - set(names))

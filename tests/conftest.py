@@ -196,6 +196,6 @@ def compose_keytokens(overrides: list[str]):
 def run_keytokens(cfg) -> dict:
     """The keytokens command on a composed config, as `make keytokens` runs it (the run, its summary
     and pages); returns the manifest."""
-    from pipeline.keytokens.__main__ import run
+    from pipeline.commands.keytokens import run
 
     return run(cfg)

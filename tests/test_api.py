@@ -192,7 +192,7 @@ def test_score_on_smollm2_gives_exactly_the_numbers_of_make_score(tmp_path):
     takes a minute): the score stage's run and ``score`` on the default artifact with documents=2."""
     from pipeline.artifact.schema import KeyTokenArtifact, new_manifest, settings_fingerprint
     from pipeline.artifact.writer import write_artifact
-    from pipeline.score.__main__ import run
+    from pipeline.commands.score import run
 
     full = load_artifact(default_artifact())
     n_tokens = sum(full.documents["n_tokens"].to_pylist()[:2])

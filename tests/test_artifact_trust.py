@@ -18,10 +18,12 @@ from pipeline import definition, files
 from pipeline.artifact import inputs
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import TABLES, contents_sha256
+from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
-from pipeline.reporting import keytoken_page, leaderboard, publish, refresh
+from pipeline.reporting import keytoken_page, leaderboard
 from pipeline.results.scores import read_scores
+from pipeline.sharing import publish
 from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 from tests.test_artifact_checks import (
     cell,
@@ -259,7 +261,7 @@ def test_forged_results_never_take_the_genuine_artifacts_place(tiny_artifact, ot
     ].read_text()
     assert f"contents `{genuine.contents[:12]}`" in md
     cfg = compose_config(
-        "refresh",
+        "leaderboard_refresh",
         [
             f"artifact={forged_dir}",
             f"fingerprint={genuine.manifest['fingerprint']}",
@@ -270,7 +272,7 @@ def test_forged_results_never_take_the_genuine_artifacts_place(tiny_artifact, ot
         ],
     )
     with pytest.raises(PipelineError, match=rf"has contents {forged.contents[:12]}, the refresh pins"):
-        refresh.run(cfg)
+        refresh_command.run(cfg)
 
 
 def test_regenerate_advice_works_for_a_cut_manifest_and_an_edited_table(

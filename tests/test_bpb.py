@@ -107,7 +107,7 @@ def test_recorded_numbers_of_the_default_artifact_are_unchanged(tmp_path):
     recorded counts exactly."""
     from pipeline.artifact.identity import Identity, differences
 
-    cfg = compose_config("refresh", [])
+    cfg = compose_config("leaderboard_refresh", [])
     artifact = ROOT / str(cfg.artifact)
     if not (artifact / "manifest.json").exists():
         pytest.skip(f"no default artifact at {artifact}: run `make keytokens` first")

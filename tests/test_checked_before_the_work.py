@@ -61,7 +61,7 @@ def test_a_symlink_to_a_regular_file_is_still_written(tmp_path):
 
 def test_an_unknown_lm_eval_task_is_refused_before_the_task_index(tiny_artifact, monkeypatch):
     lm_eval_tasks = pytest.importorskip("lm_eval.tasks", reason="needs lm-eval: `make setup-lmeval`")
-    from pipeline.lmeval.__main__ import run
+    from pipeline.lmeval.command_line import run
 
     def index_loaded(*args, **kwargs):
         raise AssertionError("lm-eval's task index was loaded")

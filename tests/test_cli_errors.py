@@ -41,7 +41,7 @@ def score_each(roots: dict, messages: dict, model_dir, tmp_path) -> list[str]:
     """The score stage as one multirun over the artifacts ``roots`` (case -> directory): one error line
     per case, matching its message; no number produced. Returns the error lines."""
     done = cli(
-        "pipeline.score",
+        "pipeline.commands.score",
         "--multirun",
         "model=local",
         f"model.spec={model_dir}",
@@ -74,7 +74,9 @@ def test_keytokens_settings_are_checked_before_any_model_loads(tiny_model_dir, t
     base = keytokens_overrides(tmp_path / "no-model", corpus, tmp_path / "out")
     sweep = ["K=0,16", "d=-1,8", "alpha=nan,0.5", "beta=inf,-30", "gamma=0,5", "num_documents=0"]
     keep = [o for o in base if o.split("=")[0] not in {s.split("=")[0] for s in sweep}]
-    done = cli("pipeline.keytokens", "--multirun", *keep, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    done = cli(
+        "pipeline.commands.keytokens", "--multirun", *keep, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    )
     messages = {line.split("] ", 1)[1] for line in error_lines(done.stderr)}
     assert messages == {
         "setting K=0: Input should be greater than 0",
@@ -92,7 +94,7 @@ def test_keytokens_corpus_that_cannot_be_scored(tiny_model_dir, tmp_path):
     empty.write_text("\n")
     base = [o for o in keytokens_overrides(tiny_model_dir, "x", tmp_path / "out") if "corpus.path" not in o]
     done = cli(
-        "pipeline.keytokens",
+        "pipeline.commands.keytokens",
         "--multirun",
         *base,
         f"corpus.path={tmp_path},{empty}",
@@ -132,7 +134,7 @@ def test_leaderboard_rejects_values_out_of_range(tmp_path):
         paths.append(tmp_path / f"{name}.jsonl")
         paths[-1].write_text(line + "\n")
     done = cli(
-        "pipeline.reporting.leaderboard",
+        "pipeline.commands.leaderboard",
         "--multirun",
         "results=" + ",".join(str(p) for p in paths),
         f"out_dir={tmp_path / 'out'}",
@@ -147,7 +149,7 @@ def test_leaderboard_rejects_values_out_of_range(tmp_path):
 
 def test_publish_and_show_on_hostile_names(tiny_artifact, tmp_path):
     done = cli(
-        "pipeline.reporting.publish",
+        "pipeline.commands.publish",
         "--multirun",
         f"artifact={tiny_artifact}",
         "repo='org/na`me','org/a b',org",
@@ -157,7 +159,7 @@ def test_publish_and_show_on_hostile_names(tiny_artifact, tmp_path):
     lines = error_lines(done.stderr)
     assert len(lines) == 3 and all("is not a Hub dataset id" in line for line in lines)
     missing = cli(
-        "pipeline.reporting.keytoken_page",
+        "pipeline.commands.show",
         f"artifact={tiny_artifact}",
         "doc_id=nope",
         f"hydra.run.dir={tmp_path / 'logs'}",
@@ -239,7 +241,7 @@ def full(path, table):  # the second document's first table meets a full disk
         raise OSError(errno.ENOSPC, "No space left on device")
     return real(path, table)
 writer.write_table_atomic = full
-runpy.run_module("pipeline.keytokens", run_name="__main__")
+runpy.run_module("pipeline.commands.keytokens", run_name="__main__")
 """
 
 
@@ -270,7 +272,7 @@ def test_keytokens_on_a_full_disk_a_damaged_part_and_a_lock_link(tiny_model_dir,
     linked.mkdir()
     (linked / ".test.lock").symlink_to(tmp_path / "elsewhere.txt")
     done = cli(
-        "pipeline.keytokens", "--multirun", *overrides, f"output_dir={damaged},{linked}",
+        "pipeline.commands.keytokens", "--multirun", *overrides, f"output_dir={damaged},{linked}",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip
     lines = error_lines(done.stderr)
@@ -286,7 +288,7 @@ def test_keytokens_on_a_full_disk_a_damaged_part_and_a_lock_link(tiny_model_dir,
         next(line for line in lines if str(linked) in line),
     )
     cli(
-        "pipeline.keytokens",
+        "pipeline.commands.keytokens",
         *overrides,
         f"output_dir={out}",
         f"hydra.run.dir={tmp_path / 'logs'}",
@@ -308,7 +310,7 @@ def test_import_official_on_a_damaged_manifest_and_a_huge_span(sources, tmp_path
     (huge / "slice_1.txt").write_text("[10, 20];[30, 99999999999999999999999999]")
     overrides = [o for o in import_overrides(sources, tmp_path / "out") if not o.startswith("spans_dir")]
     done = cli(
-        "pipeline.official", "--multirun", *overrides, f"spans_dir={huge},{sources['spans']}",
+        "pipeline.commands.import_official", "--multirun", *overrides, f"spans_dir={huge},{sources['spans']}",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip
     lines = error_lines(done.stderr)
@@ -328,7 +330,7 @@ def test_show_never_writes_through_a_link(tiny_artifact, tmp_path):
     (page / "views").mkdir()
     (page / "views" / "index.html").symlink_to(outside / "index.html")
     done = cli(
-        "pipeline.reporting.keytoken_page", "--multirun", f"artifact={views},{page}", "all=true",
+        "pipeline.commands.show", "--multirun", f"artifact={views},{page}", "all=true",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip
     lines = error_lines(done.stderr)

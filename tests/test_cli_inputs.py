@@ -59,7 +59,7 @@ def model_folders(tiny_model_dir, tmp_path) -> dict[str, str]:
 def test_models_that_cannot_load(tiny_model_dir, tiny_artifact, tmp_path):
     specs = model_folders(tiny_model_dir, tmp_path)
     done = cli(
-        "pipeline.score", "--multirun", "model=local", "model.spec=" + ",".join(specs.values()),
+        "pipeline.commands.score", "--multirun", "model=local", "model.spec=" + ",".join(specs.values()),
         "device=cpu,tpu", f"artifact={tiny_artifact}", f"results={tmp_path / 's.jsonl'}", "progress=false",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip
@@ -93,9 +93,9 @@ def test_models_that_cannot_load(tiny_model_dir, tiny_artifact, tmp_path):
 # a busy machine) to its exit: the part a Hub check could spend waiting.
 AFTER_IMPORTS = """
 import sys, time
-from pipeline.score.__main__ import main
+from pipeline.commands.score import main
 started = time.monotonic()
-sys.argv = ["pipeline.score", *sys.argv[1:]]
+sys.argv = ["pipeline.commands.score", *sys.argv[1:]]
 try:
     main()
 finally:
@@ -128,7 +128,7 @@ def test_results_files_with_bad_bytes(tmp_path):
     utf8.write_bytes(b'{"model_name": "m\xff"}\n')
     torn.write_bytes(b'{"model_name": "m", "corpus": {"ppl"')  # a write cut short
     done = cli(
-        "pipeline.reporting.leaderboard", "--multirun", f"results={utf8},{torn}", f"out_dir={tmp_path / 'o'}",
+        "pipeline.commands.leaderboard", "--multirun", f"results={utf8},{torn}", f"out_dir={tmp_path / 'o'}",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip
     found = messages(done.stderr)
@@ -140,7 +140,7 @@ def test_results_files_with_bad_bytes(tmp_path):
 
 def test_unknown_top_level_keys_are_refused(tmp_path):
     done = cli(
-        "pipeline.reporting.leaderboard", "--multirun", "+artefact=x,y", f"hydra.sweep.dir={tmp_path / 's'}"
+        "pipeline.commands.leaderboard", "--multirun", "+artefact=x,y", f"hydra.sweep.dir={tmp_path / 's'}"
     )
     assert set(messages(done.stderr).values()) == {
         "setting +artefact: this command has no setting artefact, so nothing would read it (known: "
@@ -151,7 +151,8 @@ def test_unknown_top_level_keys_are_refused(tmp_path):
 
 def test_forgetting_token_ids_beyond_the_vocabulary(tiny_model_dir, tmp_path):
     done = cli(
-        "pipeline.forgetting", "--multirun", "model=local", f"model.spec={tiny_model_dir}", "bos_id=99999,0",
+        "pipeline.commands.forgetting_curve",
+        "--multirun", "model=local", f"model.spec={tiny_model_dir}", "bos_id=99999,0",
         "eos_id=99999", f"results={tmp_path / 'f.jsonl'}", f"plot_dir={tmp_path}", "device=cpu",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip
@@ -176,7 +177,9 @@ def test_refresh_checks_the_record_before_scoring(tiny_artifact, tmp_path):
     recorded = tmp_path / "recorded.jsonl"
     recorded.write_text(json.dumps(record) + "\n")
     done = cli(
-        "pipeline.reporting.refresh", f"artifact={tiny_artifact}", *(f"{k}={v}" for k, v in pins.items()),
+        "pipeline.commands.leaderboard_refresh",
+        f"artifact={tiny_artifact}",
+        *(f"{k}={v}" for k, v in pins.items()),
         f"recorded={recorded}",
         f"models=[{{name: tiny, spec: '{tmp_path / 'missing'}'}}]", f"work_dir={tmp_path / 'work'}",
         f"hydra.run.dir={tmp_path / 'logs'}",
@@ -193,7 +196,8 @@ def test_finetune_that_would_train_plain_ce_and_names_outside_the_output(
 ):
     corpus = write_corpus([{"id": "a", "text": STAGE1_TEXTS[0]}])
     done = cli(
-        "pipeline.training", "--multirun", "model=local", f"model.spec={tiny_model_dir}", "corpus=local",
+        "pipeline.commands.finetune",
+        "--multirun", "model=local", f"model.spec={tiny_model_dir}", "corpus=local",
         f"corpus.path={corpus}", f"output_dir={tmp_path / 'out'}", "K=16", "d=16", "max_length=32",
         "name=../../escaped,run", "device=cpu", "training.max_steps=1", f"hydra.sweep.dir={tmp_path / 's'}",
     )  # fmt: skip
@@ -208,7 +212,7 @@ def test_finetune_that_would_train_plain_ce_and_names_outside_the_output(
     )
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escaped").exists()
     official = cli(
-        "pipeline.official", "--multirun", "name=../../escaped,ok", "+official.tokeniser=x",
+        "pipeline.commands.import_official", "--multirun", "name=../../escaped,ok", "+official.tokeniser=x",
         f"hydra.sweep.dir={tmp_path / 'logs'}",
     )  # fmt: skip
     found = messages(official.stderr)
@@ -224,7 +228,7 @@ def test_finetune_that_would_train_plain_ce_and_names_outside_the_output(
 def test_no_key_token_is_said_and_explained(tiny_model_dir, other_model_dir, write_corpus, tmp_path, capsys):
     """beta=5: LCL is a log-probability (at most 0), so no token can be key; the run goes on (the soft
     weights and the grid still hold) and both summaries say why LongPPL is n/a."""
-    from pipeline.score.__main__ import run as run_score
+    from pipeline.commands.score import run as run_score
     from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 
     corpus = write_corpus([{"id": f"d{i}", "text": t} for i, t in enumerate(STAGE1_TEXTS)])
@@ -242,7 +246,7 @@ def test_no_key_token_is_said_and_explained(tiny_model_dir, other_model_dir, wri
 def test_validate_family_members_with_unknown_keys(tiny_model_dir, tmp_path):
     spec = str(tiny_model_dir)
     done = cli(
-        "pipeline.validation", "--multirun",
+        "pipeline.commands.validate", "--multirun",
         f"checkpoints=[{{spec: '{spec}', contextlimit: 5}}],[{{spec: '{spec}', context_limit: abc}}]",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip

@@ -77,7 +77,7 @@ def test_keytokens(spy, tiny_model_dir, write_corpus, tmp_path):
 
 
 def test_score(spy, tiny_artifact, other_model_dir, tmp_path):
-    from pipeline.score.__main__ import run
+    from pipeline.commands.score import run
 
     base = ["model=local", f"model.spec={other_model_dir}", f"artifact={tiny_artifact}", "device=cpu"]
     row = run(
@@ -92,7 +92,7 @@ def test_score(spy, tiny_artifact, other_model_dir, tmp_path):
 
 
 def test_ladder(spy, tiny_artifact, other_model_dir, tmp_path):
-    from pipeline.ladder.__main__ import run
+    from pipeline.commands.ladder import run
 
     base = ["model=local", f"model.spec={other_model_dir}", f"artifact={tiny_artifact}", "device=cpu"]
     out = [f"results={tmp_path / 'l.jsonl'}", f"plot_dir={tmp_path}", "progress=false", "ladder=[16]"]
@@ -102,8 +102,8 @@ def test_ladder(spy, tiny_artifact, other_model_dir, tmp_path):
 
 
 def test_forgetting_curve(spy, tiny_model_dir, write_corpus, tmp_path):
-    from pipeline.cli import FORGETTING_CONF, compose
-    from pipeline.forgetting.__main__ import run
+    from pipeline.commands.forgetting_curve import run
+    from pipeline.commands.shell import FORGETTING_CONF, compose
 
     corpus = write_corpus([{"id": "a", "text": "The committee reported the bill. " * 40}])
     base = ["model=local", f"model.spec={tiny_model_dir}", "corpus=local", f"corpus.path={corpus}"]
@@ -119,7 +119,7 @@ def test_forgetting_curve(spy, tiny_model_dir, write_corpus, tmp_path):
 
 
 def test_finetune(spy, other_model_dir, write_corpus, tmp_path):
-    from pipeline.training.__main__ import run
+    from pipeline.commands.finetune import run
     from tests.conftest import STAGE1_TEXTS
 
     corpus = write_corpus([{"id": "a", "text": STAGE1_TEXTS[0]}])
@@ -131,7 +131,7 @@ def test_finetune(spy, other_model_dir, write_corpus, tmp_path):
 
 
 def test_validate(spy, tiny_artifact, tiny_model_dir, other_model_dir, tokenizer, tmp_path):
-    from pipeline.validation.run import run
+    from pipeline.commands.validate import run
     from tests.conftest import save_tiny_model
     from tests.test_validation_family import validate_config
 
@@ -152,7 +152,7 @@ def test_validate(spy, tiny_artifact, tiny_model_dir, other_model_dir, tokenizer
 
 
 def test_longce_demo(spy, tiny_artifact, other_model_dir, tmp_path):
-    from pipeline.validation import longce_demo
+    from pipeline.commands import longce_demo
 
     cfg = compose_config(
         "longce_demo",
@@ -184,11 +184,11 @@ def test_longce_demo(spy, tiny_artifact, other_model_dir, tmp_path):
 
 
 def test_refresh_passes_its_settings_to_the_score_stage(tmp_path):
-    from pipeline.reporting.refresh import Refresh, score_command
     from pipeline.settings import parse
+    from pipeline.sharing.refresh import Refresh, score_command
 
     refresh = parse(
-        Refresh, compose_config("refresh", ["+settings.head_dtype=float32", "+settings.head_chunk=7"])
+        Refresh, compose_config("leaderboard_refresh", ["+settings.head_dtype=float32", "+settings.head_chunk=7"])
     )
     command = score_command(refresh, ["refresh-0"], tmp_path, tmp_path / "s.jsonl")
     assert 'head_dtype="float32"' in command and "head_chunk=7" in command

@@ -46,7 +46,7 @@ def keytokens_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
         "hydra.run.dir=" + str(out / "logs"),
     ]
     if nproc == 1:
-        return [sys.executable, "-m", "pipeline.keytokens", *args]
+        return [sys.executable, "-m", "pipeline.commands.keytokens", *args]
     return [
         sys.executable,
         "-m",
@@ -54,7 +54,7 @@ def keytokens_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",
-        "pipeline.keytokens",
+        "pipeline.commands.keytokens",
         *args,
     ]
 

@@ -13,11 +13,12 @@ import pytest
 import torch
 from scipy import stats
 
-from pipeline.cli import FORGETTING_CONF, compose
+from pipeline.commands import leaderboard as leaderboard_command
+from pipeline.commands.forgetting_curve import main as forgetting_main
+from pipeline.commands.forgetting_curve import run as forgetting_run
+from pipeline.commands.shell import FORGETTING_CONF, compose
 from pipeline.errors import PipelineError
 from pipeline.forgetting import curve
-from pipeline.forgetting.__main__ import main as forgetting_main
-from pipeline.forgetting.__main__ import run as forgetting_run
 from pipeline.forgetting.samples import build_input, draw_samples, grid_lengths, special_tokens
 from pipeline.models.logprobs import TargetScorer
 from pipeline.reporting import leaderboard
@@ -273,8 +274,8 @@ def test_the_long_preset_reaches_128k_inputs_where_the_model_allows():
 
 
 def command(monkeypatch, capsys, *args: str) -> tuple[int, str]:
-    """``python -m pipeline.forgetting ARGS`` in this process: (exit status, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["pipeline.forgetting", *args])
+    """``python -m pipeline.commands.forgetting_curve ARGS`` in this process: (exit status, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["pipeline.commands.forgetting_curve", *args])
     with pytest.raises(SystemExit) as exited:
         forgetting_main()
     return exited.value.code, capsys.readouterr().err
@@ -319,7 +320,7 @@ def test_leaderboard_memory_columns(tmp_path):
     write_lines(tmp_path / "forgetting.jsonl", [row, old])
     plain = leaderboard.render(read_scores(scores), tmp_path / "plain")
     assert "fine memory" not in plain["leaderboard.md"].read_text()
-    paths = leaderboard.run(leaderboard_cfg(scores, tmp_path / "out"))
+    paths = leaderboard_command.run(leaderboard_cfg(scores, tmp_path / "out"))
     md = paths["leaderboard.md"].read_text()
     assert "| fine memory | coarse memory |" in md and "| 512 | >4094 |" in md
     rows = {r["model"]: r for r in csv.DictReader(paths["leaderboard.csv"].open())}

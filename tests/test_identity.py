@@ -24,8 +24,10 @@ from pipeline.artifact.identity import (
     summary_bounds,
 )
 from pipeline.artifact.reader import load_artifact
+from pipeline.commands import compare_artifacts
+from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.errors import PipelineError
-from pipeline.reporting import compare, leaderboard, refresh
+from pipeline.reporting import leaderboard
 from pipeline.results.scores import RESULTS_VERSION, read_lines, read_scores, same_artifact
 from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 from tests.test_artifact_checks import cell, craft, first_plain_row
@@ -196,8 +198,8 @@ def test_a_refresh_reproduces_on_a_regenerated_artifact_and_names_moved_key_span
     """Recorded on the genuine artifact; reproduced on its regeneration (other bytes, the same artifact);
     refused before any scoring on a copy with one key span moved, naming the document."""
     recorded = tmp_path / "recorded.jsonl"
-    refresh.run(
-        compose_config("refresh", refresh_overrides(tiny_artifact, recorded, other_model_dir, "record=true"))
+    refresh_command.run(
+        compose_config("leaderboard_refresh", refresh_overrides(tiny_artifact, recorded, other_model_dir, "record=true"))
     )
     line = read_lines(recorded)[0][1]
     assert (
@@ -206,19 +208,19 @@ def test_a_refresh_reproduces_on_a_regenerated_artifact_and_names_moved_key_span
     )
     pins = refresh_overrides(tiny_artifact, recorded, other_model_dir)
     again = [o if not o.startswith("artifact=") else f"artifact={regenerated}" for o in pins]
-    rows = refresh.run(compose_config("refresh", again))
+    rows = refresh_command.run(compose_config("leaderboard_refresh", again))
     assert rows[0]["artifact"]["contents"] != line["artifact"]["contents"]
     forged = remerged(tiny_artifact, tmp_path / "forged" / tiny_artifact.name, consistent_forgery)
     moved = [o if not o.startswith("artifact=") else f"artifact={forged}" for o in pins]
     with pytest.raises(
         PipelineError, match=r"has discrete \w+, the refresh pins .*key tokens or key spans differ in doc-0"
     ):
-        refresh.run(compose_config("refresh", moved))
+        refresh_command.run(compose_config("leaderboard_refresh", moved))
     unpinned = [o if not o.startswith("discrete=") else "discrete=null" for o in moved]
     with pytest.raises(
         PipelineError, match=r"scored on another artifact than .*key tokens or key spans differ in doc-0"
     ):
-        refresh.run(compose_config("refresh", unpinned))
+        refresh_command.run(compose_config("leaderboard_refresh", unpinned))
 
 
 def test_the_board_shows_a_regeneration_with_the_genuine_results_and_keeps_others_apart(
@@ -242,15 +244,15 @@ def test_the_board_shows_a_regeneration_with_the_genuine_results_and_keeps_other
 
 
 def test_compare_command_prints_the_verdict_and_the_differences(tiny_artifact, regenerated, tmp_path, capsys):
-    result = compare.run(compose_config("compare", [f"a={tiny_artifact}", f"b={regenerated}"]))
+    result = compare_artifacts.run(compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={regenerated}"]))
     out = capsys.readouterr().out
     assert result["exact"] is False and "the same artifact: yes" in out and "| lsd | " in out
     forged = remerged(tiny_artifact, tmp_path / "forged" / tiny_artifact.name, consistent_forgery)
     with pytest.raises(PipelineError, match="not the same artifact: key tokens or key spans differ in doc-0"):
-        compare.run(compose_config("compare", [f"a={tiny_artifact}", f"b={forged}"]))
+        compare_artifacts.run(compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={forged}"]))
     assert "key flags that differ: doc-0 (1)" in capsys.readouterr().out
     with pytest.raises(PipelineError, match="give the artifact to compare with: b="):
-        compare.run(compose_config("compare", [f"a={tiny_artifact}"]))
+        compare_artifacts.run(compose_config("compare_artifacts", [f"a={tiny_artifact}"]))
 
 
 def test_a_results_line_of_schema_4_must_carry_the_identity(tiny_artifact, other_model_dir, tmp_path):

@@ -18,8 +18,10 @@ from pipeline.artifact.schema import (
     settings_fingerprint,
 )
 from pipeline.artifact.writer import write_artifact
+from pipeline.commands import leaderboard_refresh as refresh_command
+from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
-from pipeline.reporting import keytoken_page, leaderboard, publish, refresh
+from pipeline.reporting import keytoken_page, leaderboard
 from pipeline.results.scores import read_scores
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from tests.conftest import compose_config
@@ -86,7 +88,7 @@ def test_publish_and_page(spans_artifact, tmp_path):
         "publish",
         [f"artifact={spans_artifact}", "repo=org/spans", "dry_run=true", f"out_dir={tmp_path / 'f'}"],
     )
-    folder = publish.run(cfg)
+    folder = publish_command.run(cfg)
     card = (folder / "README.md").read_text()
     assert "config_name: spans" in card and "config_name: tokens" not in card and "kind: key_spans" in card
     assert (
@@ -109,7 +111,7 @@ def test_refresh_against_expected_values_in_the_official_aggregate(tiny_artifact
         expected = f"{{ppl: {ppl}, longppl: {longppl}}}"
         model = f"{{name: tiny, spec: '{other_model_dir}', revision: null, expected: {expected}}}"
         return compose_config(
-            "refresh",
+            "leaderboard_refresh",
             [
                 f"artifact={tiny_artifact}",
                 "fingerprint=null",
@@ -124,6 +126,6 @@ def test_refresh_against_expected_values_in_the_official_aggregate(tiny_artifact
             ],
         )
 
-    refresh.run(config(mean["ppl"] * 1.005, mean["longppl"] * 0.995))  # within 1%: passes
+    refresh_command.run(config(mean["ppl"] * 1.005, mean["longppl"] * 0.995))  # within 1%: passes
     with pytest.raises(PipelineError, match=r"tiny: longppl is .* now, expected .*relative tolerance 0\.01"):
-        refresh.run(config(mean["ppl"], mean["longppl"] * 1.02))
+        refresh_command.run(config(mean["ppl"], mean["longppl"] * 1.02))

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
+from pipeline.commands.ladder import run as run_ladder
+from pipeline.commands.score import run as run_score
 from pipeline.errors import PipelineError
-from pipeline.ladder.__main__ import run as run_ladder
 from pipeline.ladder.effective import LadderSums, effective_length, within
 from pipeline.results import ladder as ladder_results
-from pipeline.score.__main__ import run as run_score
 from tests.conftest import build_tokenizer, compose_config, save_tiny_model
 from tests.test_key_spans_artifact import spans_artifact  # noqa: F401 (a fixture)
 
@@ -189,7 +189,8 @@ def test_cli_errors_are_one_line(tiny_artifact, tmp_path):
 
     short = save_tiny_model(tmp_path / "short", build_tokenizer(300), "llama", max_positions=512)
     done = cli(
-        "pipeline.ladder", "--multirun", "model=local", f"model.spec={short}", f"artifact={tiny_artifact}",
+        "pipeline.commands.ladder",
+        "--multirun", "model=local", f"model.spec={short}", f"artifact={tiny_artifact}",
         "device=cpu", "progress=false", f"results={tmp_path / 'ladder.jsonl'}", f"plot_dir={tmp_path}",
         "ladder=[],[64,4096]", "tolerance=0,0.05", f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip

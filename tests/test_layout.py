@@ -1,8 +1,9 @@
 """The architecture, checked (docs/architecture.md): every module of ``pipeline/`` belongs to a layer
-and imports only from its own layer or below; no import cycle; a stage's command imports from the
-reports layer only the picture or page it writes; every package says in its docstring what it holds
-and what it may import; modules under 400 lines, functions under 60; no issue numbers in the code.
-Function-level imports count: they hide a cycle, not remove it."""
+and imports only from its own layer or below, with no exception; no import cycle; every make target
+that runs a pipeline command has one module in ``pipeline/commands/``, named after the target, and only
+that package imports Hydra; every package says in its docstring what it holds and what it may
+import; modules under 400 lines, functions under 60; no issue numbers in the code. Function-level
+imports count: they hide a cycle, not remove it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ LAYERS = [
             "pipeline.formats",
             "pipeline.provenance",
             "pipeline.hub",
-            "pipeline.cli",
+            "pipeline.commands.shell",
         ),
     ),
     ("settings", ("pipeline.definition", "pipeline.settings")),
@@ -33,10 +34,11 @@ LAYERS = [
     ("stages", ("pipeline.keytokens", "pipeline.score", "pipeline.forgetting", "pipeline.training")),
     ("stages", ("pipeline.official", "pipeline.ladder", "pipeline.loogle")),
     ("api", ("pipeline.api", "pipeline.lmeval")),
-    ("reports", ("pipeline.reporting", "pipeline.validation")),
+    ("reports", ("pipeline.reporting",)),
+    ("studies", ("pipeline.validation", "pipeline.sharing")),
+    ("commands", ("pipeline.commands",)),
 ]
 RANKS = {name: rank for rank, name in enumerate(dict.fromkeys(name for name, _ in LAYERS))}
-SHELL = len(RANKS)
 
 
 def modules() -> dict[str, Path]:
@@ -50,8 +52,6 @@ def modules() -> dict[str, Path]:
 def rank(module: str) -> int:
     if module == "pipeline":
         return RANKS["api"]  # the package's lazy re-exports of the Python API
-    if module.endswith(".__main__"):
-        return SHELL
     for name, prefixes in LAYERS:
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return RANKS[name]
@@ -143,24 +143,44 @@ def test_layers_cover_every_module():
         rank(module)  # raises for a module in no layer
 
 
-# What a stage's command (its ``__main__`` shell) may take from the reports layer: the picture or page
-# that the command itself writes, nothing else (number formats and file names are ``pipeline.formats``).
-STAGE_SHELL_REPORTS = {
-    "pipeline.keytokens.__main__": {"pipeline.reporting.keytoken_page"},
-    "pipeline.forgetting.__main__": {"pipeline.reporting.forgetting_plot"},
-    "pipeline.ladder.__main__": {"pipeline.reporting.ladder_plot"},
-}
+def make_targets_running(prefix: str) -> dict[str, str]:
+    """Make target -> the module its recipe runs with ``-m <prefix>...``."""
+    found, target = {}, None
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if re.match(r"^[a-z][\w-]*:", line):
+            target = line.split(":")[0]
+        for module in re.findall(rf"-m ({re.escape(prefix)}[\w.]*)", line):
+            found.setdefault(target, module)
+    return found
 
 
-def test_stage_shells_take_from_the_reports_layer_only_what_they_draw():
-    known = modules()
-    stages = {p for name, prefixes in LAYERS if name == "stages" for p in prefixes}
+def test_one_command_module_per_make_target():
+    """Every make target that runs the pipeline runs ``pipeline.commands.<its name>`` (``-`` as ``_``),
+    and every module of ``pipeline/commands/`` but the shared shell is some target's."""
+    runs = make_targets_running("pipeline")
+    wrong = {t: m for t, m in runs.items() if m != f"pipeline.commands.{t.replace('-', '_')}"}
+    for suffix in ("-all", "-official"):  # a target that runs its base target's command for several inputs
+        wrong = {
+            t: m
+            for t, m in wrong.items()
+            if m != f"pipeline.commands.{t.removesuffix(suffix).replace('-', '_')}"
+        }
+    assert not wrong, wrong
+    modules_ = {p.stem for p in (PIPELINE / "commands").glob("*.py")} - {"__init__", "shell"}
+    assert modules_ == {m.rpartition(".")[2] for m in runs.values()}
+
+
+def test_only_the_commands_import_hydra():
     found = []
-    for module, path in known.items():
-        if module.removesuffix(".__main__") not in stages or not module.endswith(".__main__"):
+    for path in sorted(PIPELINE.rglob("*.py")):
+        if path.parent.name == "commands":
             continue
-        reports = {t for t in imports(path, known) if rank(t) == RANKS["reports"]}
-        found += [f"{module} -> {t}" for t in sorted(reports - STAGE_SHELL_REPORTS.get(module, set()))]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found += [
+                f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("hydra", "omegaconf")
+            ]
     assert not found, found
 
 

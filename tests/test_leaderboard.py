@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
+from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import correlations, leaderboard
 from pipeline.results.scores import METRICS, RESULTS_VERSION, read_scores
@@ -300,16 +301,16 @@ def test_config_defaults():
 
 def test_hydra_run_prints_markdown(scores, bench, tmp_path, capsys):
     cfg = compose([f"results={scores}", f"benchmarks={bench}", f"out_dir={tmp_path / 'out'}"])
-    paths = leaderboard.run(cfg)
+    paths = leaderboard_command.run(cfg)
     printed = capsys.readouterr().out
     assert printed.startswith(paths["leaderboard.md"].read_text())
     assert f"wrote {tmp_path / 'out' / 'correlations.csv'}" in printed
 
 
 def test_command_line(scores, tmp_path):
-    """`python -m pipeline.reporting.leaderboard`: Markdown on stdout; an error is one line, exit 2."""
+    """`python -m pipeline.commands.leaderboard`: Markdown on stdout; an error is one line, exit 2."""
     logs = f"hydra.run.dir={tmp_path / 'logs'}"
-    command = [sys.executable, "-m", "pipeline.reporting.leaderboard", logs, f"out_dir={tmp_path / 'out'}"]
+    command = [sys.executable, "-m", "pipeline.commands.leaderboard", logs, f"out_dir={tmp_path / 'out'}"]
     done = subprocess.run([*command, f"results={scores}"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("# LongPPL leaderboard") and "| 1 | qwen2.5-0.5b |" in done.stdout

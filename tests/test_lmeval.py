@@ -156,7 +156,7 @@ def test_the_answer_is_a_float_that_carries_the_tokens_and_pickles(tiny_lm):
 
 
 def test_the_command_line_defaults_and_the_artifact_flag():
-    from pipeline.lmeval.__main__ import take_artifacts, with_defaults
+    from pipeline.lmeval.command_line import take_artifacts, with_defaults
 
     assert take_artifacts(["--tasks", "t", "--artifact", "a", "--artifact=b"]) == (
         ["a", "b"],
@@ -251,7 +251,7 @@ def test_a_text_longer_than_the_context_is_an_error_or_windows(tiny_model_dir, w
 
 def lm_eval_command(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.lmeval", *args],
+        [sys.executable, "-m", "pipeline.commands.lm_eval", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
     )  # fmt: skip
@@ -326,6 +326,7 @@ def write_results_file(model, tasks, manager, output_path: Path) -> Path:
 def test_the_leaderboard_mixes_a_score_line_and_an_lm_eval_results_file(
     tiny_lm, manager, tiny_artifact, other_model_dir, tmp_path
 ):
+    from pipeline.commands import leaderboard as leaderboard_command
     from pipeline.models.loading import load_model
     from pipeline.reporting import leaderboard
 
@@ -334,7 +335,7 @@ def test_the_leaderboard_mixes_a_score_line_and_an_lm_eval_results_file(
     api.score(other.model, other.tokenizer, tiny_artifact, results_file=scores, model_name="other-model")
     path = write_results_file(tiny_lm, [task_of(tiny_artifact)], manager, tmp_path / "results" / "lm-eval")
     cfg = compose_config("leaderboard", [f"results={scores}", f"out_dir={tmp_path / 'board'}"])
-    board = leaderboard.run(cfg)["leaderboard.md"].read_text()
+    board = leaderboard_command.run(cfg)["leaderboard.md"].read_text()
     rows = [line for line in board.splitlines() if line.startswith("| ") and "---" not in line][1:]
     names = {row.split("|")[2].strip() for row in rows}
     assert names == {"other-model", tiny_lm.model_name}
@@ -376,8 +377,8 @@ def test_the_documented_example_gives_the_numbers_and_the_result_id_of_make_scor
     """The lm-eval page's Python example as written (docs/lm-eval.md, "The Python way": key tokens of a
     short GovReport text from the embedded Gemma, SmolLM2 through lm-eval), then `make score` on its
     artifact: the same numbers, the same result id, one leaderboard entry."""
+    from pipeline.commands.score import run
     from pipeline.results.scores import read_scores
-    from pipeline.score.__main__ import run
 
     page = (ROOT / "docs" / "lm-eval.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(.*?)```", page.split("## The Python way", 1)[1], re.S)[1]

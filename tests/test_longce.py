@@ -336,8 +336,8 @@ def stage1_corpus(tmp_path):
 
 @pytest.mark.parametrize("source", ["self", "ce", "artifact"])
 def test_finetune_entry_runs_end_to_end(source, other_model_dir, tiny_artifact, stage1_corpus, tmp_path):
+    from pipeline.commands.finetune import run as finetune_run
     from pipeline.training import trainer as finetune
-    from pipeline.training.__main__ import run as finetune_run
 
     extra = [f"source={source}", f"artifact={tiny_artifact}", "name=run"]
     record = finetune_run(finetune_cfg(other_model_dir, stage1_corpus, tmp_path, *extra))
@@ -363,7 +363,7 @@ def test_finetune_entry_runs_end_to_end(source, other_model_dir, tiny_artifact, 
 
 
 def test_finetune_artifact_must_match_the_corpus(other_model_dir, tiny_artifact, tmp_path, write_corpus):
-    from pipeline.training.__main__ import run as finetune_run
+    from pipeline.commands.finetune import run as finetune_run
     from tests.conftest import STAGE1_TEXTS
 
     corpus = write_corpus([{"id": "doc-0", "text": STAGE1_TEXTS[0]}, {"id": "doc-1", "text": "other text"}])
@@ -397,13 +397,13 @@ def cli(*args: str, nproc: int = 1):
     import sys
 
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    command = [*(launcher if nproc > 1 else [sys.executable]), "-m", "pipeline.training", *args]
+    command = [*(launcher if nproc > 1 else [sys.executable]), "-m", "pipeline.commands.finetune", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_finetune_cli_data_parallel_equals_one_process(other_model_dir, stage1_corpus, tmp_path):
-    """`python -m pipeline.training` (the make target's command), and under torchrun with 2 processes
+    """`python -m pipeline.commands.finetune` (the make target's command), and under torchrun with 2 processes
     (gloo on CPU, as DDP on GPUs): one step on the same 2 documents gives the same model and loss as
     one process with both in its batch, so the loss is normalised over the whole step."""
     from safetensors.torch import load_file
@@ -446,9 +446,12 @@ def test_finetune_cli_errors_are_one_line(other_model_dir, stage1_corpus, tmp_pa
 
 
 def test_demo_documents_are_seeded_and_held_out_ones_are_new():
+    from pipeline.commands.shell import plain
+    from pipeline.settings import parse
     from pipeline.validation import longce_demo
 
-    cfg = compose_config("longce_demo", ["train_documents=3", "eval_documents=2"])
+    cfg = plain(compose_config("longce_demo", ["train_documents=3", "eval_documents=2"]))
+    cfg = parse(longce_demo.DemoOptions, cfg)
     train, held_out = longce_demo.documents(cfg)
     assert [d.id for d in train] == ["longeval-00", "longeval-01", "longeval-02"]
     assert [d.id for d in held_out] == ["longeval-03", "longeval-04"]

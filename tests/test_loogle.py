@@ -9,11 +9,12 @@ import re
 
 import pytest
 
+from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
 from pipeline.loogle import generation, run
 from pipeline.loogle.data import SAMPLE_DIR, jsonl_rows, questions_from_rows
 from pipeline.loogle.sources import DataSource, fingerprint, load_questions
-from pipeline.reporting import leaderboard, loogle_board
+from pipeline.reporting import loogle_board
 from pipeline.results import loogle as loogle_results
 from tests.conftest import compose_config
 from tests.test_cli_errors import cli, error_lines
@@ -99,7 +100,7 @@ def loogle_overrides(model_dir, out, *extra: str) -> list[str]:
 
 
 def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
-    from pipeline.loogle.__main__ import run as loogle
+    from pipeline.commands.loogle import run as loogle
 
     result = loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
     (path,) = tmp_path.glob("*.jsonl")
@@ -110,7 +111,7 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
     # make leaderboard: the LooGLE table beside LongPPL's, from loogle.jsonl beside the scores file
     scores = write_lines(tmp_path / "results" / "scores.jsonl", base_rows())
     out = tmp_path / "board"
-    paths = leaderboard.run(compose_config("leaderboard", [f"results={scores}", f"out_dir={out}"]))
+    paths = leaderboard_command.run(compose_config("leaderboard", [f"results={scores}", f"out_dir={out}"]))
     assert paths["loogle.md"].read_text() == board and (out / "leaderboard.md").is_file()
     assert re.search(rf"\| {tiny_model_dir.name} \| shortdep_qa \| sample \| 3 \| 509 \|", board), board
     rows = jsonl_rows(path)
@@ -154,7 +155,7 @@ def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_pat
         (tmp_path / f"{name}.jsonl").write_text(text)
     paths = ",".join(str(tmp_path / f"{name}.jsonl") for name in files)
     done = cli(
-        "pipeline.loogle.evaluate",
+        "pipeline.commands.loogle_metrics",
         "--multirun",
         f"predictions={paths}",
         "task=shortdep_qa",
@@ -171,7 +172,7 @@ def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_pat
     )
     out = tmp_path / "predictions"
     done = cli(
-        "pipeline.loogle",
+        "pipeline.commands.loogle",
         "--multirun",
         *loogle_overrides(
             tiny_model_dir,

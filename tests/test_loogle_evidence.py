@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from pipeline.commands.loogle_evidence import run
 from pipeline.loogle.evidence import Document, locate, normalise
-from pipeline.loogle.evidence_report import run
 from pipeline.loogle.sources import DataSource, load_questions
 from tests.conftest import ROOT, compose_config
 

@@ -13,7 +13,7 @@ from tests.conftest import compose_config  # noqa: E402
 
 
 def test_the_task_gives_the_numbers_of_make_loogle(tiny_model_dir, tmp_path):
-    from pipeline.loogle.__main__ import run as loogle
+    from pipeline.commands.loogle import run as loogle
 
     overrides = ["model=local", f"model.spec={tiny_model_dir}", "task=longdep_qa", "limit=2", "device=cpu",
                  "dtype=float64", "max_new_tokens=20", "progress=false", f"predictions_dir={tmp_path}",

@@ -103,7 +103,7 @@ def test_the_default_artifacts_fingerprint_is_unchanged():
         settings.corpus,
         settings.compute,
     )
-    pinned = compose_config("refresh", []).fingerprint
+    pinned = compose_config("leaderboard_refresh", []).fingerprint
     assert pinned == "9bb93536f3b233883009a9e49885471a3f171ddafc71eb78f2ba640e770f00fe"
     assert "numerics" not in selection.record and selection.fingerprint == pinned
     assert (ROOT / "conf/refresh/embedded.yaml").read_text().count(pinned) == 1

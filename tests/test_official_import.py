@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KEY_SPANS
+from pipeline.commands.import_official import run as import_official
 from pipeline.errors import PipelineError
-from pipeline.official.run import run as import_official
 from pipeline.official.span_files import merge_overlaps, parse_spans, read_span_folder
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from pipeline.text.corpus import CorpusSpec, load_corpus
@@ -106,7 +106,7 @@ def test_imported_artifact_passes_the_check_and_scores_as_the_official_package(
     from longppl.longppl import compute_longppl
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.score.__main__ import run as score
+    from pipeline.commands.score import run as score
 
     manifest = run_import(sources, tmp_path)
     art = load_artifact(tmp_path / "govreport_paper--official--Tiny-Evaluator")
@@ -203,7 +203,7 @@ def as_documents(outputs: list[dict]) -> list[dict]:
 
 def refresh_against(expected: dict, artifact: Path, model: Path, tmp_path: Path, aggregate: str) -> None:
     """A refresh of ``model`` on ``artifact`` against ``expected`` values under ``aggregate``."""
-    from pipeline.reporting import refresh
+    from pipeline.commands import leaderboard_refresh as refresh_command
 
     values = ", ".join(f"{k}: {v!r}" for k, v in expected.items())
     pinned = f"{{name: tiny, spec: '{model}', revision: null, expected: {{{values}}}}}"
@@ -211,7 +211,7 @@ def refresh_against(expected: dict, artifact: Path, model: Path, tmp_path: Path,
     overrides += [f"recorded={tmp_path / 'none.jsonl'}"]
     overrides += [f"models=[{pinned}]", f"aggregate={aggregate}", "tolerance=1e-4", f"work_dir={tmp_path}"]
     overrides += ["settings.add_bos=false", "settings.dtype=float64", "settings.device=cpu"]
-    refresh.run(compose_config("refresh", overrides))
+    refresh_command.run(compose_config("leaderboard_refresh", overrides))
 
 
 def test_a_shifted_text_fails_the_boundary_check(sources, tokenizer, tmp_path):
@@ -303,7 +303,13 @@ def test_the_shipped_span_files_parse():
 
 def test_hub_unreachable_names_the_local_fallback(tmp_path):
     """The default sources are on the Hub; offline, the command fails at once with one line."""
-    cmd = [sys.executable, "-m", "pipeline.official", "official=qwen2-72b-instruct", f"output_dir={tmp_path}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.commands.import_official",
+        "official=qwen2-72b-instruct",
+        f"output_dir={tmp_path}",
+    ]
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "HOME": str(Path.home())}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

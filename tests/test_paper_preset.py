@@ -113,7 +113,7 @@ def test_the_paper_preset_without_a_gpu_stops_at_once_unless_the_cpu_is_chosen()
 
     from tests.conftest import ROOT
 
-    cmd = [sys.executable, "-m", "pipeline.keytokens", "preset=paper", "evaluator=llama3.1-8b"]
+    cmd = [sys.executable, "-m", "pipeline.commands.keytokens", "preset=paper", "evaluator=llama3.1-8b"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and lines == [

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
-from pipeline.reporting import publish
+from pipeline.sharing import publish
 from tests.conftest import compose_config
 from tests.test_score import score
 
@@ -22,7 +23,7 @@ def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_pat
             f"out_dir={tmp_path / 'folder'}",
         ],
     )
-    folder = publish.run(cfg)
+    folder = publish_command.run(cfg)
     card = (folder / "README.md").read_text()
     assert (
         card.startswith("---\nlicense: cc-by-4.0")
@@ -36,10 +37,10 @@ def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_pat
     original = score(other_model_dir, tiny_artifact, tmp_path)
     published = score(other_model_dir, folder, tmp_path)
     assert published["corpus"] == original["corpus"]
-    assert publish.run(cfg) == folder  # a rerun (after a failed upload) prepares the folder anew
+    assert publish_command.run(cfg) == folder  # a rerun (after a failed upload) prepares the folder anew
     (folder / "notes.txt").write_text("mine")
     with pytest.raises(PipelineError, match=r"holds files that `make publish` did not write \(notes\.txt\)"):
-        publish.run(cfg)
+        publish_command.run(cfg)
 
 
 def test_upload_failure_is_one_line(tiny_artifact, tmp_path, monkeypatch):
@@ -48,7 +49,7 @@ def test_upload_failure_is_one_line(tiny_artifact, tmp_path, monkeypatch):
         "publish", [f"artifact={tiny_artifact}", "repo=org/keytokens", f"out_dir={tmp_path / 'up'}"]
     )
     with pytest.raises(PipelineError, match="could not upload to the Hub dataset 'org/keytokens'"):
-        publish.run(cfg)
+        publish_command.run(cfg)
 
 
 @pytest.mark.parametrize("license_id", ["a: b #c", "cc-by-4.0\nprivate: true", "it's `odd`"])
@@ -68,5 +69,5 @@ def test_repo_must_be_a_hub_dataset_id(tiny_artifact, tmp_path, repo):
         [f"artifact={tiny_artifact}", f"repo='{repo}'", "dry_run=true", f"out_dir={tmp_path / 'x'}"],
     )
     with pytest.raises(PipelineError, match="is not a Hub dataset id"):
-        publish.run(cfg)
+        publish_command.run(cfg)
     assert not (tmp_path / "x").exists()

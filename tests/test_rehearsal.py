@@ -50,13 +50,13 @@ def test_a_broken_preset_setting_fails_the_rehearsal(override, problem):
 
 
 def test_a_broken_official_refresh_fails_it():
-    refresh = composed("refresh", ["refresh=official-llama3.1-8b"])
+    refresh = composed("leaderboard_refresh", ["refresh=official-llama3.1-8b"])
     check_values(refresh, OFFICIAL_SCORING, "refresh")
     for override, problem in (
         ("aggregate=official_before_a7082c3", "aggregate='official_before_a7082c3'"),
         ("settings.add_bos=true", "settings.add_bos=True"),
     ):
-        broken = composed("refresh", ["refresh=official-llama3.1-8b", override])
+        broken = composed("leaderboard_refresh", ["refresh=official-llama3.1-8b", override])
         with pytest.raises(RehearsalFailure, match=problem):
             check_values(broken, OFFICIAL_SCORING, "refresh")
 

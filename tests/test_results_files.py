@@ -35,8 +35,8 @@ FULL_DISK = textwrap.dedent(
         return written
 
     os.write = write
-    sys.argv = ["pipeline.score", *sys.argv[3:]]
-    from pipeline.score.__main__ import main
+    sys.argv = ["pipeline.commands.score", *sys.argv[3:]]
+    from pipeline.commands.score import main
     main()
     """
 )

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from pipeline.artifact import reader as artifacts
+from pipeline.commands.score import run as run_score
 from pipeline.errors import PipelineError
 from pipeline.models.loading import load_model
-from pipeline.score.__main__ import run as run_score
 from tests.conftest import build_tokenizer, compose_config, save_tiny_model
 
 

@@ -61,9 +61,13 @@ def bad_settings(module: str, tmp_path, *args: str) -> set[str]:
 
 def test_score_bad_settings(tiny_artifact, other_model_dir, tmp_path):
     base = ["model=local", f"model.spec={other_model_dir}", f"artifact={tiny_artifact}", "device=cpu"]
-    messages = bad_settings("pipeline.score", tmp_path, *base, "context_limit=1,abc,null", "+model.revsion=x")
+    messages = bad_settings(
+        "pipeline.commands.score", tmp_path, *base, "context_limit=1,abc,null", "+model.revsion=x"
+    )
     assert len(messages) == 1 and next(iter(messages)).startswith("setting model.revsion: no such setting")
-    messages = bad_settings("pipeline.score", tmp_path, *base, "context_limit=1,abc", "head_dtype=model")
+    messages = bad_settings(
+        "pipeline.commands.score", tmp_path, *base, "context_limit=1,abc", "head_dtype=model"
+    )
     assert messages == {
         "setting context_limit=1: Input should be greater than or equal to 2",
         "setting context_limit='abc': Input should be a valid integer, unable to parse string as an integer",
@@ -76,7 +80,7 @@ def test_keytokens_bad_settings(tiny_model_dir, tmp_path):
     base = [
         o for o in keytokens_overrides(tiny_model_dir, corpus, tmp_path / "out") if not o.startswith("K=")
     ]
-    messages = bad_settings("pipeline.keytokens", tmp_path, *base, "K=abc,16", "dtype=float64,fp8")
+    messages = bad_settings("pipeline.commands.keytokens", tmp_path, *base, "K=abc,16", "dtype=float64,fp8")
     assert messages == {
         "setting K='abc': Input should be a valid integer, unable to parse string as an integer",
         "setting dtype='fp8': Input should be 'auto', 'float32', 'float64', 'bfloat16' or 'float16'",
@@ -84,14 +88,14 @@ def test_keytokens_bad_settings(tiny_model_dir, tmp_path):
         "no document of corpus 'local' can be scored: [{'doc_id': 'a', 'reason': '8 tokens: no token "
         "has a short context (K=16)'}]",
     }
-    typo = bad_settings("pipeline.keytokens", tmp_path, *base, "K=16", "+corpus.txt_field=body")
+    typo = bad_settings("pipeline.commands.keytokens", tmp_path, *base, "K=16", "+corpus.txt_field=body")
     assert len(typo) == 1 and next(iter(typo)).startswith("setting corpus.txt_field: no such setting")
     assert not (tmp_path / "out" / "test").exists()  # no artifact, not even a started one
 
 
 def test_forgetting_bad_settings(tmp_path):
     out = [f"results={tmp_path / 'f.jsonl'}", f"plot_dir={tmp_path}"]
-    messages = bad_settings("pipeline.forgetting", tmp_path, "n=0,abc", *out)
+    messages = bad_settings("pipeline.commands.forgetting_curve", tmp_path, "n=0,abc", *out)
     assert messages == {
         "setting n=0: Input should be greater than 0",
         "setting n='abc': Input should be a valid integer, unable to parse string as an integer",
@@ -100,7 +104,9 @@ def test_forgetting_bad_settings(tmp_path):
 
 def test_finetune_bad_settings(other_model_dir, tmp_path):
     base = ["model=local", f"model.spec={other_model_dir}", f"output_dir={tmp_path}"]
-    messages = bad_settings("pipeline.training", tmp_path, *base, "source=teacher,self", "max_length=abc")
+    messages = bad_settings(
+        "pipeline.commands.finetune", tmp_path, *base, "source=teacher,self", "max_length=abc"
+    )
     assert messages == {
         "setting source='teacher': Input should be 'self', 'artifact' or 'ce'",
         "setting max_length='abc': Input should be a valid integer, unable to parse string as an integer",
@@ -108,12 +114,12 @@ def test_finetune_bad_settings(other_model_dir, tmp_path):
 
 
 def test_validate_and_demo_bad_settings(tmp_path):
-    validate = bad_settings("pipeline.validation", tmp_path / "v", "documents=0,x")
+    validate = bad_settings("pipeline.commands.validate", tmp_path / "v", "documents=0,x")
     assert validate == {
         "setting documents=0: Input should be greater than 0",
         "setting documents='x': Input should be a valid integer, unable to parse string as an integer",
     }
-    demo = bad_settings("pipeline.validation.longce_demo", tmp_path / "d", "learning_rate=-1,abc")
+    demo = bad_settings("pipeline.commands.longce_demo", tmp_path / "d", "learning_rate=-1,abc")
     assert demo == {
         "setting learning_rate=-1: Input should be greater than 0",
         "setting learning_rate='abc': Input should be a valid number, unable to parse string as a number",
@@ -121,7 +127,9 @@ def test_validate_and_demo_bad_settings(tmp_path):
 
 
 def test_import_official_bad_settings(tmp_path):
-    messages = bad_settings("pipeline.official", tmp_path, "min_boundary_share=2,x", f"output_dir={tmp_path}")
+    messages = bad_settings(
+        "pipeline.commands.import_official", tmp_path, "min_boundary_share=2,x", f"output_dir={tmp_path}"
+    )
     assert messages == {
         "setting min_boundary_share=2: Input should be less than or equal to 1",
         "setting min_boundary_share='x': Input should be a valid number, unable to parse string as a number",
@@ -129,19 +137,19 @@ def test_import_official_bad_settings(tmp_path):
 
 
 def test_reports_bad_settings(tiny_artifact, tmp_path):
-    board = bad_settings("pipeline.reporting.leaderboard", tmp_path / "l", "results=[1],{a: 1}")
+    board = bad_settings("pipeline.commands.leaderboard", tmp_path / "l", "results=[1],{a: 1}")
     assert board == {
         "setting results=[1]: Input should be a valid string",
         "setting results={'a': 1}: Input should be a valid string",
     }
-    refresh = bad_settings("pipeline.reporting.refresh", tmp_path / "r", "tolerance=0,0.1", "aggregate=mean")
+    refresh = bad_settings(
+        "pipeline.commands.leaderboard_refresh", tmp_path / "r", "tolerance=0,0.1", "aggregate=mean"
+    )
     assert refresh == {
         "setting tolerance=0: Input should be greater than 0",
         "setting aggregate='mean': Input should be 'pooled', 'official' or 'official_before_a7082c3'",
     }
-    show = bad_settings(
-        "pipeline.reporting.keytoken_page", tmp_path / "s", f"artifact={tiny_artifact}", "all=maybe"
-    )
+    show = bad_settings("pipeline.commands.show", tmp_path / "s", f"artifact={tiny_artifact}", "all=maybe")
     assert show == {"setting all='maybe': Input should be a valid boolean, unable to interpret input"}
-    publish = bad_settings("pipeline.reporting.publish", tmp_path / "p", "repo=a/b", "dry_run=maybe")
+    publish = bad_settings("pipeline.commands.publish", tmp_path / "p", "repo=a/b", "dry_run=maybe")
     assert publish == {"setting dry_run='maybe': Input should be a valid boolean, unable to interpret input"}

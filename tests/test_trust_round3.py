@@ -13,10 +13,12 @@ import shutil
 import pytest
 
 from pipeline import api
+from pipeline.commands import leaderboard as leaderboard_command
+from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.errors import PipelineError
 from pipeline.lmeval.model import display_name
 from pipeline.models.loading import load_model
-from pipeline.reporting import leaderboard, refresh
+from pipeline.reporting import leaderboard
 from pipeline.reporting.board import partial_notes, select
 from pipeline.results import ladder as ladder_results
 from pipeline.results.keys import context_name
@@ -66,7 +68,7 @@ def test_an_api_run_on_part_of_the_artifact_is_recorded_as_such_and_left_off(
         "left out line 2 (m, artifact test): scored on 1 of 3 documents, a partial run is no leaderboard "
         "entry"
     ]
-    leaderboard.run(leaderboard_config(results, tmp_path / "out"))
+    leaderboard_command.run(leaderboard_config(results, tmp_path / "out"))
     assert "left out line 2 (m, artifact test): scored on 1 of 3 documents" in capsys.readouterr().out
     older = {k: v for k, v in second.items()} | {"schema_version": 4}
     older["settings"] = {k: v for k, v in second["settings"].items() if k != "documents"}
@@ -238,8 +240,8 @@ def test_a_refresh_compares_only_runs_of_the_same_model_and_settings(
     other settings is not compared as if it were the run repeated; two models of one name are refused."""
     recorded = tmp_path / "recorded.jsonl"
     limited = ["+settings.context_limit=16"]
-    refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded, "record=true", *limited))
-    refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded, *limited))
+    refresh_command.run(refresh_config(tiny_artifact, other_model_dir, recorded, "record=true", *limited))
+    refresh_command.run(refresh_config(tiny_artifact, other_model_dir, recorded, *limited))
     line = json.loads(recorded.read_text())
     line["settings"]["add_bos"] = False  # recorded with other settings (the numbers left as they are)
     recorded.write_text(json.dumps(line) + "\n")
@@ -248,7 +250,7 @@ def test_a_refresh_compares_only_runs_of_the_same_model_and_settings(
         match=r"recorded result of tiny .*not of the run the refresh repeats \(add_bos: False recorded, "
         r"True now\)",
     ):
-        refresh.run(refresh_config(tiny_artifact, other_model_dir, recorded, *limited))
+        refresh_command.run(refresh_config(tiny_artifact, other_model_dir, recorded, *limited))
     twice = f"[{{name: tiny, spec: '{other_model_dir}'}}, {{name: tiny, spec: '{other_model_dir}'}}]"
     with pytest.raises(PipelineError, match=r"setting models\.1: the name 'tiny' is already models\.0's"):
-        refresh.run(refresh_config(tiny_artifact, None, recorded, "record=true", models=twice))
+        refresh_command.run(refresh_config(tiny_artifact, None, recorded, "record=true", models=twice))

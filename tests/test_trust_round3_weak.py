@@ -18,12 +18,13 @@ from pipeline import api
 from pipeline.api.dropin import compute_longppl
 from pipeline.artifact import inputs
 from pipeline.artifact.reader import load_artifact
+from pipeline.commands import leaderboard as leaderboard_command
+from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
 from pipeline.files import umask
 from pipeline.models import gguf
 from pipeline.models.loading import load_model
 from pipeline.official.span_files import format_spans
-from pipeline.reporting import leaderboard, publish
 from pipeline.results import lines
 from tests.conftest import ROOT, STAGE1_TEXTS, build_model, compose_config
 from tests.test_cli_errors import cli, error_lines
@@ -106,7 +107,8 @@ def test_cache_requests_of_another_artifact_of_the_same_name(tiny, tiny_artifact
 
 def test_model_hf_with_a_longppl_task_stops_before_any_request(tiny_model_dir, tiny_artifact):
     done = run_cli(
-        "pipeline.lmeval", "--model", "hf", "--model_args", f"pretrained={tiny_model_dir}", "--artifact",
+        "pipeline.commands.lm_eval",
+        "--model", "hf", "--model_args", f"pretrained={tiny_model_dir}", "--artifact",
         str(tiny_artifact), "--tasks", f"longppl_{tiny_artifact.name}", "--device", "cpu",
         HF_DATASETS_OFFLINE="1",
     )  # fmt: skip
@@ -122,7 +124,9 @@ def test_a_torn_lmeval_results_file_is_named(tmp_path, capsys):
     (tmp_path / "lm-eval" / "m").mkdir(parents=True)
     torn = tmp_path / "lm-eval" / "m" / "results_2026-11-22T00-00-00.json"
     torn.write_text('{"results": {"longppl_x": {"longppl,none": 3.5')
-    leaderboard.run(compose_config("leaderboard", [f"results={scores}", f"out_dir={tmp_path / 'out'}"]))
+    leaderboard_command.run(
+        compose_config("leaderboard", [f"results={scores}", f"out_dir={tmp_path / 'out'}"])
+    )
     assert (
         f"left out {torn}: not an lm-eval results file that reads (is not valid JSON"
         in capsys.readouterr().out
@@ -135,7 +139,10 @@ def test_a_torn_lmeval_results_file_is_named(tmp_path, capsys):
 
 def test_ladder_bootstrap_has_an_upper_bound(tmp_path):
     done = cli(
-        "pipeline.ladder", "model=local", f"model.spec={tmp_path / 'no-model'}", "bootstrap=10000000000"
+        "pipeline.commands.ladder",
+        "model=local",
+        f"model.spec={tmp_path / 'no-model'}",
+        "bootstrap=10000000000",
     )
     assert error_lines(done.stderr) == [] and one_error(done) == (
         "error: setting bootstrap=10000000000: Input should be less than or equal to 100000"
@@ -150,7 +157,9 @@ def test_a_torn_line_never_costs_the_others(tmp_path, capsys):
     with path.open("a") as f:
         f.write(json.dumps(rows[2])[:150])  # killed after 150 bytes
     lines.append(path, rows[2])
-    paths = leaderboard.run(compose_config("leaderboard", [f"results={path}", f"out_dir={tmp_path / 'out'}"]))
+    paths = leaderboard_command.run(
+        compose_config("leaderboard", [f"results={path}", f"out_dir={tmp_path / 'out'}"])
+    )
     assert paths["leaderboard.csv"].read_text().count("\n") == 4  # the header and three entries
     assert (
         "line 3 was cut short (a write that was killed, or a full disk): skipped" in capsys.readouterr().err
@@ -171,7 +180,7 @@ def test_a_cache_folder_that_is_a_file(tiny_artifact, tmp_path):
     model = fake_gguf(tmp_path / "m.gguf")
     (tmp_path / "cache").write_text("not a folder")
     done = run_cli(
-        "pipeline.score", "model=local", f"model.spec={model}", f"results={tmp_path / 's.jsonl'}",
+        "pipeline.commands.score", "model=local", f"model.spec={model}", f"results={tmp_path / 's.jsonl'}",
         f"artifact={tiny_artifact}",
         LONGPPL_CACHE=str(tmp_path / "cache"),
     )  # fmt: skip
@@ -184,7 +193,7 @@ def test_a_cache_folder_that_is_a_file(tiny_artifact, tmp_path):
 def test_results_that_cannot_be_written_fail_before_the_model_runs(other_model_dir, tiny_artifact, tmp_path):
     (tmp_path / "file").write_text("")
     done = cli(
-        "pipeline.score", "--multirun", "model=local", f"model.spec={other_model_dir}",
+        "pipeline.commands.score", "--multirun", "model=local", f"model.spec={other_model_dir}",
         f"artifact={tiny_artifact}", f"results={tmp_path},{tmp_path / 'file' / 'scores.jsonl'}", "device=cpu",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip
@@ -206,7 +215,7 @@ def test_publish_again_after_a_failed_upload(tiny_artifact, tmp_path, monkeypatc
     )
     for _ in range(2):  # the rerun prepares the folder anew and tries the upload again
         with pytest.raises(PipelineError, match="could not upload to the Hub dataset 'org/keytokens'"):
-            publish.run(cfg)
+            publish_command.run(cfg)
     assert load_artifact(tmp_path / "up").contents == load_artifact(tiny_artifact).contents
 
 

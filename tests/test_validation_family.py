@@ -7,12 +7,19 @@ import json
 
 import pytest
 
+from pipeline.commands.score import run as run_score
+from pipeline.commands.shell import plain
+from pipeline.commands.validate import run as run_validation
+from pipeline.commands.validate import settings
 from pipeline.errors import PipelineError
-from pipeline.score.__main__ import run as run_score
 from pipeline.validation import family, synthetic
 from pipeline.validation.run import load
-from pipeline.validation.run import run as run_validation
 from tests.conftest import compose_config, save_tiny_model
+
+
+def validate_settings(tmp_path, *overrides):
+    """The study's typed settings, as `make validate` gives them."""
+    return settings(plain(validate_config(tmp_path, *overrides)))
 
 
 def validate_config(tmp_path, *overrides):
@@ -33,7 +40,7 @@ def validate_config(tmp_path, *overrides):
 
 def test_members_from_the_config(tmp_path, tiny_model_dir):
     checkpoint = f"checkpoints=[{{spec: '{tiny_model_dir}', context_limit: 64, label: tuned}}]"
-    members = family.members(validate_config(tmp_path, checkpoint))
+    members = family.members(validate_settings(tmp_path, checkpoint))
     labels = [m.label for m in members]
     limits = ("W=256", "W=1024", "W=2048", "full")
     assert labels == [f"{m} {w}" for m in ("smollm2-135m", "gemma3-270m") for w in limits] + ["tuned"]
@@ -41,7 +48,7 @@ def test_members_from_the_config(tmp_path, tiny_model_dir):
     assert members[-1].choice.spec == str(tiny_model_dir) and members[-1].context_limit == 64
     assert members[0].choice.attn_implementation == "blocked_sdpa"  # the conf/model/ group, composed
     unnamed = family.members(
-        validate_config(tmp_path, "members=[]", f"checkpoints=[{{spec: '{tiny_model_dir}'}}]")
+        validate_settings(tmp_path, "members=[]", f"checkpoints=[{{spec: '{tiny_model_dir}'}}]")
     )
     assert unnamed[0].label == f"{tiny_model_dir.parent.name}/{tiny_model_dir.name} full"
     bad = {
@@ -52,7 +59,7 @@ def test_members_from_the_config(tmp_path, tiny_model_dir):
     }
     for override, message in bad.items():
         with pytest.raises(PipelineError, match=message):
-            family.members(validate_config(tmp_path, override))
+            family.members(validate_settings(tmp_path, override))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +81,7 @@ def family_overrides(tiny_artifact, tiny_model_dir, other_model_dir) -> list[str
 def test_family_numbers_equal_the_score_stage(
     tmp_path, tiny_artifact, tiny_model_dir, other_model_dir, synthetic_docs
 ):
-    cfg = validate_config(tmp_path, *family_overrides(tiny_artifact, tiny_model_dir, other_model_dir))
+    cfg = validate_settings(tmp_path, *family_overrides(tiny_artifact, tiny_model_dir, other_model_dir))
     evals = family.evaluators(cfg, tmp_path / "work")
     assert [(e.label, e.built) for e in evals] == [("tiny", False), ("other", True)]
     assert (
@@ -86,7 +93,7 @@ def test_family_numbers_equal_the_score_stage(
         assert evals[1].artifact.settings[key] == evals[0].artifact.settings[key]
     members = family.members(cfg)
     timing: dict[str, float] = {}
-    rows = family.score_family(cfg, members, synthetic_docs, evals, lambda c: load(c, cfg), timing)
+    rows = family.score_family(cfg, members, synthetic_docs, evals, lambda c: load(c, cfg.compute), timing)
     assert set(timing) == {
         f"member {m}{part}" for m in ("other-32", "other-full", "tiny-full") for part in ("", " GovReport")
     }
@@ -118,7 +125,7 @@ def test_evaluator_on_other_texts_is_an_error(
     corpus = write_corpus([{"id": "doc-0", "text": "Some other text entirely. " * 10}])
     run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path, "name=other")))
     overrides = family_overrides(tiny_artifact, tiny_model_dir, other_model_dir)[:3]
-    cfg = validate_config(
+    cfg = validate_settings(
         tmp_path,
         *overrides,
         f"evaluators=[{{artifact: '{tiny_artifact}'}}, {{artifact: '{tmp_path / 'other'}'}}]",

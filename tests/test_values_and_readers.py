@@ -22,10 +22,13 @@ from omegaconf import OmegaConf
 from pipeline import definition
 from pipeline.artifact.identity import differences
 from pipeline.artifact.reader import load_artifact
+from pipeline.commands import compare_artifacts
+from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
-from pipeline.reporting import board, compare, leaderboard, publish, refresh
+from pipeline.reporting import board, leaderboard
 from pipeline.results import lines
 from pipeline.results.scores import read_scores
+from pipeline.sharing import refresh
 from tests.conftest import ROOT, compose_config
 from tests.test_artifact_checks import craft
 
@@ -90,14 +93,14 @@ def test_compare_artifacts_judges_every_value_when_both_are_at_hand(tiny_artifac
     edited = load_artifact(edited_root)
     assert edited.contents != genuine.contents
     assert differences(edited.identity, genuine.identity) == []  # the summaries cannot tell
-    cfg = compose_config("compare", [f"a={tiny_artifact}", f"b={edited_root}"])
+    cfg = compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={edited_root}"])
     with pytest.raises(
         PipelineError,
         match=r"not the same artifact: long_logprob values beyond the tolerance 0\.001 in doc-0 "
         r"\(3, max 0\.2\)",
     ):
-        compare.run(cfg)
-    same = compare.run(compose_config("compare", [f"a={tiny_artifact}", f"b={tiny_artifact}"]))
+        compare_artifacts.run(cfg)
+    same = compare_artifacts.run(compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={tiny_artifact}"]))
     assert same["exact"]
 
 
@@ -105,8 +108,8 @@ def test_compare_artifacts_judges_every_value_when_both_are_at_hand(tiny_artifac
 def test_two_cpus_default_artifacts_are_still_the_same_artifact(capsys):
     """The default artifact made on an AMD AVX2 and on an Intel AVX-512 machine differ by up to 4.2e-4
     nats of LCL and 1.4e-3 of soft weight: value by value, still the same artifact."""
-    cfg = compose_config("compare", [f"a={SHARED / 'cross-machine'}", f"b={SHARED / 'cross-machine-intel'}"])
-    result = compare.run(cfg)
+    cfg = compose_config("compare_artifacts", [f"a={SHARED / 'cross-machine'}", f"b={SHARED / 'cross-machine-intel'}"])
+    result = compare_artifacts.run(cfg)
     columns = result["report"]["columns"]
     assert not result["exact"] and 4e-4 < columns["long_logprob"]["max"] < 1e-3
     assert 1e-3 < columns["soft_weight"]["max"] < 5e-3
@@ -220,10 +223,10 @@ def test_publish_never_writes_into_a_folder_it_did_not_make(tiny_artifact, tmp_p
     ]
     for out, message in cases:
         with pytest.raises(PipelineError, match=rf"out_dir={re.escape(str(out))} {message}"):
-            publish.run(publish_config(victim, out))
+            publish_command.run(publish_config(victim, out))
     assert {folder: contents(folder) for folder in before} == before
-    made = publish.run(publish_config(victim, tmp_path / "made"))
-    assert publish.run(publish_config(victim, made)) == made  # its own folder, prepared anew
+    made = publish_command.run(publish_config(victim, tmp_path / "made"))
+    assert publish_command.run(publish_config(victim, made)) == made  # its own folder, prepared anew
     assert load_artifact(made).contents == load_artifact(victim).contents
 
 

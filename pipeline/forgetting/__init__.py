@@ -24,9 +24,9 @@ least 1 point above LM accuracy), as the paper's Table 3. Conventions, as the re
 
 The package: ``samples`` (the grid, special tokens, text, seeded samples, inputs, scored positions;
 no model runs there), ``curve`` (accuracies, statistics, memory lengths), ``results`` (the results
-file's schema), ``run`` (the command: ``python -m pipeline.forgetting``, ``conf/forgetting/``).
+file's schema), ``run`` (one measurement; its command is ``pipeline.commands.forgetting_curve``,
+``conf/forgetting/``).
 
 Layer: stages. May import: the foundation, settings, inputs (``text``, ``models``) and contract
-(``artifact``, ``results``) layers and the other stages; never the API or a report. Its shell
-(``__main__``, the top layer) also takes the picture it writes, ``pipeline.reporting.forgetting_plot``.
+(``artifact``, ``results``) layers and the other stages; never the API, a report or a command.
 """

@@ -1,6 +1,7 @@
 """One model's forgetting curve: its settings resolved against the model, the text, the measurement
-and the results line (``pipeline.results.forgetting``). The command (``python -m pipeline.forgetting``,
-``conf/forgetting/forgetting.yaml``) adds the picture, the results file and the summary."""
+and the results line (``pipeline.results.forgetting``). The command
+(``python -m pipeline.commands.forgetting_curve``, ``conf/forgetting/forgetting.yaml``) adds the
+picture, the results file and the summary."""
 
 from __future__ import annotations
 

@@ -2,9 +2,8 @@
 (the run's typed settings), ``documents`` (which documents, their exact texts and evaluator tokens, the
 fingerprint), ``tables`` (one document's long and short log-probs, key tokens and spans, as table
 rows), ``ranks`` (data parallelism under ``torchrun`` or Slurm), ``run`` (the run: resume, parts, the
-finished artifact); ``__main__`` is the command's shell.
+finished artifact). Its command is ``pipeline.commands.keytokens``.
 
 Layer: stages. May import: the foundation, settings, inputs (``text``, ``models``) and contract
-(``artifact``, ``results``) layers and the other stages; never the API or a report. Its shell
-(``__main__``, the top layer) also takes the key-token pages it writes, ``pipeline.reporting.keytoken_page``.
+(``artifact``, ``results``) layers and the other stages; never the API, a report or a command.
 """

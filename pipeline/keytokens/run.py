@@ -3,7 +3,7 @@
 Steps: load the corpus and the evaluator, choose and tokenize the documents, fingerprint the settings
 (a finished artifact with the same fingerprint is left untouched; an unfinished one is resumed), score
 this rank's documents one part at a time, then (rank 0) write the tables and the manifest. The
-command (``python -m pipeline.keytokens``) adds the summary and the key-token pages.
+command (``python -m pipeline.commands.keytokens``) adds the summary and the key-token pages.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@ typed and checked once from the Hydra config (``conf/keytokens.yaml``), before a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import torch
-from omegaconf import OmegaConf
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
@@ -49,9 +49,9 @@ class KeyTokenSettings:
     output: Output
 
     @classmethod
-    def from_config(cls, cfg: Any) -> KeyTokenSettings:
-        """The settings of ``conf/keytokens.yaml`` (composed, overrides applied), typed and checked."""
-        plain = OmegaConf.to_container(cfg, resolve=True)
+    def from_config(cls, plain: Mapping[str, Any]) -> KeyTokenSettings:
+        """The settings of ``conf/keytokens.yaml`` (composed, overrides applied, as plain data), typed and
+        checked."""
         settings = cls(
             evaluator=ModelChoice.parse(plain.get("evaluator") or {}, "evaluator."),
             corpus=CorpusSpec.parse(plain.get("corpus") or {}),

@@ -2,10 +2,9 @@
 
 ``settings`` (the ladder's typed settings), ``engine`` (the rungs' passes, built from the score stage's
 functions), ``effective`` (the effective length and its bootstrap interval), ``run`` (the results
-line); ``__main__`` is the command's shell (`make ladder`).
+line). Its command is ``pipeline.commands.ladder`` (`make ladder`).
 
 Layer: stages. May import: the foundation, settings, inputs (``text``, ``models``) and contract
-(``artifact``, ``results``) layers and the other stages (the score stage's functions); never the API
-or a report. Its shell (``__main__``, the top layer) also takes the picture it writes,
-``pipeline.reporting.ladder_plot``.
+(``artifact``, ``results``) layers and the other stages (the score engine); never the API, a report
+or a command.
 """

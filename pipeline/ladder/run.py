@@ -1,6 +1,6 @@
 """One model's context ladder as a results line: the rungs' passes (``pipeline.ladder.engine``), the
 effective context length (``pipeline.ladder.effective``) and the provenance of ``make score``'s lines
-(``pipeline.results.scores.score_row`` of the full rung). The command (``python -m pipeline.ladder``,
+(``pipeline.results.scores.score_row`` of the full rung). The command (``python -m pipeline.commands.ladder``,
 ``conf/ladder.yaml``) adds the picture, the results file and the summary."""
 
 from __future__ import annotations

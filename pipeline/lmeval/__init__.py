@@ -6,7 +6,7 @@
   ``longppl_soft``, ``ppl``, ``bits_per_byte``, ``key_bits_per_byte`` pooled as `make score` pools them
   (``pipeline.lmeval.metrics``);
 - ``task_manager``: an lm-eval ``TaskManager`` with a task per artifact (``pipeline.lmeval.tasks``);
-- ``python -m pipeline.lmeval`` (`make lm-eval`): lm-eval's command line with all of these;
+- ``command_line``: lm-eval's command line with all of these (`make lm-eval`, ``pipeline.commands.lm_eval``);
 - ``schema_problems``: a results file against lm-eval's results schema (``pipeline.lmeval.results_schema``);
 - LooGLE's tasks (``pipeline.lmeval.loogle``, ``loogle_<task>``, tag ``loogle``): answered by `make loogle`'s
   generation with the model ``longppl``, scored with its metrics.

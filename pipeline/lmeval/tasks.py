@@ -19,12 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from pipeline.artifact.reader import locate_artifact, normalized_location, read_manifest
 from pipeline.artifact.schema import MANIFEST
-from pipeline.cli import CONF_DIR
 from pipeline.errors import PipelineError
+from pipeline.files import conf_file
 from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset
 from pipeline.loogle.data import TASKS
 
@@ -48,7 +46,7 @@ def task_name(location: str) -> str:
 
 def artifacts_root() -> Path:
     """Where the keytokens stage writes artifacts by default: the parent of ``default_artifact``."""
-    return Path(str(OmegaConf.load(CONF_DIR / "common.yaml").default_artifact)).parent
+    return Path(str(conf_file("common.yaml")["default_artifact"])).parent
 
 
 def local_artifacts(root: Path | None = None) -> list[str]:
@@ -129,7 +127,7 @@ def task_directory(artifacts: Sequence[str | Path] = (), root: Path | None = Non
 def write_loogle_tasks(directory: Path) -> dict[str, Path]:
     """LooGLE's four tasks (``pipeline.lmeval.loogle``), tagged ``loogle``: the embedded sample's two,
     the Hub dataset's (at ``conf/loogle_data.yaml``'s revision) other two."""
-    revision = OmegaConf.load(CONF_DIR / "loogle_data.yaml").revision
+    revision = conf_file("loogle_data.yaml")["revision"]
     paths = {}
     for task in TASKS:
         data = "sample" if task in LOOGLE_SAMPLE else "hub"

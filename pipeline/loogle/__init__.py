@@ -11,8 +11,8 @@
   the timeline-reorder metrics;
 - ``wordnet``: WordNet for nltk's METEOR from Debian's packages, offline;
 - ``evidence``: each question's evidence strings located in its document as character spans;
-- the commands: ``python -m pipeline.loogle`` (`make loogle`), ``python -m pipeline.loogle.evaluate``
-  (`make loogle-metrics`) and ``python -m pipeline.loogle.evidence_report`` (`make loogle-evidence`).
+- their commands are in ``pipeline.commands``: ``loogle`` (`make loogle`), ``loogle_metrics``
+  (`make loogle-metrics`) and ``loogle_evidence`` (`make loogle-evidence`).
 
 Layer: stages. May import: the foundation, settings, inputs and contract layers, and ``pipeline.loogle``.
 """

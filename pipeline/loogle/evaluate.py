@@ -1,4 +1,4 @@
-"""`make loogle-metrics ARGS="predictions=<file> task=<task>"`: ``python -m pipeline.loogle.evaluate``
+"""`make loogle-metrics ARGS="predictions=<file> task=<task>"`: ``python -m pipeline.commands.loogle_metrics``
 (Hydra overrides of ``conf/loogle_metrics.yaml``): a predictions file scored with LooGLE's metrics and
 printed. This project's files are checked against the questions they were made from (``data=``); the
 repository's ``Output/`` files carry their answers."""
@@ -8,16 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.formats import fmt
-from pipeline.hub import offline_unless
 from pipeline.loogle.data import check_task
 from pipeline.loogle.predictions import Scored, check_ours, is_ours, official_pairs, read_lines
 from pipeline.loogle.reorder import reorder_scores
-from pipeline.loogle.scoring import bertscore_mode, score_task
+from pipeline.loogle.scoring import score_task
 from pipeline.loogle.sources import DataSource, fingerprint, load_questions
 from pipeline.results.loogle import METRIC_LABELS as LABELS
 
@@ -61,20 +57,3 @@ def result_lines(result: dict[str, Any]) -> list[str]:
         values = ", ".join(f"{k} {fmt(v)}" for k, v in reorder["metrics"].items())
         lines.append(f"reorder       {values} over {reorder['n_questions']} timeline questions")
     return lines
-
-
-def run(cfg: Any) -> dict[str, Any]:
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    source = source_of(plain)
-    offline_unless(source.data == "hub", bertscore_mode(plain["bertscore"]) == "true")
-    result = evaluate(Path(str(plain["predictions"])), str(plain["task"]), source, str(plain["bertscore"]))
-    print("\n".join(result_lines(result)))
-    return result
-
-
-def main() -> None:
-    hydra_main("loogle_metrics", run)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""`make loogle-evidence ARGS="task=... data=..."`: ``python -m pipeline.loogle.evidence_report``
+"""`make loogle-evidence ARGS="task=... data=..."`: ``python -m pipeline.commands.loogle_evidence``
 (Hydra overrides of ``conf/loogle_evidence.yaml``): each evidence string of LooGLE's questions located
 in its document (``pipeline.loogle.evidence``), the fraction located per task and per rule printed as a
 table, the unlocated ones named, and every span written to a JSON file."""
@@ -6,19 +6,11 @@ table, the unlocated ones named, and every span written to a JSON file."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from pipeline.cli import hydra_main
-from pipeline.files import write_json_atomic
-from pipeline.formats import file_slug
-from pipeline.hub import offline_unless
 from pipeline.loogle import evidence
 from pipeline.loogle.data import SAMPLE_DIR, TASKS, Question, check_task
-from pipeline.loogle.sources import DataSource, fingerprint, load_questions
-from pipeline.results import lines
+from pipeline.loogle.sources import DataSource, fingerprint
 
 HEAD = 80  # characters of an unlocated evidence string shown in the report
 
@@ -107,25 +99,3 @@ def settings() -> dict[str, Any]:
     """The alignment's constants, recorded with its results."""
     names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP")
     return {name.lower(): getattr(evidence, name) for name in names}
-
-
-def run(cfg: Any) -> dict[str, Any]:
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    source = DataSource(str(plain["data"]), str(plain["dataset"]), plain.get("revision"))
-    offline_unless(source.data == "hub")
-    default = Path(str(plain["results_dir"])) / f"loogle-evidence--{file_slug(source.label, 'data')}.json"
-    out = lines.check_writable(Path(str(plain["out"])) if plain.get("out") else default, "out")
-    questions = {task: load_questions(task, source) for task in tasks_of(str(plain["task"]), source)}
-    reports = [report(task, task_questions) for task, task_questions in questions.items()]
-    result = {"data": source.label, "alignment": settings(), "tasks": reports}
-    write_json_atomic(out, result)
-    print("\n".join([*table_lines(reports), f"written       {out}"]))
-    return result
-
-
-def main() -> None:
-    hydra_main("loogle_evidence", run)
-
-
-if __name__ == "__main__":
-    main()

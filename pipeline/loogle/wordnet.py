@@ -1,8 +1,8 @@
 """WordNet 3.0 for nltk's METEOR, offline: the dictionary files of Debian's ``wordnet-base`` and
 ``wordnet-sense-index`` packages, put where nltk's corpus reader looks (``<venv>/share/nltk_data/corpora/
 wordnet``), with the ``lexnames`` file those packages lack, written from the list that WordNet's own
-``lexnames(5WN)`` manual page documents. ``python -m pipeline.loogle.wordnet``, which
-`make setup-loogle` runs."""
+``lexnames(5WN)`` manual page documents. Installed by
+`make setup-loogle` (``pipeline.commands.setup_loogle``)."""
 
 from __future__ import annotations
 
@@ -113,15 +113,3 @@ def install(target: Path, source: Path = DEBIAN_DICT, page: Path = LEXNAMES_PAGE
         shutil.copyfile(source / name, target / name)
     write_bytes_atomic(target / "lexnames", lexnames(page).encode())
     return target
-
-
-def main() -> None:
-    try:
-        print(f"WordNet for nltk in {install(nltk_wordnet_dir())}")
-    except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

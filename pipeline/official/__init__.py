@@ -3,7 +3,7 @@
 ``span_files`` reads and writes the official span format (numbers only, never ``eval``); ``sources``
 pins the dataset and tokenizers (Hub commit or local copy); ``boundaries`` checks that the spans fit
 the reconstructed texts; ``run`` is the import (`make import-official EVALUATOR=<name>`,
-``python -m pipeline.official``), which writes a ``key_spans`` artifact (``pipeline.artifact.schema``).
+``pipeline.commands.import_official``), which writes a ``key_spans`` artifact (``pipeline.artifact.schema``).
 
 Layer: stages. May import: the foundation, settings, inputs (``text``, ``models``) and contract
 (``artifact``, ``results``) layers and the other stages; never the API or a report.

@@ -43,7 +43,7 @@ from pipeline.official.boundaries import (
 from pipeline.official.sources import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
 from pipeline.provenance import file_sha256, json_sha256, library_versions
-from pipeline.settings import DirectoryName, Text, directory_name, parse
+from pipeline.settings import DirectoryName, Text, directory_name
 from pipeline.text.alignment import hard_key_mask
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
@@ -71,15 +71,12 @@ class ImportOptions:
     progress: bool = True
 
 
-def run(cfg: Any) -> dict[str, Any]:
+def run(options: ImportOptions, definition: KeyTokenDefinition, corpus: CorpusSpec) -> dict[str, Any]:
     """The whole import; returns the artifact's manifest."""
     started = time.time()
-    options = parse(ImportOptions, cfg)
-    parse(OfficialSpans, cfg.official, prefix="official.", strict=True)  # an unknown key is a typo
-    definition = parse(KeyTokenDefinition, {**dict(cfg), "short_window_bos": False})
     official, spans_dir = options.official, Path(options.spans_dir)
     spans = read_span_folder(spans_dir)
-    corpus_pin, decoder_pin, spec = pinned_corpus(cfg)
+    corpus_pin, decoder_pin, spec = pinned_corpus(corpus)
     tokenizer_pin = pin(official.tokenizer, official.tokenizer_revision, "model", "official.tokenizer")
     offline_unless(*("path" not in p.record for p in (corpus_pin, decoder_pin, tokenizer_pin)))
     docs = load_corpus(spec)
@@ -133,9 +130,9 @@ def run(cfg: Any) -> dict[str, Any]:
     return manifest
 
 
-def pinned_corpus(cfg: Any) -> tuple[Pinned, Pinned, CorpusSpec]:
+def pinned_corpus(corpus: CorpusSpec) -> tuple[Pinned, Pinned, CorpusSpec]:
     """The corpus spec with its dataset and decoding tokenizer pinned (commit, or local copy)."""
-    fields = dataclasses.asdict(CorpusSpec.parse(cfg.corpus))
+    fields = dataclasses.asdict(corpus)
     if not fields.get("dataset") or not fields.get("tokenized_with"):
         raise PipelineError("the importer needs a pre-tokenized corpus (corpus=govreport_paper)")
     data = pin(str(fields["dataset"]), fields.get("revision"), "dataset", "corpus.dataset")

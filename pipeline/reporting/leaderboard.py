@@ -25,16 +25,13 @@ context length and its interval, and ``ladder.png`` their ladders.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import polars as pl
-import pydantic.dataclasses
 
-from pipeline.cli import hydra_main
 from pipeline.files import write_bytes_atomic
 from pipeline.provenance import file_sha256
-from pipeline.reporting import correlations, ladder_plot, loogle_board
-from pipeline.reporting.board import other_contents, partial_notes, select
+from pipeline.reporting import correlations, ladder_plot
+from pipeline.reporting.board import select
 from pipeline.reporting.common import (
     csv_text,
     display_path,
@@ -53,7 +50,6 @@ from pipeline.results import ladder as ladder_results
 from pipeline.results.keys import score_key
 from pipeline.results.lmeval import read_lmeval_results
 from pipeline.results.scores import read_scores
-from pipeline.settings import Text, parse
 
 # The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
 COLUMNS: dict[str, str | None] = {
@@ -316,47 +312,6 @@ def render(
     return paths
 
 
-@pydantic.dataclasses.dataclass(frozen=True)
-class LeaderboardOptions:
-    results: str  # the score stage's results file
-    out_dir: str
-    artifact: Text | None = None  # name, fingerprint, contents hash or prefix; None: the newest result's
-    benchmarks: str | None = None  # CSV: `model`, then one numeric column per benchmark
-    forgetting_results: str | None = None  # None: forgetting.jsonl beside `results`
-    ladder_results: str | None = None  # None: ladder.jsonl beside `results`
-    # lm-eval results files or folders (`make lm-eval`); None: the folder lm-eval/ beside `results`
-    lmeval_results: str | list[str] | None = None
-
-
-def run(cfg: Any) -> dict[str, Path]:
-    """Load, select, render; print the Markdown leaderboard and the written paths."""
-    options = parse(LeaderboardOptions, cfg)
-    results = Path(options.results)
-    scores = read_all_results(results, options.lmeval_results)
-    paths = render(
-        scores,
-        Path(options.out_dir),
-        None if options.benchmarks is None else Path(options.benchmarks),
-        artifact=options.artifact,
-        source=results if results.is_file() else None,
-        forgetting=options.forgetting_results or results.with_name("forgetting.jsonl"),
-        ladder=options.ladder_results or results.with_name("ladder.jsonl"),
-    )
-    print(paths["leaderboard.md"].read_text(encoding="utf-8"))
-    for name, data in loogle_board.files(results.with_name("loogle.jsonl")).items():  # LooGLE beside LongPPL
-        write_bytes_atomic(Path(options.out_dir) / name, data)
-        paths[name] = Path(options.out_dir) / name
-        if name.endswith(".md"):
-            print(data.decode())
-    if note := other_contents(scores, select(scores, options.artifact)):
-        print(note)
-    for note in partial_notes(scores):
-        print(note)
-    for path in paths.values():
-        print(f"wrote {path}")
-    return paths
-
-
 def read_all_results(results: Path, lmeval: str | list[str] | None) -> pl.DataFrame:
     """The score runs of the results file and of lm-eval results files (``make lm-eval``), in one frame;
     prints the lm-eval tasks left out (run on part of their documents)."""
@@ -368,11 +323,3 @@ def read_all_results(results: Path, lmeval: str | list[str] | None) -> pl.DataFr
     if not results.is_file() and not extra.frame.is_empty():
         return extra.frame
     return pl.concat([read_scores(results), extra.frame])
-
-
-def main() -> None:
-    hydra_main("leaderboard", run)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,8 +3,8 @@
 The loss is ``pipeline.training.longce.LongCE`` behind ``Trainer.compute_loss``; everything else (devices,
 data parallelism, DeepSpeed ZeRO, mixed precision, gradient accumulation and checkpointing,
 optimizer, schedule, saving and resuming) is the Trainer's, configured with its own argument names
-under ``training.`` (``conf/finetune.yaml``). The command is ``python -m pipeline.training [key=value
-...]``, or ``torchrun`` / ``accelerate launch`` with ``-m pipeline.training`` for several GPUs.
+under ``training.`` (``conf/finetune.yaml``). The command is ``python -m pipeline.commands.finetune [key=value
+...]``, or ``torchrun`` / ``accelerate launch`` with ``-m pipeline.commands.finetune`` for several GPUs.
 
 Writes ``<output_dir>/<name>/``: the Trainer's ``checkpoint-<step>/`` folders, ``metrics.jsonl``
 (one line per logged step: the objective, the plain CE of the same tokens, the weights' mean and

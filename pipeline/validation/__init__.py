@@ -1,8 +1,11 @@
 """`make validate`: do the paper's claims hold with the embedded models? (docs/validation.md)
 
-``synthetic`` (seeded LongEval-style retrieval documents), ``study`` (the measurements), ``figures``,
-``report`` (the page, prose in ``report.md.j2``), ``run`` (the run).
+``synthetic`` (seeded LongEval-style retrieval documents), ``settings`` (the study's typed settings),
+``family`` (the model family and its evaluators), ``study`` (the measurements), ``figures``,
+``report`` (the page, prose in ``report.md.j2``), ``run`` (the run); ``longce_demo`` and
+``longce_report``: `make longce-demo`, CE against LongCE. Their commands are ``pipeline.commands.validate``
+and ``pipeline.commands.longce_demo``.
 
-Layer: reports. May import: every layer (foundation, settings, inputs, contract, stages, api) and the
-reports layer (``reporting``, ``validation``). Only the commands' shells (``__main__``) sit above it.
+Layer: studies. May import: every layer below (foundation, settings, inputs, contract, stages, api,
+reports) and the studies (``validation``, ``sharing``); never a command.
 """

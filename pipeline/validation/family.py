@@ -11,6 +11,7 @@ model per text), so a second evaluator costs no model time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -23,7 +24,6 @@ from tqdm.auto import tqdm
 from pipeline import definition
 from pipeline.artifact.reader import ArtifactDocument, iter_documents, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
-from pipeline.cli import compose
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.keytokens.run import run as find_key_tokens
@@ -31,8 +31,9 @@ from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.models.loading import ModelChoice
 from pipeline.models.logprobs import TargetScorer
 from pipeline.score.engine import score_against
-from pipeline.settings import Compute, ScoreSettings, parse
+from pipeline.settings import Compute, ScoreSettings
 from pipeline.validation import study
+from pipeline.validation.settings import ValidateSettings
 from pipeline.validation.synthetic import SyntheticDocument
 
 # The built artifact takes the numbers' settings of the reference artifact (`govreport`) ...
@@ -64,10 +65,10 @@ class Evaluator:
 # Members
 
 
-def members(cfg: Any) -> list[Member]:
+def members(v: ValidateSettings) -> list[Member]:
     """``members`` then ``checkpoints``, each model's group composed from ``conf/score.yaml``."""
-    items = [(item, False) for item in cfg.members] + [(item, True) for item in cfg.checkpoints]
-    out = [member(item, checkpoint) for item, checkpoint in items]
+    items = [(item, False) for item in v.options.members] + [(item, True) for item in v.options.checkpoints]
+    out = [member(item, checkpoint, v.model_for) for item, checkpoint in items]
     require_unique_labels([m.label for m in out], "family members")
     return out
 
@@ -82,7 +83,7 @@ def require_unique_labels(labels: list[str], what: str) -> None:
 MEMBER_KEYS = ("model", "spec", "context_limit", "label")
 
 
-def member(item: Any, checkpoint: bool) -> Member:
+def member(item: dict[str, Any], checkpoint: bool, model_for: Any) -> Member:
     unknown = sorted(set(item) - set(MEMBER_KEYS))
     if unknown:
         raise PipelineError(
@@ -97,7 +98,7 @@ def member(item: Any, checkpoint: bool) -> Member:
     overrides = (
         [f"model={model}"] if model is not None else ["model=local", f"model.spec={json.dumps(str(spec))}"]
     )
-    choice = ModelChoice.parse(compose("score", overrides).model)
+    choice = model_for(overrides)
     limit = item.get("context_limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 2):
         raise PipelineError(f"family member {dict(item)}: context_limit is a number of tokens (at least 2)")
@@ -120,19 +121,19 @@ def is_self_evaluation(m: Member, evaluator: Evaluator) -> bool:
 # Evaluators
 
 
-def evaluators(cfg: Any, work: Path) -> list[Evaluator]:
-    """The key-token artifacts of ``cfg.evaluators``, each on the first ``govreport_documents``
-    documents of ``cfg.govreport`` (their texts checked equal)."""
-    reference = open_artifact(Path(str(cfg.govreport)))
-    documents = list(iter_documents(reference))[: int(cfg.govreport_documents)]
+def evaluators(v: ValidateSettings, work: Path) -> list[Evaluator]:
+    """The key-token artifacts of ``evaluators``, each on the first ``govreport_documents``
+    documents of ``govreport`` (their texts checked equal)."""
+    reference = open_artifact(Path(v.options.govreport))
+    documents = list(iter_documents(reference))[: v.options.govreport_documents]
     out = []
-    for item in cfg.evaluators:
+    for item in v.options.evaluators:
         built = item.get("artifact") is None
         if built and item.get("evaluator") is None:
             raise PipelineError(
                 f"evaluator {dict(item)}: give `artifact` (a directory) or `evaluator` (a group)"
             )
-        path = build_artifact(cfg, item, reference, documents, work) if built else Path(str(item.artifact))
+        path = build_artifact(v, item, reference, documents, work) if built else Path(str(item["artifact"]))
         artifact = open_artifact(path)
         spec = artifact.settings["evaluator"]["spec"]
         docs = matching_documents(artifact, documents)
@@ -155,7 +156,11 @@ def matching_documents(
 
 
 def build_artifact(
-    cfg: Any, item: Any, reference: KeyTokenArtifact, documents: list[ArtifactDocument], work: Path
+    v: ValidateSettings,
+    item: dict[str, Any],
+    reference: KeyTokenArtifact,
+    documents: list[ArtifactDocument],
+    work: Path,
 ) -> Path:
     """The keytokens stage with the evaluator group ``item.evaluator`` (and ``item.spec``, if given:
     ``{evaluator: local, spec: <dir>}``) on the exact texts of ``documents`` (no truncation: the same
@@ -166,16 +171,17 @@ def build_artifact(
     write_bytes_atomic(
         corpus, "".join(json.dumps({"id": d.doc_id, "text": d.text}) + "\n" for d in documents).encode()
     )
-    overrides = [f"evaluator={item.evaluator}", "corpus=local", f"corpus.name={json.dumps(name)}"]
-    overrides += [f"evaluator.spec={json.dumps(str(item.spec))}"] if item.get("spec") is not None else []
+    overrides = [f"evaluator={item['evaluator']}", "corpus=local", f"corpus.name={json.dumps(name)}"]
+    overrides += [f"evaluator.spec={json.dumps(str(item['spec']))}"] if item.get("spec") is not None else []
     overrides += [
         f"corpus.path={json.dumps(str(corpus))}",
         f"output_dir={json.dumps(str(work / 'keytokens'))}",
     ]
     overrides += ["max_tokens=null", "min_tokens=0", "num_documents=null", "name=null"]
     overrides += [f"{k}={json.dumps(reference.settings[k])}" for k in REFERENCE_SETTINGS]
-    overrides += [f"{k}={json.dumps(cfg[k])}" for k in COMPUTE_SETTINGS]
-    return build_keytokens(KeyTokenSettings.from_config(compose("keytokens", overrides)), cfg.fresh)
+    compute = dataclasses.asdict(v.compute) | {"progress": v.progress}
+    overrides += [f"{k}={json.dumps(compute[k])}" for k in COMPUTE_SETTINGS]
+    return build_keytokens(v.keytokens_for(overrides), v.options.fresh)
 
 
 def build_keytokens(settings: KeyTokenSettings, fresh: bool) -> Path:
@@ -192,7 +198,7 @@ def build_keytokens(settings: KeyTokenSettings, fresh: bool) -> Path:
 
 
 def score_family(
-    cfg: Any,
+    v: ValidateSettings,
     family: list[Member],
     docs: list[SyntheticDocument],
     evals: list[Evaluator],
@@ -203,12 +209,12 @@ def score_family(
     each member, and of its GovReport part, go to ``timing``."""
     rows: dict[str, dict[str, Any]] = {}
     choices = list(dict.fromkeys(m.choice for m in family))
-    bar = tqdm(total=len(family), desc="model family", unit="member", disable=not cfg.progress)
+    bar = tqdm(total=len(family), desc="model family", unit="member", disable=not v.progress)
     for choice in choices:
         lm, scorer = load(choice)
         for m in (m for m in family if m.choice == choice):
             started = time.time()
-            rows[m.label] = member_row(cfg, m, lm, scorer, docs, evals)
+            rows[m.label] = member_row(v.compute, m, lm, scorer, docs, evals)
             timing[f"member {m.label}"] = time.time() - started
             timing[f"member {m.label} GovReport"] = rows[m.label].pop("govreport_seconds")
             bar.update()
@@ -218,14 +224,19 @@ def score_family(
 
 
 def member_row(
-    cfg: Any, m: Member, lm: Any, scorer: TargetScorer, docs: list[SyntheticDocument], evals: list[Evaluator]
+    compute: Compute,
+    m: Member,
+    lm: Any,
+    scorer: TargetScorer,
+    docs: list[SyntheticDocument],
+    evals: list[Evaluator],
 ) -> dict[str, Any]:
     """Retrieval on the synthetic documents; PPL and bits per byte on GovReport; and per evaluator
     LongPPL, LongPPL-soft, key bits per byte, and whether it is self-evaluation."""
     settings = ScoreSettings(context_limit=m.context_limit)
     ids = [d.doc_id for d in evals[0].documents]
     started = time.time()
-    scored = score_against([ev.artifact for ev in evals], lm, settings, parse(Compute, cfg), documents=ids)
+    scored = score_against([ev.artifact for ev in evals], lm, settings, compute, documents=ids)
     corpora = [r.corpus for r in scored]
     seconds = time.time() - started
     row = {

@@ -9,7 +9,7 @@ and PPL, LongPPL and LongPPL-soft on the GovReport artifact (the score stage's e
 
 Writes ``docs/longce.md`` (``longce_report``), ``docs/longce/curves.png`` (both training curves) and
 ``docs/longce/results.json``; the fine-tuned models go to ``<work_dir>/<run>/final``. Run as
-``python -m pipeline.validation.longce_demo [key=value ...]`` (``conf/longce_demo.yaml``).
+``python -m pipeline.commands.longce_demo [key=value ...]`` (``conf/longce_demo.yaml``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +27,6 @@ from pydantic import Field
 
 from pipeline.artifact.reader import iter_documents, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
-from pipeline.cli import compose, hydra_main
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.files import write_bytes_atomic, write_json_atomic
 from pipeline.hub import offline_unless
@@ -42,108 +42,6 @@ from pipeline.validation import longce_report, study, synthetic
 
 SETTINGS = ("seed", "train_documents", "eval_documents", "lines", "questions", "min_gap_lines", "model")
 SETTINGS += ("K", "d", "gamma", "steps", "learning_rate", "warmup_steps", "govreport_documents", "dtype")
-
-
-def documents(cfg: Any) -> tuple[list[synthetic.SyntheticDocument], list[synthetic.SyntheticDocument]]:
-    """Training documents 0..T-1 and held-out documents T..T+E-1 of the seeded generator."""
-    kwargs = {
-        "n_lines": int(cfg.lines),
-        "n_questions": int(cfg.questions),
-        "min_gap_lines": int(cfg.min_gap_lines),
-    }
-    n_train, n_eval = int(cfg.train_documents), int(cfg.eval_documents)
-    make = synthetic.make_document
-    train = [make(int(cfg.seed), i, **kwargs) for i in range(n_train)]
-    held_out = [make(int(cfg.seed), i, **kwargs) for i in range(n_train, n_train + n_eval)]
-    return train, held_out
-
-
-def load(cfg: Any) -> tuple[LoadedModel, TargetScorer]:
-    """A fresh copy of the model as its group describes it, and its chunked scorer."""
-    compute = parse(Compute, cfg)
-    lm = ModelChoice.parse(cfg.model).load(compute)
-    return lm, scorer_for(lm, compute)
-
-
-def evaluate(
-    cfg: Any,
-    lm: LoadedModel,
-    scorer: TargetScorer,
-    held_out: list[synthetic.SyntheticDocument],
-    govreport: KeyTokenArtifact,
-) -> dict[str, Any]:
-    """Answer-token accuracy on the held-out documents (full context) and the GovReport metrics of
-    the first ``govreport_documents`` documents (the score call)."""
-    lm.model.eval()
-    row = study.retrieval(lm, scorer, held_out, None)
-    documents = int(cfg.govreport_documents)
-    corpus = score(govreport, lm, ScoreSettings(), parse(Compute, cfg), documents=documents).corpus
-    row.update({k: corpus[k] for k in ("ppl", "longppl", "longppl_soft", "n_tokens", "n_key_tokens")})
-    return row
-
-
-def train(
-    cfg: Any, source: str, lm: LoadedModel, train_docs: list[synthetic.SyntheticDocument], work: Path
-) -> dict[str, Any]:
-    """One fine-tuning run through `make finetune`'s machinery; returns its record and curve."""
-    docs = [Document(d.id, d.text) for d in train_docs]
-    sequences, _ = build_sequences(docs, lm.tokenizer, max_length=lm.context_length or 10**9)
-    values = {"K": cfg.K, "d": cfg.d, "gamma": cfg.gamma, "short_window_bos": False}  # the reference's
-    settings = LongCESettings(source, parse(KeyTokenDefinition, values), parse(Compute, cfg))
-    training = {
-        "max_steps": int(cfg.steps), "learning_rate": float(cfg.learning_rate),
-        "warmup_steps": int(cfg.warmup_steps), "lr_scheduler_type": "linear", "weight_decay": 0.0,
-        "adam_beta1": 0.9, "adam_beta2": 0.95, "per_device_train_batch_size": 1, "logging_steps": 1,
-        "save_strategy": "no", "report_to": "none", "disable_tqdm": not cfg.progress,
-    }  # fmt: skip
-    args = training_arguments(work / source, training, "cpu", int(cfg.seed))
-    record = {"loss": dataclasses.asdict(settings), "training": training, "model": lm.source.to_dict()}
-    cpu = cpu_seconds()
-    record = finetune(lm, sequences, settings, args, record)
-    cpu = cpu_seconds() - cpu
-    rows = [json.loads(line) for line in (work / source / "metrics.jsonl").read_text().splitlines()]
-    curve = [r for r in rows if "loss" in r]
-    seconds = float(record["train_metrics"]["train_runtime"])
-    return {
-        "steps": record["steps"],
-        "train_seconds": seconds,
-        "seconds_per_step": seconds / max(record["steps"], 1),
-        "cpu_seconds_per_step": cpu / max(record["steps"], 1),
-        "tokens_per_step": sum(len(s.input_ids) for s in sequences) / len(sequences),
-        "curve": [{k: r.get(k) for k in longce_report.CURVE_KEYS} for r in curve],
-    }
-
-
-def changed_settings(cfg: Any) -> dict[str, Any]:
-    """The experiment's settings that differ from conf/longce_demo.yaml (a reduced run says so)."""
-    defaults = compose("longce_demo")
-    return {k: _plain(cfg[k]) for k in SETTINGS if _plain(cfg[k]) != _plain(defaults[k])}
-
-
-def _plain(value: Any) -> Any:
-    """A setting as recorded: a model group by its spec."""
-    return value.spec if hasattr(value, "spec") else value
-
-
-def cpu_seconds() -> float:
-    """User and system time of this process so far, all threads: about twice the wall time a
-    phase takes on 2 cores of its own, whatever else the machine runs."""
-    times = os.times()
-    return times.user + times.system
-
-
-class Phase:
-    """Records the wall and CPU seconds of a block under ``timing[name]``."""
-
-    def __init__(self, timing: dict[str, dict[str, float]], name: str):
-        self.timing, self.name = timing, name
-
-    def __enter__(self) -> Phase:
-        self.wall, self.cpu = time.time(), cpu_seconds()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.timing[self.name] = {"wall": time.time() - self.wall, "cpu": cpu_seconds() - self.cpu}
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -167,30 +65,133 @@ class DemoOptions:
     report: str
 
 
-def run(cfg: Any) -> dict[str, Any]:
-    parse(DemoOptions, cfg)  # every setting checked before anything runs
-    parse(KeyTokenDefinition, cfg)
-    started = time.time()
-    offline_unless(not is_local_model(ModelChoice.parse(cfg.model).spec))
-    work, out = Path(cfg.work_dir), Path(cfg.docs_dir)
-    govreport = open_artifact(str(cfg.govreport))
-    govreport_docs = list(iter_documents(govreport))[: int(cfg.govreport_documents)]
-    train_docs, held_out = documents(cfg)
+@dataclass(frozen=True)
+class DemoSettings:
+    """Everything the experiment reads, typed at the command's door."""
+
+    options: DemoOptions
+    model: ModelChoice
+    definition: KeyTokenDefinition  # K, d and gamma of LongCE (self)
+    compute: Compute
+    progress: bool
+    recorded: dict[str, Any]  # SETTINGS as results.json records them (the model by its spec)
+    changed: dict[str, Any]  # those that differ from conf/longce_demo.yaml (a reduced run says so)
+
+
+def documents(o: DemoOptions) -> tuple[list[synthetic.SyntheticDocument], list[synthetic.SyntheticDocument]]:
+    """Training documents 0..T-1 and held-out documents T..T+E-1 of the seeded generator."""
+    kwargs = {"n_lines": o.lines, "n_questions": o.questions, "min_gap_lines": o.min_gap_lines}
+    n_train, n_eval = o.train_documents, o.eval_documents
+    make = synthetic.make_document
+    train = [make(o.seed, i, **kwargs) for i in range(n_train)]
+    held_out = [make(o.seed, i, **kwargs) for i in range(n_train, n_train + n_eval)]
+    return train, held_out
+
+
+def load(settings: DemoSettings) -> tuple[LoadedModel, TargetScorer]:
+    """A fresh copy of the model as its group describes it, and its chunked scorer."""
+    lm = settings.model.load(settings.compute)
+    return lm, scorer_for(lm, settings.compute)
+
+
+def evaluate(
+    settings: DemoSettings,
+    lm: LoadedModel,
+    scorer: TargetScorer,
+    held_out: list[synthetic.SyntheticDocument],
+    govreport: KeyTokenArtifact,
+) -> dict[str, Any]:
+    """Answer-token accuracy on the held-out documents (full context) and the GovReport metrics of
+    the first ``govreport_documents`` documents (the score call)."""
+    lm.model.eval()
+    row = study.retrieval(lm, scorer, held_out, None)
+    documents = settings.options.govreport_documents
+    corpus = score(govreport, lm, ScoreSettings(), settings.compute, documents=documents).corpus
+    row.update({k: corpus[k] for k in ("ppl", "longppl", "longppl_soft", "n_tokens", "n_key_tokens")})
+    return row
+
+
+def train(
+    settings: DemoSettings,
+    source: str,
+    lm: LoadedModel,
+    train_docs: list[synthetic.SyntheticDocument],
+    work: Path,
+) -> dict[str, Any]:
+    """One fine-tuning run through `make finetune`'s machinery; returns its record and curve."""
+    docs = [Document(d.id, d.text) for d in train_docs]
+    sequences, _ = build_sequences(docs, lm.tokenizer, max_length=lm.context_length or 10**9)
+    o, d = settings.options, settings.definition
+    values = {"K": d.K, "d": d.d, "gamma": d.gamma, "short_window_bos": False}  # the reference's
+    loss = LongCESettings(source, parse(KeyTokenDefinition, values), settings.compute)
+    training = {
+        "max_steps": o.steps, "learning_rate": float(o.learning_rate),
+        "warmup_steps": o.warmup_steps, "lr_scheduler_type": "linear", "weight_decay": 0.0,
+        "adam_beta1": 0.9, "adam_beta2": 0.95, "per_device_train_batch_size": 1, "logging_steps": 1,
+        "save_strategy": "no", "report_to": "none", "disable_tqdm": not settings.progress,
+    }  # fmt: skip
+    args = training_arguments(work / source, training, "cpu", o.seed)
+    record = {"loss": dataclasses.asdict(loss), "training": training, "model": lm.source.to_dict()}
+    cpu = cpu_seconds()
+    record = finetune(lm, sequences, loss, args, record)
+    cpu = cpu_seconds() - cpu
+    rows = [json.loads(line) for line in (work / source / "metrics.jsonl").read_text().splitlines()]
+    curve = [r for r in rows if "loss" in r]
+    seconds = float(record["train_metrics"]["train_runtime"])
+    return {
+        "steps": record["steps"],
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / max(record["steps"], 1),
+        "cpu_seconds_per_step": cpu / max(record["steps"], 1),
+        "tokens_per_step": sum(len(s.input_ids) for s in sequences) / len(sequences),
+        "curve": [{k: r.get(k) for k in longce_report.CURVE_KEYS} for r in curve],
+    }
+
+
+def cpu_seconds() -> float:
+    """User and system time of this process so far, all threads: about twice the wall time a
+    phase takes on 2 cores of its own, whatever else the machine runs."""
+    times = os.times()
+    return times.user + times.system
+
+
+class Phase:
+    """Records the wall and CPU seconds of a block under ``timing[name]``."""
+
+    def __init__(self, timing: dict[str, dict[str, float]], name: str):
+        self.timing, self.name = timing, name
+
+    def __enter__(self) -> Phase:
+        self.wall, self.cpu = time.time(), cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.timing[self.name] = {"wall": time.time() - self.wall, "cpu": cpu_seconds() - self.cpu}
+
+
+def run_demo(settings: DemoSettings) -> dict[str, Any]:
+    """Both runs, evaluated before and after; writes results.json, the curves and the report."""
+    started, o = time.time(), settings.options
+    offline_unless(not is_local_model(settings.model.spec))
+    work, out = Path(o.work_dir), Path(o.docs_dir)
+    govreport = open_artifact(o.govreport)
+    govreport_docs = list(iter_documents(govreport))[: o.govreport_documents]
+    train_docs, held_out = documents(o)
     timing: dict[str, dict[str, float]] = {}
 
     with Phase(timing, "evaluation before training"):
-        lm, scorer = load(cfg)
-        results: dict[str, Any] = {"before": evaluate(cfg, lm, scorer, held_out, govreport)}
+        lm, scorer = load(settings)
+        results: dict[str, Any] = {"before": evaluate(settings, lm, scorer, held_out, govreport)}
     for source, label in longce_report.RUNS.items():
         with Phase(timing, f"training, {label}"):
-            lm, scorer = load(cfg)
-            print(f"fine-tuning with {label} for {cfg.steps} steps", flush=True)
-            results[source] = train(cfg, source, lm, train_docs, work)
+            lm, scorer = load(settings)
+            print(f"fine-tuning with {label} for {o.steps} steps", flush=True)
+            results[source] = train(settings, source, lm, train_docs, work)
         with Phase(timing, f"evaluation after {label}"):
-            results[source]["after"] = evaluate(cfg, lm, scorer, held_out, govreport)
+            results[source]["after"] = evaluate(settings, lm, scorer, held_out, govreport)
         del lm, scorer
-    results["settings"] = {k: _plain(cfg[k]) for k in SETTINGS} | {"govreport": govreport.root.name}
-    results["changed_from_defaults"] = changed_settings(cfg)
+    results["settings"] = settings.recorded | {"govreport": govreport.root.name}
+    results["changed_from_defaults"] = settings.changed
     results["documents"] = {
         "train": [d.id for d in train_docs], "held_out": [d.id for d in held_out],
         "govreport": [g.doc_id for g in govreport_docs],
@@ -199,16 +200,8 @@ def run(cfg: Any) -> dict[str, Any]:
     write_json_atomic(out / "results.json", results)
     write_bytes_atomic(out / "curves.png", longce_report.curves_png(results))
     timing["total"] = {"wall": time.time() - started, "cpu": cpu_seconds()}
-    report_path = Path(cfg.report)
+    report_path = Path(o.report)
     report = longce_report.render(results, timing, out, report_path)
     write_bytes_atomic(report_path, report.encode("utf-8"))
     print(f"wrote {report_path} and {out}/ in {timing['total']['wall']:.0f} s")
     return results
-
-
-def main() -> None:
-    hydra_main("longce_demo", run)
-
-
-if __name__ == "__main__":
-    main()

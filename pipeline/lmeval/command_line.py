@@ -1,4 +1,4 @@
-"""`make lm-eval`: ``python -m pipeline.lmeval [--artifact <dir or hf://datasets/...>]... <lm-eval flags>``.
+"""`make lm-eval`: ``python -m pipeline.commands.lm_eval [--artifact <dir or hf://...>]... <lm-eval flags>``.
 
 lm-eval's own command line (``lm-eval run``, ``ls``, ``validate``), its flags unchanged
 (``--tasks``, ``--model_args``, ``--output_path``, ``--log_samples``, ``--limit``, ``--batch_size``,
@@ -135,7 +135,7 @@ def run(args: list[str]) -> None:
     importlib.import_module("pipeline.lmeval.task")  # registers the model, the metrics, the task class
     from lm_eval.__main__ import cli_evaluate
 
-    sys.argv = [f"{sys.executable} -m pipeline.lmeval", *with_defaults(rest)]
+    sys.argv = [f"{sys.executable} -m pipeline.commands.lm_eval", *with_defaults(rest)]
     with with_tasks(directory), longppl_tasks_need_longppl_model():
         try:
             cli_evaluate()
@@ -150,17 +150,5 @@ def unknown_tasks(message: str, directory: Path) -> str:
     ours = ", ".join(names) if names else "none: no artifact under artifacts/keytokens (make keytokens)"
     return (
         f"{message.removeprefix('Tasks not found: ')}: no such lm-eval task. LongPPL tasks here: {ours} "
-        f"(and the tag longppl); `python -m pipeline.lmeval ls tasks` lists all"
+        f"(and the tag longppl); `python -m pipeline.commands.lm_eval ls tasks` lists all"
     )
-
-
-def main() -> None:
-    try:
-        run(sys.argv[1:])
-    except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""`make ladder MODEL=...`: ``python -m pipeline.ladder [key=value ...]`` (Hydra overrides of
+"""`make ladder MODEL=...`: ``python -m pipeline.commands.ladder [key=value ...]`` (Hydra overrides of
 ``conf/ladder.yaml``): the score stage at each context limit of a ladder and at full context, the
 effective context length, its picture (beside the model's forgetting curve when it has one), the
 results line and the summary."""
@@ -9,10 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from pipeline.artifact.reader import open_artifact
-from pipeline.cli import hydra_main
+from pipeline.commands.shell import hydra_main, plain
 from pipeline.formats import file_slug
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.ladder.run import ladder_line
@@ -29,12 +27,12 @@ from pipeline.settings import Compute, ScoreSettings, parse
 def run(cfg: Any) -> dict[str, Any]:
     """The ladder of one model; write the PNG, append the results line, print the summary."""
     started = time.time()
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    choice = ModelChoice.parse(plain["model"])
+    values = plain(cfg)
+    choice = ModelChoice.parse(values["model"])
     ladder, settings, compute = (
-        parse(LadderSettings, plain),
-        parse(ScoreSettings, plain),
-        parse(Compute, plain),
+        parse(LadderSettings, values),
+        parse(ScoreSettings, values),
+        parse(Compute, values),
     )
     path = check_writable(Path(str(cfg.results)))  # before any scoring: nothing is lost
     offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))

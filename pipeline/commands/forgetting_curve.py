@@ -1,5 +1,6 @@
-"""`make forgetting-curve MODEL=...`: ``python -m pipeline.forgetting [key=value ...]`` (Hydra overrides
-of ``conf/forgetting/forgetting.yaml``): the curve, its picture, its results line and summary."""
+"""`make forgetting-curve MODEL=...`: ``python -m pipeline.commands.forgetting_curve [key=value ...]``
+(Hydra overrides of ``conf/forgetting/forgetting.yaml``): the curve, its picture, its results line
+and summary."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from pipeline.cli import FORGETTING_CONF, hydra_main
+from pipeline.commands.shell import FORGETTING_CONF, hydra_main, plain
 from pipeline.errors import PipelineError
 from pipeline.forgetting.run import CurveOptions, measure
 from pipeline.hub import offline_unless
@@ -25,11 +24,11 @@ from pipeline.text.corpus import CorpusSpec, load_corpus
 def run(cfg: Any) -> dict[str, Any]:
     """Measure one model's forgetting curve; write the PNG, append the results line, return it."""
     started = time.time()
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    options, compute = parse(CurveOptions, plain), parse(Compute, plain)  # before anything loads
-    choice = ModelChoice.parse(plain["model"])
+    values = plain(cfg)
+    options, compute = parse(CurveOptions, values), parse(Compute, values)  # before anything loads
+    choice = ModelChoice.parse(values["model"])
     path = check_writable(Path(str(cfg.results)))  # before any measuring: nothing is lost
-    corpus = CorpusSpec.parse(plain["corpus"]) if options.source == "corpus" else None
+    corpus = CorpusSpec.parse(values["corpus"]) if options.source == "corpus" else None
     offline_unless(not is_local_model(choice.spec), corpus is not None and corpus.needs_network)
     choice.check()
     docs = load_corpus(corpus) if corpus is not None else []

@@ -12,16 +12,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pydantic.dataclasses
 import yaml
 
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KINDS, MANIFEST, KeyTokenArtifact, artifact_kind
-from pipeline.cli import hydra_main
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import md_code
-from pipeline.settings import Text, parse
 
 CARD = "README.md"  # the dataset card
 # Written first into every folder `make publish` makes; a folder without it is never written into.
@@ -230,35 +227,3 @@ def upload(folder: Path, repo: str, private: bool) -> str:
             f"on a connected machine, or upload the prepared folder {folder} yourself"
         ) from exc
     return str(getattr(info, "commit_url", info))
-
-
-@pydantic.dataclasses.dataclass(frozen=True)
-class PublishOptions:
-    artifact: str
-    repo: Text | None = None  # <org>/<name> of the dataset repository
-    dry_run: bool = False  # only write the folder that would be uploaded
-    out_dir: str | None = None  # None: artifacts/publish/<org>--<name>
-    license: Text = "cc-by-4.0"
-    private: bool = False
-
-
-def run(cfg: Any) -> Path:
-    options = parse(PublishOptions, cfg)
-    if not options.repo:
-        raise PipelineError("set REPO=<org>/<name> (the Hub dataset to create or update)")
-    check_repo(options.repo)
-    out = Path(options.out_dir or f"artifacts/publish/{options.repo.replace('/', '--')}")
-    folder = prepare_folder(options.artifact, out, options.repo, options.license)
-    if options.dry_run:
-        print(f"dry run: the folder that would be uploaded to {options.repo} is {folder}")
-        return folder
-    print(f"uploaded: {upload(folder, options.repo, options.private)}")
-    return folder
-
-
-def main() -> None:
-    hydra_main("publish", run)
-
-
-if __name__ == "__main__":
-    main()

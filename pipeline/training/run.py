@@ -1,6 +1,5 @@
-"""`make finetune`: ``python -m pipeline.training [key=value ...]`` (Hydra overrides of
-``conf/finetune.yaml``): the corpus as training sequences (with an artifact's weights for
-``source=artifact``), then ``pipeline.training.trainer.finetune``."""
+"""One `make finetune` run: the corpus as training sequences (with an artifact's weights for
+``source=artifact``), the LongCE settings for the model, then ``pipeline.training.trainer.finetune``."""
 
 from __future__ import annotations
 
@@ -9,18 +8,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic.dataclasses
-from omegaconf import OmegaConf
 from pydantic import Field
 
 from pipeline import __version__
 from pipeline.artifact.reader import open_artifact
-from pipeline.cli import hydra_main
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name, is_local_model
 from pipeline.provenance import library_versions
-from pipeline.settings import Compute, DirectoryName, directory_name, parse
+from pipeline.settings import Compute, DirectoryName, directory_name
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
 from pipeline.training.sequences import TrainingSequence, build_sequences
@@ -43,11 +40,17 @@ class Finetune:
     output_dir: str = "artifacts/finetune"
 
 
-def run(cfg: Any) -> dict[str, Any]:
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    choice, options = ModelChoice.parse(plain["model"]), parse(Finetune, plain)
-    definition, compute = parse(KeyTokenDefinition, plain), parse(Compute, plain)
-    corpus = CorpusSpec.parse(plain["corpus"])
+def run(
+    choice: ModelChoice,
+    options: Finetune,
+    definition: KeyTokenDefinition,
+    compute: Compute,
+    corpus: CorpusSpec,
+    training: dict[str, Any],
+    config: dict[str, Any],
+) -> dict[str, Any]:
+    """One fine-tuning run: the training sequences, the loss, the Trainer; returns the run's record
+    (``config``: the command's whole config, recorded as given)."""
     remote = (not is_local_model(choice.spec), corpus.needs_network, is_hub_dataset(options.artifact or ""))
     offline_unless(*remote)
     if options.max_length:
@@ -59,7 +62,6 @@ def run(cfg: Any) -> dict[str, Any]:
     sequences, data, artifact = training_data(options, corpus, lm)
     check_weighted(options, definition, data["max_length"])
     run_dir = Path(options.output_dir).absolute() / run_name(options, definition, corpus, choice)
-    training = plain["training"]
     if isinstance(training.get("deepspeed"), str):
         training["deepspeed"] = str(Path(training["deepspeed"]).absolute())
     args = training_arguments(run_dir, training, compute.device, options.seed)
@@ -71,7 +73,7 @@ def run(cfg: Any) -> dict[str, Any]:
         "corpus": data,
         "artifact": artifact,
         "training": training,
-        "config": plain,
+        "config": config,
         "pipeline_version": __version__,
         "libraries": library_versions(),
     }
@@ -153,11 +155,3 @@ def artifact_weights(options: Finetune) -> tuple[ArtifactWeights, dict[str, Any]
     record |= {"source": artifact.origin, **{k: artifact.settings.get(k) for k in ("K", "d", "gamma")}}
     record["evaluator"] = artifact.settings["evaluator"]["spec"]
     return ArtifactWeights(artifact), record
-
-
-def main() -> None:
-    hydra_main("finetune", run)
-
-
-if __name__ == "__main__":
-    main()

@@ -22,8 +22,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import PipelineError
+from pipeline.files import CONF_DIR
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # A command with presets of its own has its own config directory, with conf/ on its search path (the
 # `preset` group name is the keytokens stage's in conf/): the forgetting curve.
 FORGETTING_CONF = CONF_DIR / "forgetting"
@@ -83,6 +83,11 @@ def refuse_added_keys(cfg: DictConfig, overrides: list[str]) -> None:
                 f"setting +{key}: this command has no setting {key}, so nothing would read it "
                 f"(known: {known})"
             )
+
+
+def plain(cfg: DictConfig) -> dict[str, Any]:
+    """A command's config as plain data, interpolations resolved: what its settings types parse."""
+    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def compose(config_name: str, overrides: list[str] | None = None, config_dir: Path = CONF_DIR) -> DictConfig:

@@ -18,7 +18,7 @@ import pydantic.dataclasses
 from pipeline.artifact.identity import TOLERANCE, compare_tables, differences, table_differences
 from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
-from pipeline.cli import hydra_main
+from pipeline.commands.shell import hydra_main, plain
 from pipeline.errors import PipelineError
 from pipeline.settings import Text, parse
 
@@ -46,7 +46,7 @@ def value_table(report: dict[str, Any]) -> str:
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    options = parse(CompareOptions, cfg)
+    options = parse(CompareOptions, plain(cfg))
     if options.b is None:
         raise PipelineError("give the artifact to compare with: b=<directory or hf://datasets/...>")
     a, b = open_artifact(options.a), open_artifact(options.b)
@@ -70,7 +70,7 @@ def run(cfg: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    hydra_main("compare", run)
+    hydra_main("compare_artifacts", run)
 
 
 if __name__ == "__main__":

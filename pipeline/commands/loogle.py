@@ -1,4 +1,4 @@
-"""`make loogle MODEL=...`: ``python -m pipeline.loogle [key=value ...]`` (Hydra overrides of
+"""`make loogle MODEL=...`: ``python -m pipeline.commands.loogle [key=value ...]`` (Hydra overrides of
 ``conf/loogle.yaml``): LooGLE's tasks with its protocol for one model, a predictions file per task (a
 killed run resumes it), then LooGLE's metrics of each, printed."""
 
@@ -8,9 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from pipeline.cli import hydra_main
+from pipeline.commands.shell import hydra_main, plain
 from pipeline.errors import PipelineError
 from pipeline.formats import file_slug
 from pipeline.hub import offline_unless
@@ -43,34 +41,34 @@ def selected(task: str, source: DataSource, limit: int | None) -> dict[str, list
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    choice, compute, source = ModelChoice.parse(plain["model"]), parse(Compute, plain), source_of(plain)
-    mode = bertscore_mode(plain["bertscore"])
+    values = plain(cfg)
+    choice, compute, source = ModelChoice.parse(values["model"]), parse(Compute, values), source_of(values)
+    mode = bertscore_mode(values["bertscore"])
     offline_unless(source.data == "hub", not is_local_model(choice.spec), mode == "true")
-    questions = selected(str(plain["task"]), source, plain["limit"])
-    new_tokens = {task: new_tokens_for(task, plain["max_new_tokens"]) for task in questions}
-    folder = lines.check_writable(Path(str(plain["predictions_dir"])) / "x.jsonl", "predictions_dir").parent
-    results_path = lines.check_writable(Path(str(plain["results"])))
+    questions = selected(str(values["task"]), source, values["limit"])
+    new_tokens = {task: new_tokens_for(task, values["max_new_tokens"]) for task in questions}
+    folder = lines.check_writable(Path(str(values["predictions_dir"])) / "x.jsonl", "predictions_dir").parent
+    results_path = lines.check_writable(Path(str(values["results"])))
     choice.check()
     lm = choice.load(compute)
     plans = {}
     for task, task_questions in questions.items():  # every task's prompts checked before any generation
-        budget = prompt_limit(lm.context_length, plain["max_length"], new_tokens[task], task)
+        budget = prompt_limit(lm.context_length, values["max_length"], new_tokens[task], task)
         fields = (source.label, fingerprint(task_questions), choice.display_name, budget, new_tokens[task])
-        settings = RunSettings(task, *fields, plain["limit"])
+        settings = RunSettings(task, *fields, values["limit"])
         name = file_slug(f"{choice.display_name}--{task}--{source.label}--L{budget}", task)
         check_prompts(lm.tokenizer, task_questions, budget)
         plans[task] = (settings, folder / f"{name}.jsonl")
-    return {task: run_task(lm, questions[task], *plans[task], plain, results_path) for task in plans}
+    return {task: run_task(lm, questions[task], *plans[task], values, results_path) for task in plans}
 
 
 def run_task(
-    lm: Any, questions: list[Question], settings: RunSettings, path: Path, plain: dict, results_path: Path
+    lm: Any, questions: list[Question], settings: RunSettings, path: Path, values: dict, results_path: Path
 ) -> dict[str, Any]:
     """One task: its predictions (resumed), its metrics, its results line; printed."""
     started = time.time()
-    predict_task(lm, questions, settings, path, progress=bool(plain["progress"]))
-    result = evaluate(path, settings.task, source_of(plain), bertscore_mode(plain["bertscore"]))
+    predict_task(lm, questions, settings, path, progress=bool(values["progress"]))
+    result = evaluate(path, settings.task, source_of(values), bertscore_mode(values["bertscore"]))
     row = loogle_row(
         settings.model, model_record(lm, add_bos=True), result, settings.record(), time.time() - started
     )

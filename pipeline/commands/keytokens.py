@@ -1,4 +1,4 @@
-"""`make keytokens`: ``python -m pipeline.keytokens [key=value ...]`` (Hydra overrides of
+"""`make keytokens`: ``python -m pipeline.commands.keytokens [key=value ...]`` (Hydra overrides of
 ``conf/keytokens.yaml``): the run, its summary, and the key-token pages of every document."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.artifact.reader import load_artifact
-from pipeline.cli import hydra_main
+from pipeline.commands.shell import hydra_main, plain
 from pipeline.definition import no_key_reason
 from pipeline.keytokens.ranks import is_main_process
 from pipeline.keytokens.run import run as run_keytokens
@@ -21,7 +21,7 @@ from pipeline.reporting.keytoken_page import write_views
 
 def run(cfg: Any) -> dict[str, Any]:
     started = time.time()
-    settings = KeyTokenSettings.from_config(cfg)
+    settings = KeyTokenSettings.from_config(plain(cfg))
     manifest = run_keytokens(settings)
     if not is_main_process():
         return manifest

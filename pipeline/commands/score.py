@@ -1,4 +1,4 @@
-"""`make score MODEL=...`: ``python -m pipeline.score [key=value ...]`` (Hydra overrides of
+"""`make score MODEL=...`: ``python -m pipeline.commands.score [key=value ...]`` (Hydra overrides of
 ``conf/score.yaml``): one causal LM against a key-token artifact, the result appended to the
 results file. Needs no corpus and no evaluator: the texts, spans and LSD come from the artifact.
 """
@@ -10,10 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from pipeline.artifact.reader import open_artifact
-from pipeline.cli import hydra_main
+from pipeline.commands.shell import hydra_main, plain
 from pipeline.definition import no_key_reason
 from pipeline.formats import fmt
 from pipeline.hub import is_hub_dataset, offline_unless
@@ -28,9 +26,9 @@ from pipeline.settings import Compute, ScoreSettings, parse
 def run(cfg: Any) -> dict[str, Any]:
     """Score one model; append the result line to the results file and return it."""
     started = time.time()
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    choice = ModelChoice.parse(plain["model"])
-    settings, compute = parse(ScoreSettings, plain), parse(Compute, plain)
+    values = plain(cfg)
+    choice = ModelChoice.parse(values["model"])
+    settings, compute = parse(ScoreSettings, values), parse(Compute, values)
     path = lines.check_writable(Path(str(cfg.results)))  # before any scoring: nothing is lost
     offline_unless(is_hub_dataset(cfg.artifact), not is_local_model(choice.spec))
     choice.check()

@@ -32,15 +32,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic.dataclasses
-from omegaconf import OmegaConf
+import yaml
 from pydantic import Field
 
 from pipeline.artifact.identity import Identity, differences
 from pipeline.artifact.reader import normalized_location, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
-from pipeline.cli import CONF_DIR, hydra_main
 from pipeline.errors import PipelineError
-from pipeline.files import strict_json
+from pipeline.files import conf_file
 from pipeline.models.loading import ModelChoice
 from pipeline.results import scores as results
 from pipeline.results.keys import context_name, model_identity
@@ -143,13 +142,13 @@ def by_name(found: list[tuple[int, dict[str, Any], Any]], where: str) -> dict[st
 def write_model_options(models: list[PinnedModel], conf_dir: Path) -> list[str]:
     """One ``model`` group option per pinned model (``conf/model/local.yaml`` with its fields), in a
     config directory of this run; returns their names."""
-    base = OmegaConf.load(CONF_DIR / "model" / "local.yaml")
+    base = conf_file("model/local.yaml")
     (conf_dir / "model").mkdir(parents=True, exist_ok=True)
     names = []
     for i, model in enumerate(models):
         names.append(f"refresh-{i}")
         fields = dataclasses.asdict(model.choice)
-        OmegaConf.save(OmegaConf.merge(base, fields), conf_dir / "model" / f"{names[-1]}.yaml")
+        (conf_dir / "model" / f"{names[-1]}.yaml").write_text(yaml.safe_dump(base | fields), encoding="utf-8")
     return names
 
 
@@ -157,7 +156,7 @@ def score_command(refresh: Refresh, options: list[str], conf_dir: Path, scores: 
     """The score stage as a multirun over the pinned models, with the refresh's settings."""
     artifact = normalized_location(refresh.artifact)
     settings = [f"{key}={json.dumps(value)}" for key, value in refresh.settings.items()]
-    command = [sys.executable, "-m", "pipeline.score", "--multirun", f"--config-dir={conf_dir}"]
+    command = [sys.executable, "-m", "pipeline.commands.score", "--multirun", f"--config-dir={conf_dir}"]
     command += [f"model={','.join(options)}", f"artifact={json.dumps(artifact)}"]
     command += [f"results={json.dumps(str(scores.absolute()))}", "progress=false", *settings]
     if refresh.launcher:
@@ -349,35 +348,3 @@ def same_run(refresh: Refresh, name: str, fresh: dict[str, Any], recorded: dict[
             + "; ".join(differ)
             + "): its numbers would be compared with another run's; record it again with record=true"
         )
-
-
-def run(cfg: Any) -> list[dict[str, Any]]:
-    refresh = parse(Refresh, cfg)
-    models = refresh.pinned()
-    artifact = check_identity(refresh)
-    expected = recorded_values(refresh, models, artifact)  # before the (long) scoring
-    fresh_rows = score_all(refresh, models)
-    if refresh.record:
-        recorded_path = Path(refresh.recorded)
-        recorded_path.parent.mkdir(parents=True, exist_ok=True)
-        recorded_path.write_text(
-            "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
-        )
-        print(f"recorded {len(fresh_rows)} results in {recorded_path}")
-        return fresh_rows
-    problems = []
-    recorded = {} if all(m.expected is not None for m in models) else recorded_rows(Path(refresh.recorded))
-    for model, row in zip(models, fresh_rows, strict=True):
-        problems += check_model(refresh, model, row, expected[model.name], recorded.get(model.name))
-    if problems:
-        raise PipelineError("leaderboard refresh differs from the expected results: " + "; ".join(problems))
-    print(f"refresh reproduces all {len(fresh_rows)} expected results within {refresh.tolerance:g}")
-    return fresh_rows
-
-
-def main() -> None:
-    hydra_main("refresh", run)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,21 @@
+"""`make setup-loogle`'s last step: ``python -m pipeline.commands.setup_loogle``, WordNet 3.0 put where
+nltk's METEOR reads it (``pipeline.loogle.wordnet``); a problem is one ``error:`` line, status 2."""
+
+from __future__ import annotations
+
+import sys
+
+from pipeline.errors import PipelineError
+from pipeline.loogle.wordnet import install, nltk_wordnet_dir
+
+
+def main() -> None:
+    try:
+        print(f"WordNet for nltk in {install(nltk_wordnet_dir())}")
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
