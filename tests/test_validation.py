@@ -256,7 +256,7 @@ def test_report_renders_two_evaluators_with_self_evaluation(tmp_path):
         "ranking": {e: study.ranking(stats[e]) for e in ("m1", "m2")},
     }  # fmt: skip
     timing = {"stage 1": 1.0, "member m1 W=128": 3.0, "total": 2.0}
-    text = report.render(results, timing, Path("docs/validation"), "v.html", [(2.0, -2.0)])
+    text = report.render(results, timing, Path("docs/reports/validation"), "v.html", [(2.0, -2.0)])
     assert "| m2 full | `m2` | full | 75.0% | 37.5% |" in text
     assert "| m1 W=128 | **self** | 50.000 |" in text and "| m2 full |  | 20.000 |" in text
     assert "| m2 full | **self** | 8.000 |" in text
@@ -264,6 +264,6 @@ def test_report_renders_two_evaluators_with_self_evaluation(tmp_path):
     assert "n/a" in text and "the family's members: m1 W=128 3 s (GovReport 0 s)" in text
     assert (
         "![key bits/byte against retrieval accuracy](validation/family-key_bpb.png)" in text
-    )  # relative to docs/
+    )  # relative to docs/reports/
     pngs = figures.family_pngs(family, stats, ["m1", "m2"])
     assert set(pngs) == set(study.FAMILY_METRICS) and all(p.startswith(b"\x89PNG") for p in pngs.values())

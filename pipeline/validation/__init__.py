@@ -1,4 +1,4 @@
-"""`make validate`: do the paper's claims hold with the embedded models? (docs/validation.md)
+"""`make validate`: do the paper's claims hold with the embedded models? (docs/reports/validation.md)
 
 ``synthetic`` (seeded LongEval-style retrieval documents), ``study`` (the measurements), ``figures``,
 ``report`` (the page, prose in ``report.md.j2``), ``run`` (the run).

@@ -1,6 +1,6 @@
-"""``docs/longce.md`` from `make longce-demo`'s results: this module builds the numbers, tables and
-training curves; the prose lives in the template ``longce_report.md.j2`` beside it and states what the
-numbers say (which run gained more, by how much), whatever the outcome."""
+"""``docs/reports/longce-demo.md`` from `make longce-demo`'s results: this module builds the numbers,
+tables and training curves; the prose lives in the template ``longce_report.md.j2`` beside it and states
+what the numbers say (which run gained more, by how much), whatever the outcome."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``docs/validation.md`` from `make validate`'s results: this module builds the numbers and tables,
-the prose lives in the template ``report.md.j2`` beside it."""
+"""``docs/reports/validation.md`` from `make validate`'s results: this module builds the numbers and
+tables, the prose lives in the template ``report.md.j2`` beside it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def render(
     view_page: str,
     grid: list[tuple[float, float]],
     same_as_previous: bool | None = None,
-    report: Path = Path("docs/validation.md"),
+    report: Path = Path("docs/reports/validation.md"),
 ) -> str:
     """The whole page, from the results, the (alpha, beta) grid and this run's timings; links are
     relative to ``report``."""
