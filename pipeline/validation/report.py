@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.formats import fmt
-from pipeline.provenance import machine
+from pipeline.provenance import machine, run_stamp
 from pipeline.reporting.common import markdown_templates, md_table, pct
 from pipeline.validation.study import FAMILY_METRICS
 
@@ -38,6 +38,7 @@ def render(
         "timing": timing,
         "steps": steps,
         "machine": machine(),
+        "stamp": run_stamp(),
         "same": same_as_previous,
         "pictures": pictures,
         "view_page": view_page,
