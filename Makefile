@@ -52,11 +52,11 @@ help:
 	@echo "  loogle-metrics         LooGLE's metrics of a predictions file (ARGS=\"predictions=<file> task=<task>\")"
 	@echo "  loogle-evidence        LooGLE's evidence located in its documents, per task and rule (ARGS=\"data=<dir> task=...\")"
 	@echo "Studies"
-	@echo "  validate               do the paper's claims hold with the embedded models? -> docs/validation.md"
+	@echo "  validate               do the paper's claims hold with the embedded models? -> docs/reports/validation.md"
 	@echo "  forgetting-curve       the forgetting curve of MODEL=: fine and coarse memory lengths"
 	@echo "  ladder                 the context ladder of MODEL=: LongPPL at growing context limits"
 	@echo "  finetune               fine-tune MODEL= with LongCE (or CE: ARGS=source=ce) on HF Trainer"
-	@echo "  longce-demo            CE against LongCE on SmolLM2-135M, on the CPU -> docs/longce.md"
+	@echo "  longce-demo            CE against LongCE on SmolLM2-135M, on the CPU -> docs/reports/longce-demo.md"
 	@echo "  rehearse-paper         the paper's GPU run rehearsed on the CPU with tiny models (docs/gpu.md)"
 	@echo "  rehearse-long          LongPPL at 128k tokens rehearsed on the CPU with tiny models (docs/long.md)"
 	@echo "Benches (each writes or feeds a docs/ page)"
@@ -203,7 +203,7 @@ compare-artifacts: $(STAMP)
 show: $(STAMP)
 	$(BIN)/python -m pipeline.commands.show $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
 
-# The paper's claims checked with the embedded models (docs/validation.md); 21-22 minutes measured alone on
+# The paper's claims checked with the embedded models (docs/reports/validation.md); 21-22 minutes measured alone on
 # 2 cores (torch on 2 threads); a second run says whether results.json came out identical.
 validate: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pipeline.commands.validate $(ARGS)
@@ -216,7 +216,7 @@ else
 	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.commands.finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
 endif
 
-# CE against LongCE on SmolLM2-135M, on CPU (docs/longce.md; needs `make keytokens` first).
+# CE against LongCE on SmolLM2-135M, on CPU (docs/reports/longce-demo.md; needs `make keytokens` first).
 longce-demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pipeline.commands.longce_demo $(ARGS)
 

@@ -1,7 +1,7 @@
 """The context ladder against one `make score`, one run each, side by side on the default artifact:
 the wall time of each command as a user runs it (model load included), the ladder's model time per
 rung, what the rungs reuse, and whether the ladder's full rung equals `make score`'s result to every
-digit. The ladder's results line and picture go to ``--out`` (docs/ladder by default), the report to
+digit. The ladder's results line and picture go to ``--out`` (docs/reports/ladder by default), the report to
 ``--report``.
 
     make bench-ladder                                   # SmolLM2-135M (docs/ladder-cost.md)
@@ -134,7 +134,7 @@ def main() -> None:
     )
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--artifact", type=Path, default=default_artifact())
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "ladder")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reports" / "ladder")
     parser.add_argument("--report", type=Path, default=ROOT / "docs" / "ladder-cost.md")
     parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")
     args = parser.parse_args()

@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import platform
+import subprocess
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,27 @@ def machine() -> str:
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}, torch "
         f"{torch.__version__} ({torch.get_num_threads()} threads), transformers {transformers.__version__}"
     )
+
+
+CODE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_stamp(root: Path = CODE_ROOT) -> str:
+    """The code's commit and today's UTC date, in one line (for reports): ``commit 1a2b3c4, 2026-11-26``;
+    ``with uncommitted changes`` when ``pipeline/`` or ``conf/`` differ from that commit."""
+    date = datetime.now(timezone.utc).date().isoformat()
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
+            return f"commit unknown (not a git checkout), {date}"
+        dirty = git("diff", "--quiet", "HEAD", "--", "pipeline", "conf").returncode != 0
+    except OSError:
+        return f"commit unknown (no git), {date}"
+    return f"commit {head.stdout.strip()}{' with uncommitted changes' if dirty else ''}, {date}"
 
 
 def _cpu_name() -> str:

@@ -6,9 +6,18 @@ nothing when the README's chapters moved into it, and links that lead somewhere.
   docs page, and listed by ``make help``;
 - every make target and config key that the README named before it moved into docs/ (frozen below)
   is still documented somewhere;
-- every relative link and picture of the README and docs/*.md points at a file that exists (and, for a
-  Markdown page with ``#anchor``, at one of its headings);
-- every topic page of the manual starts with what it is for and the command that does it."""
+- every relative link and picture of the README and docs/**/*.md (the manual and the reports under
+  docs/reports/) points at a file that exists (and, for a Markdown page with ``#anchor``, at one of its
+  headings);
+- every topic page of the manual starts with what it is for and the command that does it;
+- no page names a path of one machine (``/work/...``, ``/root/...``, ``/home/...``, ``/Users/...``,
+  ``../shared/...``): the README and docs/**/*.md;
+- the manual (the README and docs/*.md; not the reports in docs/reports/, which keep the command,
+  commit, machine and date of their numbers) carries dates and commits only inside tables:
+  outside table rows (lines that start with ``|``), no date ``YYYY-MM-DD`` at all, and no commit hash
+  (a word of 7 to 40 lowercase hex digits with at least one digit and one letter) in the prose, that
+  is outside table rows, fenced blocks and inline code (inline code holds identifiers a reader types
+  or compares: a pinned revision, an artifact's identity)."""
 
 from __future__ import annotations
 
@@ -52,8 +61,8 @@ OLD_README_KEYS = [
     "training.max_steps", "trust_remote_code", "vocab_tile", "window_batch_tokens",
 ]  # fmt: skip
 
-# The manual's topic pages (written by hand; the reports that commands write, e.g. validation.md,
-# longce.md, benchmarks*.md, are not): each starts with what it is for, then its command.
+# The manual's topic pages (written by hand; the reports that commands write, in docs/reports/, are
+# not): each starts with what it is for, then its command.
 TOPIC_PAGES = [
     "configuration.md", "outputs.md", "api.md", "lm-eval.md", "gpu.md", "hub.md", "leaderboards.md",
     "forgetting.md", "ladder.md", "long.md", "finetune.md", "validate.md", "bench.md", "guarantees.md",
@@ -65,9 +74,9 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def pages() -> dict[str, str]:
-    """The README and every docs/*.md page, by path relative to the repository root."""
+    """The README and every docs/**/*.md page, by path relative to the repository root."""
     found = {"README.md": README.read_text(encoding="utf-8")}
-    for page in sorted(DOCS.glob("*.md")):
+    for page in sorted(DOCS.rglob("*.md")):
         found[str(page.relative_to(ROOT))] = page.read_text(encoding="utf-8")
     return found
 
@@ -121,6 +130,41 @@ def broken_links(found: dict[str, str]) -> list[str]:
     return broken
 
 
+MACHINE_PATH = re.compile(r"(?<![\w.])(?:/work/|/root/|/home/|/Users/)|(?<![\w.])\.\./shared/")
+DATE = re.compile(r"(?<!\d)\d{4}-\d\d-\d\d(?!\d)")
+COMMIT = re.compile(r"(?<![\w./-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
+
+
+def machine_paths(found: dict[str, str]) -> list[str]:
+    return [
+        f"{name}:{n}: {m.group(0)}"
+        for name, text in found.items()
+        for n, line in enumerate(text.splitlines(), 1)
+        for m in MACHINE_PATH.finditer(line)
+    ]
+
+
+def dated_prose(name: str, text: str) -> list[str]:
+    """Dates outside table rows, and commit hashes outside table rows, fenced blocks and inline code,
+    as ``page:line: match``."""
+    blanked = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)  # keeps the line numbers
+    prose = re.sub(r"`[^`]+`", lambda m: re.sub(r"[^\n]", " ", m.group(0)), blanked)
+    found = [f"{name}:{n}: {m.group(0)}" for n, line in outside_tables(text) for m in DATE.finditer(line)]
+    return found + [
+        f"{name}:{n}: {m.group(0)}" for n, line in outside_tables(prose) for m in COMMIT.finditer(line)
+    ]
+
+
+def outside_tables(text: str) -> list[tuple[int, str]]:
+    """The lines that are not table rows, with their numbers."""
+    return [(n, line) for n, line in enumerate(text.splitlines(), 1) if not line.lstrip().startswith("|")]
+
+
+def manual_pages() -> dict[str, str]:
+    """The manual: the README and docs/*.md (the reports in docs/reports/ are not)."""
+    return {name: text for name, text in pages().items() if "/reports/" not in name}
+
+
 def test_the_readme_fits_in_one_sitting():
     lines = README.read_text(encoding="utf-8").count("\n")
     assert lines <= MAX_README_LINES, f"README.md has {lines} lines (at most {MAX_README_LINES})"
@@ -152,6 +196,15 @@ def test_nothing_the_old_readme_named_was_lost():
 def test_every_relative_link_leads_somewhere():
     broken = broken_links(pages())
     assert not broken, broken
+
+
+def test_no_page_names_a_path_of_one_machine():
+    assert not machine_paths(pages()), machine_paths(pages())
+
+
+def test_the_manual_dates_its_numbers_only_in_tables():
+    found = [hit for name, text in manual_pages().items() for hit in dated_prose(name, text)]
+    assert not found, f"dates or commits in the manual's prose (move them into a table or a report): {found}"
 
 
 def test_every_topic_page_starts_with_its_purpose_and_its_command():
@@ -193,3 +246,10 @@ def test_the_checks_fail_when_something_is_dropped():
     assert broken_links({"README.md": "[gone](docs/gpu.md#no-such-heading)"}) == [
         "README.md: docs/gpu.md#no-such-heading (no such heading)"
     ]
+    assert machine_paths({"a.md": "see /work/main/x and ../shared/data, not docs/work/x"}) == [
+        "a.md:1: /work/",
+        "a.md:1: ../shared/",
+    ]
+    page = "Measured (c5c531d, 2026-11-24).\n| run | a1b2c3d | 2026-11-24 |\n`fingerprint 9bb93536f3b2`\n"
+    page += "```\nidentity aba26b06505a\n```\nfloat16, 1e-3, deadbeef, `make x` of 2026-11-25"
+    assert dated_prose("p.md", page) == ["p.md:1: 2026-11-24", "p.md:7: 2026-11-25", "p.md:1: c5c531d"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -480,9 +481,10 @@ def test_demo_report_has_the_numbers_and_a_relative_picture(tmp_path):
     assert longce_report.curves_png(results).startswith(b"\x89PNG")
     timing = {"training": {"wall": 10.0, "cpu": 18.0}, "total": {"wall": 60.0, "cpu": 600.0}}
     text = longce_report.render(
-        results, timing, tmp_path / "docs" / "longce", tmp_path / "docs" / "longce.md"
+        results, timing, tmp_path / "docs" / "longce-demo", tmp_path / "docs" / "longce-demo.md"
     )
-    assert "![training curves](longce/curves.png)" in text
+    assert "![training curves](longce-demo/curves.png)" in text
+    assert re.search(r"- \*\*Code\*\* commit \S+.*, \d{4}-\d\d-\d\d\.\n", text)  # which code, which day
     assert "| after LongCE (self) | 75.0% |" in text and "| after CE | 60.0% |" in text
     assert "Larger gain: **LongCE (self)** (difference +15.0 points" in text
     assert "1.20x the CPU time of a CE step" in text and "5 minutes" in text

@@ -4,7 +4,9 @@ top-1 predictions in stage 2's windows, retrieval accuracy and the report."""
 from __future__ import annotations
 
 import functools
+import json
 import re
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +19,7 @@ from pipeline.models.logprobs import TargetScorer, context_limited_logprobs
 from pipeline.models.top1 import context_limited_top1
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.validation import figures, report, study, synthetic
-from tests.conftest import build_model
+from tests.conftest import ROOT, build_model
 
 # ----------------------------------------------------------------------------------------------
 # The generator
@@ -256,14 +258,61 @@ def test_report_renders_two_evaluators_with_self_evaluation(tmp_path):
         "ranking": {e: study.ranking(stats[e]) for e in ("m1", "m2")},
     }  # fmt: skip
     timing = {"stage 1": 1.0, "member m1 W=128": 3.0, "total": 2.0}
-    text = report.render(results, timing, Path("docs/validation"), "v.html", [(2.0, -2.0)])
+    text = report.render(results, timing, Path("docs/reports/validation"), "v.html", [(2.0, -2.0)])
     assert "| m2 full | `m2` | full | 75.0% | 37.5% |" in text
     assert "| m1 W=128 | **self** | 50.000 |" in text and "| m2 full |  | 20.000 |" in text
     assert "| m2 full | **self** | 8.000 |" in text
     assert "no metric ranks the family: the correlations are undefined" in text  # two members
     assert "n/a" in text and "the family's members: m1 W=128 3 s (GovReport 0 s)" in text
+    assert re.search(r"- \*\*Code\*\* commit \S+.*, \d{4}-\d\d-\d\d\.\n", text)  # which code, which day
     assert (
         "![key bits/byte against retrieval accuracy](validation/family-key_bpb.png)" in text
-    )  # relative to docs/
+    )  # relative to docs/reports/
     pngs = figures.family_pngs(family, stats, ["m1", "m2"])
     assert set(pngs) == set(study.FAMILY_METRICS) and all(p.startswith(b"\x89PNG") for p in pngs.values())
+
+
+def test_a_report_names_the_commit_of_its_code_and_the_day(tmp_path):
+    """The reports' **Code** line: the commit, marked when pipeline/ or conf/ differ from it; no git, said."""
+    from pipeline.provenance import run_stamp
+
+    assert re.fullmatch(r"commit unknown \(not a git checkout\), \d{4}-\d\d-\d\d", run_stamp(tmp_path))
+    repo = tmp_path / "repo"
+    (repo / "pipeline").mkdir(parents=True)
+    (repo / "pipeline" / "x.py").write_text("a = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "pipeline"], ["commit", "-q", "-m", "x"]):
+        subprocess.run([*git, *args], check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert re.fullmatch(rf"commit {head}, \d{{4}}-\d\d-\d\d", run_stamp(repo))
+    (repo / "pipeline" / "x.py").write_text("a = 2\n")
+    assert run_stamp(repo).startswith(f"commit {head} with uncommitted changes, ")
+
+
+def run_lines_masked(page: str) -> str:
+    """A report without what belongs to one run: its wall time, machine, code and minutes."""
+    page = re.sub(r"^- \*\*Wall time\*\*.*?^- \*\*Code\*\*[^\n]*\n", "", page, flags=re.M | re.S)
+    return re.sub(r"^(make validate +# )\d+ minutes", r"\1N minutes", page, flags=re.M)
+
+
+def test_the_committed_reports_are_their_results_rendered():
+    """docs/reports/validation.md and longce-demo.md are what their templates make of their
+    results.json today (apart from the run's timings, machine and code): a template edited without
+    the page, or a page edited by hand, fails here."""
+    from omegaconf import OmegaConf
+
+    from pipeline.settings import ScoreSettings, parse
+    from pipeline.validation import longce_report
+
+    folder, page = ROOT / "docs/reports/validation", ROOT / "docs/reports/validation.md"
+    grid = list(parse(ScoreSettings, {"grid": OmegaConf.load(ROOT / "conf/validate.yaml").grid}).grid)
+    (view,) = [p.name for p in folder.glob("keytokens-*.html")]
+    results = json.loads((folder / "results.json").read_text())
+    text = report.render(results, {"total": 1.0}, folder, view, grid, True, page)
+    assert run_lines_masked(text) == run_lines_masked(page.read_text(encoding="utf-8"))
+    folder, page = ROOT / "docs/reports/longce-demo", ROOT / "docs/reports/longce-demo.md"
+    timing = {"total": {"wall": 1.0, "cpu": 1.0}}
+    text = longce_report.render(json.loads((folder / "results.json").read_text()), timing, folder, page)
+    assert run_lines_masked(text) == run_lines_masked(page.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""`make validate`: do the paper's claims hold with the embedded models? (docs/validation.md)
+"""`make validate`: do the paper's claims hold with the embedded models? (docs/reports/validation.md)
 
 ``synthetic`` (seeded LongEval-style retrieval documents), ``settings`` (the study's typed settings),
 ``family`` (the model family and its evaluators), ``study`` (the measurements), ``figures``,

@@ -7,8 +7,9 @@ finetune`'s machinery (``pipeline.training.trainer.finetune``). Before and after
 answer-token accuracy on held-out documents of the same kind (``study.retrieval``, as `make validate`)
 and PPL, LongPPL and LongPPL-soft on the GovReport artifact (the score stage's engine).
 
-Writes ``docs/longce.md`` (``longce_report``), ``docs/longce/curves.png`` (both training curves) and
-``docs/longce/results.json``; the fine-tuned models go to ``<work_dir>/<run>/final``. Run as
+Writes ``docs/reports/longce-demo.md`` (``longce_report``), ``docs/reports/longce-demo/curves.png`` (both
+training curves) and ``docs/reports/longce-demo/results.json``; the fine-tuned models go to
+``<work_dir>/<run>/final``. Run as
 ``python -m pipeline.commands.longce_demo [key=value ...]`` (``conf/longce_demo.yaml``).
 """
 

@@ -1,6 +1,6 @@
-"""``docs/longce.md`` from `make longce-demo`'s results: this module builds the numbers, tables and
-training curves; the prose lives in the template ``longce_report.md.j2`` beside it and states what the
-numbers say (which run gained more, by how much), whatever the outcome."""
+"""``docs/reports/longce-demo.md`` from `make longce-demo`'s results: this module builds the numbers,
+tables and training curves; the prose lives in the template ``longce_report.md.j2`` beside it and states
+what the numbers say (which run gained more, by how much), whatever the outcome."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.formats import fmt
-from pipeline.provenance import machine
+from pipeline.provenance import machine, run_stamp
 from pipeline.reporting.common import figure, markdown_templates, md_table, pct, png
 
 CURVE_KEYS = (
@@ -126,6 +126,7 @@ def render(results: dict[str, Any], timing: dict[str, dict[str, float]], docs_di
             f"{k} {v['wall']:.0f} s ({v['cpu']:.0f} s CPU)" for k, v in timing.items() if k != "total"
         ),
         "machine": machine(),
+        "stamp": run_stamp(),
         "outcome_table": outcome_table(results),
         "training_table": training_table(results),
         "picture": Path(os.path.relpath(docs_dir / "curves.png", report.parent)).as_posix(),

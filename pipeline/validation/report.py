@@ -1,5 +1,5 @@
-"""``docs/validation.md`` from `make validate`'s results: this module builds the numbers and tables,
-the prose lives in the template ``report.md.j2`` beside it."""
+"""``docs/reports/validation.md`` from `make validate`'s results: this module builds the numbers and
+tables, the prose lives in the template ``report.md.j2`` beside it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.formats import fmt
-from pipeline.provenance import machine
+from pipeline.provenance import machine, run_stamp
 from pipeline.reporting.common import markdown_templates, md_table, pct
 from pipeline.validation.study import FAMILY_METRICS
 
@@ -25,7 +25,7 @@ def render(
     view_page: str,
     grid: list[tuple[float, float]],
     same_as_previous: bool | None = None,
-    report: Path = Path("docs/validation.md"),
+    report: Path = Path("docs/reports/validation.md"),
 ) -> str:
     """The whole page, from the results, the (alpha, beta) grid and this run's timings; links are
     relative to ``report``."""
@@ -38,6 +38,7 @@ def render(
         "timing": timing,
         "steps": steps,
         "machine": machine(),
+        "stamp": run_stamp(),
         "same": same_as_previous,
         "pictures": pictures,
         "view_page": view_page,

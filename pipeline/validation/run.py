@@ -6,9 +6,9 @@
    limits, and fine-tuned checkpoints when given) scored against two evaluators' key tokens on the
    same GovReport documents (``pipeline.validation.family``, ``study.correlations``).
 
-Writes ``docs/validation.md`` (``pipeline.validation.report``), ``docs/validation/*.png``, the
-key-token page of one synthetic document and ``docs/validation/results.json`` (every number; no
-timings, so that two runs compare equal).
+Writes ``docs/reports/validation.md`` (``pipeline.validation.report``), ``docs/reports/validation/*.png``,
+the key-token page of one synthetic document and ``docs/reports/validation/results.json`` (every number;
+no timings, so that two runs compare equal).
 """
 
 from __future__ import annotations

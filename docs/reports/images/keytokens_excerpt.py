@@ -1,11 +1,11 @@
 """The README's picture: an excerpt of a key-token page (`make show` writes them, <artifact>/views/)
 rendered by headless Chromium.
 
-    python3 docs/images/keytokens_excerpt.py \
+    python3 docs/reports/images/keytokens_excerpt.py \
         artifacts/keytokens/govreport_sample--gemma3-270m--K1024-d1024-max4096/views/govreport-09.html
 
 keeps the page's header and style and the evaluator tokens [start, start + count) of its text (the
-defaults: 19 of govreport-09's 23 key tokens), then writes docs/images/keytokens-govreport-09.png.
+defaults: 19 of govreport-09's 23 key tokens), then writes docs/reports/images/keytokens-govreport-09.png.
 Standard library only; needs `chromium` (or set CHROMIUM)."""
 
 from __future__ import annotations
