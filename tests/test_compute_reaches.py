@@ -188,7 +188,8 @@ def test_refresh_passes_its_settings_to_the_score_stage(tmp_path):
     from pipeline.sharing.refresh import Refresh, score_command
 
     refresh = parse(
-        Refresh, compose_config("leaderboard_refresh", ["+settings.head_dtype=float32", "+settings.head_chunk=7"])
+        Refresh,
+        compose_config("leaderboard_refresh", ["+settings.head_dtype=float32", "+settings.head_chunk=7"]),
     )
     command = score_command(refresh, ["refresh-0"], tmp_path, tmp_path / "s.jsonl")
     assert 'head_dtype="float32"' in command and "head_chunk=7" in command

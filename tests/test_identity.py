@@ -199,7 +199,9 @@ def test_a_refresh_reproduces_on_a_regenerated_artifact_and_names_moved_key_span
     refused before any scoring on a copy with one key span moved, naming the document."""
     recorded = tmp_path / "recorded.jsonl"
     refresh_command.run(
-        compose_config("leaderboard_refresh", refresh_overrides(tiny_artifact, recorded, other_model_dir, "record=true"))
+        compose_config(
+            "leaderboard_refresh", refresh_overrides(tiny_artifact, recorded, other_model_dir, "record=true")
+        )
     )
     line = read_lines(recorded)[0][1]
     assert (
@@ -244,7 +246,9 @@ def test_the_board_shows_a_regeneration_with_the_genuine_results_and_keeps_other
 
 
 def test_compare_command_prints_the_verdict_and_the_differences(tiny_artifact, regenerated, tmp_path, capsys):
-    result = compare_artifacts.run(compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={regenerated}"]))
+    result = compare_artifacts.run(
+        compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={regenerated}"])
+    )
     out = capsys.readouterr().out
     assert result["exact"] is False and "the same artifact: yes" in out and "| lsd | " in out
     forged = remerged(tiny_artifact, tmp_path / "forged" / tiny_artifact.name, consistent_forgery)

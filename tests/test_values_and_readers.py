@@ -100,7 +100,9 @@ def test_compare_artifacts_judges_every_value_when_both_are_at_hand(tiny_artifac
         r"\(3, max 0\.2\)",
     ):
         compare_artifacts.run(cfg)
-    same = compare_artifacts.run(compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={tiny_artifact}"]))
+    same = compare_artifacts.run(
+        compose_config("compare_artifacts", [f"a={tiny_artifact}", f"b={tiny_artifact}"])
+    )
     assert same["exact"]
 
 
@@ -108,7 +110,9 @@ def test_compare_artifacts_judges_every_value_when_both_are_at_hand(tiny_artifac
 def test_two_cpus_default_artifacts_are_still_the_same_artifact(capsys):
     """The default artifact made on an AMD AVX2 and on an Intel AVX-512 machine differ by up to 4.2e-4
     nats of LCL and 1.4e-3 of soft weight: value by value, still the same artifact."""
-    cfg = compose_config("compare_artifacts", [f"a={SHARED / 'cross-machine'}", f"b={SHARED / 'cross-machine-intel'}"])
+    cfg = compose_config(
+        "compare_artifacts", [f"a={SHARED / 'cross-machine'}", f"b={SHARED / 'cross-machine-intel'}"]
+    )
     result = compare_artifacts.run(cfg)
     columns = result["report"]["columns"]
     assert not result["exact"] and 4e-4 < columns["long_logprob"]["max"] < 1e-3
