@@ -4,7 +4,7 @@ the evaluator's key spans and soft weights carried onto those tokens (``pipeline
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -67,24 +67,34 @@ class ModelSequence:
 def model_sequence(lm: LoadedModel, doc: ArtifactDocument, settings: ScoreSettings) -> ModelSequence:
     """``doc.text`` in the evaluated model's tokens, BOS first when asked; a text longer than the
     model's context is an error, or its prefix that fits (``allow_truncation``, flagged)."""
+    return fitted_sequence(lm, doc.doc_id, whole_sequence(lm, doc, settings.add_bos), settings)
+
+
+def whole_sequence(lm: LoadedModel, doc: ArtifactDocument, add_bos: bool) -> ModelSequence:
+    """``doc.text`` in the evaluated model's tokens, BOS first when asked, however long."""
     enc = encode_with_offsets(lm.tokenizer, doc.text)
-    bos = lm.bos_token_id if settings.add_bos else None
+    bos = lm.bos_token_id if add_bos else None
     prefix = [] if bos is None else [bos]
-    ids, offsets = enc.ids, enc.offsets
-    truncated = False
-    limit = _length_limit(lm, settings, len(prefix))
-    if limit is not None and len(prefix) + len(ids) > limit:
-        if not settings.allow_truncation:
-            raise PipelineError(
-                f"document '{doc.doc_id}' has {len(ids) + len(prefix)} tokens for {lm.source.spec}, "
-                f"more than its "
-                f"context of {limit}: pass context_limit=<tokens> to score with a sliding window, or "
-                "allow_truncation=true to score the prefix that fits (flagged per document)"
-            )
-        truncated = True
-        ids, offsets = ids[: limit - len(prefix)], offsets[: limit - len(prefix)]
-    seq = torch.tensor(prefix + ids.tolist(), dtype=torch.long)
-    return ModelSequence(doc.text, len(enc.ids), seq, offsets, bos, truncated)
+    seq = torch.tensor(prefix + enc.ids.tolist(), dtype=torch.long)
+    return ModelSequence(doc.text, len(enc.ids), seq, enc.offsets, bos, truncated=False)
+
+
+def fitted_sequence(
+    lm: LoadedModel, doc_id: str, whole: ModelSequence, settings: ScoreSettings
+) -> ModelSequence:
+    """A whole sequence as a pass at ``settings.context_limit`` takes it: itself when it fits the model's
+    context or windows bound it; else an error, or its prefix that fits (``allow_truncation``)."""
+    limit = _length_limit(lm, settings, whole.n_prefix)
+    if limit is None or len(whole.seq) <= limit:
+        return whole
+    if not settings.allow_truncation:
+        raise PipelineError(
+            f"document '{doc_id}' has {len(whole.seq)} tokens for {lm.source.spec}, more than its "
+            f"context of {limit}: pass context_limit=<tokens> to score with a sliding window, or "
+            "allow_truncation=true to score the prefix that fits (flagged per document)"
+        )
+    kept = limit - whole.n_prefix
+    return replace(whole, seq=whole.seq[:limit].clone(), offsets=whole.offsets[:kept], truncated=True)
 
 
 def sequence_logprobs(

@@ -3,16 +3,26 @@ key-token artifact, per document and over the corpus.
 
 ``score`` is what `make score`, the Python API (``pipeline.api.score``), the training callback,
 `make validate` and `make longce-demo` run; ``score_against`` scores one model pass of each text
-against several artifacts of the same texts (several evaluators' key tokens).
+against several artifacts of the same texts (several evaluators' key tokens); ``score_limits`` scores
+the documents ``tokenize`` took at several context limits at once (`make ladder`), each limit's result
+what ``score`` gives at that ``context_limit``, to every digit.
+
+What does not depend on the context limit is computed once per document and shared by the limits: the
+tokenization, the alignment of the key spans and soft weights onto the tokens, the byte and character
+counts. A document whose sequence fits a limit is, at that limit, the full-context pass
+(``context_limited_logprobs`` runs that very pass): its log-probs are the full pass's, not computed
+again. Every other (document, limit) runs all of the limit's windows: PPL, LongPPL-soft and bits per
+byte need every token.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from pipeline.artifact.reader import ArtifactDocument, iter_documents
@@ -23,11 +33,23 @@ from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.models.pairing import worse_than_uniform
 from pipeline.models.placement import gpu_record
 from pipeline.results.keys import documents_record
-from pipeline.score.documents import ModelTokens, model_logprobs, score_tokens
-from pipeline.score.sums import corpus_summary
+from pipeline.score.documents import (
+    ModelSequence,
+    ModelTokens,
+    TokenAlignment,
+    align_tokens,
+    document_score,
+    fitted_sequence,
+    model_logprobs,
+    score_tokens,
+    sequence_logprobs,
+    whole_sequence,
+)
+from pipeline.score.sums import DocumentScore, corpus_summary
 from pipeline.settings import Compute, ScoreSettings
 
 Documents = int | Sequence[str] | None  # all, the first N, or these ids
+Limit = int | None  # a context limit in tokens; None: full context
 
 
 @dataclass
@@ -96,10 +118,157 @@ def score_against(
         result(artifact, per_document, record, time.time() - started)
         for artifact, per_document in zip(artifacts, scores, strict=True)
     ]
+    warn(results, lm, scorer)
+    return results
+
+
+def warn(results: list[ScoreResult], lm: LoadedModel, scorer: TargetScorer) -> None:
+    """Adds to each result what looks wrong with its numbers."""
     for r in results:
         if warning := worse_than_uniform(r.ppl, scorer.vocab_size, lm.source.spec):
             r.warnings.append(warning)
-    return results
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """The documents chosen and the evaluated model's tokens of each whole text (``tokenize``): what
+    ``score_limits`` shares across its context limits."""
+
+    artifact: KeyTokenArtifact
+    settings: ScoreSettings
+    docs: list[ArtifactDocument]
+    sequences: list[ModelSequence]
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return [d.doc_id for d in self.docs]
+
+    @property
+    def lengths(self) -> list[int]:
+        """Per document, the tokens of its whole sequence (the BOS included)."""
+        return [len(s.seq) for s in self.sequences]
+
+    @property
+    def n_prefix(self) -> int:
+        """1 when a BOS is prepended, else 0."""
+        return self.sequences[0].n_prefix if self.sequences else 0
+
+
+@dataclass
+class LimitScores:
+    """One model on one artifact at several context limits (``score_limits``): per limit, the result
+    that ``score`` gives at that ``context_limit`` (its ``seconds``: that limit's model time)."""
+
+    limits: tuple[Limit, ...]
+    results: list[ScoreResult]
+    key_nll: np.ndarray  # (documents, limits): the key tokens' NLL sum
+    key_n: np.ndarray  # (documents,): the key tokens (the same at every limit)
+    key_limited: np.ndarray  # (documents, limits): key tokens with less context than all before them
+    copied: list[int]  # per limit, documents whose sequence fits it (the full pass's log-probs)
+
+
+def tokenize(
+    artifact: KeyTokenArtifact, lm: LoadedModel, settings: ScoreSettings, *, documents: Documents = None
+) -> Tokenized:
+    """The chosen documents of ``artifact`` in ``lm``'s tokens, whole, for ``score_limits`` (which sets
+    ``context_limit`` per limit and scores whole documents)."""
+    if settings.context_limit is not None or settings.allow_truncation:
+        raise PipelineError(
+            "several context limits score whole documents: leave context_limit and allow_truncation unset"
+        )
+    docs = pick_documents(artifact, documents)
+    return Tokenized(artifact, settings, docs, [whole_sequence(lm, d, settings.add_bos) for d in docs])
+
+
+def score_limits(
+    texts: Tokenized, lm: LoadedModel, compute: Compute, limits: Sequence[Limit], *, progress: bool = False
+) -> LimitScores:
+    """``lm`` against the documents of ``texts`` at each context limit (None: full context), each limit
+    checked as ``score`` checks its ``context_limit``. The model is in eval mode throughout, then back
+    in the mode it was in."""
+    limits = tuple(limits)
+    if not limits:
+        raise PipelineError("no context limit to score at: give at least one (None: full context)")
+    settings = [replace(texts.settings, context_limit=w) for w in limits]
+    for doc, sequence in zip(texts.docs, texts.sequences, strict=True):
+        for at_limit in settings:  # `make score`'s checks: the limit, or the whole text, fits the model
+            fitted_sequence(lm, doc.doc_id, sequence, at_limit)
+    scorer = scorer_for(lm, compute)
+    tally = _Tally(len(limits))
+    passes = len(texts.docs) * len(limits)
+    bar = tqdm(total=passes, desc="document x limit", unit="pass", disable=not progress)
+    with eval_mode(lm.model), bar:
+        scorer.check_against_full_forward()
+        for doc, sequence in zip(texts.docs, texts.sequences, strict=True):
+            limits_document(lm, scorer, doc, sequence, limits, texts.settings, tally, bar)
+    records = [settings_record(at_limit, compute, lm, scorer) for at_limit in settings]
+    results = [
+        result(texts.artifact, scores, record, seconds)
+        for scores, record, seconds in zip(tally.scores, records, tally.seconds, strict=True)
+    ]
+    warn(results, lm, scorer)
+    return LimitScores(
+        limits,
+        results,
+        key_nll=np.array([[s[i].key.nll for s in tally.scores] for i in range(len(texts.docs))]),
+        key_n=np.array([s.key.n for s in tally.scores[-1]]),
+        key_limited=np.array(tally.limited, dtype=np.int64),
+        copied=tally.copied,
+    )
+
+
+@dataclass
+class _Tally:
+    """What the limits gather document by document."""
+
+    n_limits: int
+    scores: list[list[DocumentScore]] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    copied: list[int] = field(default_factory=list)
+    limited: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.scores = [[] for _ in range(self.n_limits)]
+        self.seconds, self.copied = [0.0] * self.n_limits, [0] * self.n_limits
+
+
+def limits_document(
+    lm: LoadedModel,
+    scorer: TargetScorer,
+    doc: ArtifactDocument,
+    sequence: ModelSequence,
+    limits: tuple[Limit, ...],
+    settings: ScoreSettings,
+    tally: _Tally,
+    bar: Any,
+) -> None:
+    """One document at every limit: the full pass first where a limit takes it (its time is full
+    context's; its alignment serves every limit), then each limit's windows, or the full pass's
+    log-probs where the sequence fits the limit."""
+    fits = [w is None or len(sequence.seq) <= w for w in limits]
+    full = aligned = None
+    if any(fits):
+        started = time.time()
+        full = sequence_logprobs(lm, scorer, sequence, None, doc.doc_id)
+        tally.seconds[limits.index(None) if None in limits else fits.index(True)] += time.time() - started
+        aligned = align_tokens(doc, full, settings)
+    limited = []
+    for r, limit in enumerate(limits):
+        started = time.time()
+        tokens = full if fits[r] else sequence_logprobs(lm, scorer, sequence, limit, doc.doc_id)
+        if aligned is None:
+            aligned = align_tokens(doc, tokens, settings)
+        tally.scores[r].append(document_score(doc.doc_id, tokens, aligned))
+        tally.seconds[r] += time.time() - started
+        tally.copied[r] += int(fits[r] and limit is not None)
+        limited.append(0 if fits[r] else int((key_positions(aligned, sequence) >= limit).sum()))
+        bar.update()
+    tally.limited.append(limited)
+
+
+def key_positions(aligned: TokenAlignment, sequence: ModelSequence) -> np.ndarray:
+    """The positions in the sequence of the key tokens (each predicted from the tokens before it)."""
+    return np.flatnonzero(aligned.scored)[aligned.key] + sequence.n_prefix
 
 
 def cached(
