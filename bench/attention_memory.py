@@ -64,11 +64,14 @@ def measure_one(implementation: str, tokens: int, device: str, math: bool = Fals
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from transformers import AutoModelForCausalLM, MistralConfig
+
+    from pipeline.models.random_weights import config as random_config
+    from pipeline.models.random_weights import random_model
 
     mask_sizes: list[int] = []
     register(mask_sizes)
-    config = MistralConfig(
+    config = random_config(
+        "mistral",
         vocab_size=1000,
         hidden_size=256,
         intermediate_size=512,
@@ -79,9 +82,7 @@ def measure_one(implementation: str, tokens: int, device: str, math: bool = Fals
         max_position_embeddings=max(tokens, 1024),
         sliding_window=None if math else 512,
     )
-    config._attn_implementation = f"bench_{implementation}"
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).to(device).eval()
+    model = random_model(config, attn=f"bench_{implementation}").to(device)
     ids = torch.randint(0, 1000, (1, tokens), device=device)
     with torch.inference_mode():
         model.model(input_ids=ids[:, :64], use_cache=False)  # warm-up: kernels and allocator

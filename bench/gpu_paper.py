@@ -34,22 +34,11 @@ from pathlib import Path
 from bench.common import ROOT, machine, slug
 from bench.device_peak import nvml_reader, run_measured
 from bench.gpu_child import command_line
+from pipeline.models import random_weights
+from pipeline.models.random_weights import LLAMA3_ROPE, LLAMA31_8B, SMALL
 
 WORK = Path("/tmp/longppl-bench-gpu")
-LLAMA31_8B = {  # meta-llama/Llama-3.1-8B's config.json
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "rms_norm_eps": 1e-5,
-    "tie_word_embeddings": False,
-}
-TINY = {**LLAMA31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
-TINY |= {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
-SHAPES = {"llama3.1-8b": LLAMA31_8B, "tiny": TINY}
+SHAPES = {"llama3.1-8b": LLAMA31_8B, "tiny": {**LLAMA31_8B, **SMALL}}
 
 
 def paths(work: Path, tokens: int) -> dict[str, Path]:
@@ -90,15 +79,12 @@ def save_random_model(out: Path, shape: dict, tokenizer, device: str) -> int:
     """A random-weight Llama-3.1-shaped causal LM (its 128k rope scaling too), initialised on
     ``device`` in bfloat16 and saved with its tokenizer; returns its parameter count."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from bench.rehearse_paper import LLAMA3_ROPE
-
-    config = LlamaConfig(max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **shape)
+    config = random_weights.config(
+        "llama", max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **shape
+    )
     config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = random_weights.random_model(config, dtype=torch.bfloat16, device=device)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return sum(p.numel() for p in model.parameters())

@@ -39,6 +39,9 @@ TOKENS = (32768, 65536, 131071)
 VOCAB = 4096
 K, D = 4096, 1024
 MAX_POSITIONS = 131072
+# The tests' tiny Llama, smaller still: one layer of hidden 16, 2 query heads of 8 over one key/value head.
+SHAPE = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
+SHAPE |= {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8}
 MIB = 2**20
 M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 2**20  # glibc's mallopt parameter and its value here
 DATE = "2026-11-26"
@@ -47,25 +50,13 @@ DATE = "2026-11-26"
 def tiny_checkpoint(path: Path, vocab: int = VOCAB, seed: int = 0) -> Path:
     """Save the tiny random model and a word-level tokenizer (``<bos>``, ``<eos>``, ``t2`` ...) to
     ``path``: a checkpoint that ``load_model`` reads like any local model."""
-    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=1,
-    )
-    torch.manual_seed(seed)
-    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    from pipeline.models.random_weights import random_model, tiny_config
+
+    config = tiny_config("llama", vocab, MAX_POSITIONS, **SHAPE)
+    random_model(config, seed=seed).save_pretrained(path)
     words = {"<bos>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, vocab)}}
     tokenizer = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

@@ -28,16 +28,14 @@ class Tokenizer:
 
 
 def random_model(shape: str, attn: str, device: str):
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from pipeline.models.random_weights import config as random_config
+    from pipeline.models.random_weights import random_model
 
-    config = LlamaConfig(
-        max_position_embeddings=131072, rope_theta=500000.0, bos_token_id=128000, **SHAPES[shape]
+    config = random_config(
+        "llama", max_position_embeddings=131072, rope_theta=500000.0, bos_token_id=128000, **SHAPES[shape]
     )
     config.eos_token_id = config.pad_token_id = None
-    config._attn_implementation = attn
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    model = random_model(config, dtype=torch.bfloat16, device=device, attn=attn)
     model.generation_config.eos_token_id = None
     return model
 

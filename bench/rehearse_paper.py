@@ -54,11 +54,9 @@ from bench.rehearsal_checks import (
     check_texts,
     check_values,
 )
+from pipeline.models.random_weights import LLAMA3_ROPE, SMALL, config, random_model
 
-SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
-SHAPE |= {"num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": False}
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
-LLAMA3_ROPE |= {"original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+SHAPE = {**SMALL, "tie_word_embeddings": False}
 
 
 def embedded_tokenizer(name: str, out: Path):
@@ -77,14 +75,9 @@ def save_model(config, tokenizer, out: Path, seed: int) -> Path:
     """A random-weight causal LM of ``config`` in bfloat16 (weights x4: log-probs that depend on the
     context), with its tokenizer."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(seed)
     config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(4.0)
+    model = random_model(config, seed=seed, dtype=torch.float32, scale=4.0)
     model.to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -117,13 +110,11 @@ def build_models(work: Path, evaluator_tokenizer) -> dict[str, Path]:
     """The evaluator (Llama-3.1-8B's shape) and the two evaluated models of the official refreshes
     (Qwen2-7B's: 128k context, the evaluator's tokenizer; Mistral-7B's: 32000 entries, 32k context,
     a sliding window of 4096 as in v0.1, so that blocked_sdpa's band path runs at 32k)."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
-
-    llama = LlamaConfig(
-        vocab_size=128256, max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **SHAPE
+    llama = config(
+        "llama", vocab_size=128256, max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **SHAPE
     )
-    qwen2 = Qwen2Config(vocab_size=len(evaluator_tokenizer), max_position_embeddings=131072, **SHAPE)
-    mistral = MistralConfig(vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, **SHAPE)
+    qwen2 = config("qwen2", vocab_size=len(evaluator_tokenizer), max_position_embeddings=131072, **SHAPE)
+    mistral = config("mistral", vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, **SHAPE)
     mistral_tokenizer = trained_tokenizer(work / "tokenizers/mistral")
     return {
         "evaluator": save_model(llama, evaluator_tokenizer, work / "models/Llama-3.1-shaped", 0),

@@ -17,7 +17,8 @@ from transformers.masking_utils import (
 )
 
 from pipeline.models import attention
-from tests.conftest import build_model, tiny_config
+from pipeline.models.random_weights import tiny_config
+from tests.conftest import build_model
 
 
 def _hidden(model, impl: str, ids: torch.Tensor) -> torch.Tensor:
