@@ -13,9 +13,9 @@ above the loaded model (CPU: resident set, sampled every 10 ms; CUDA: max_memory
 
     make bench-attention                                  # 8k and 16k tokens on the CPU
     .venv/bin/python -m bench.attention_memory --tokens 8192 16384 32768 --device cuda
-    make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"   # -> docs/attention_memory_math.md
+    make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"   # -> its own section
 
-Writes docs/attention_memory.md.
+Writes its section of docs/reports/memory.md.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import gc
 import json
 import sys
 import time
-from pathlib import Path
 
-from bench.common import ROOT, PeakMemory, run_watched
+from bench.common import PeakMemory, run_watched
+from bench.report import publish
 
 IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
 
@@ -132,7 +132,7 @@ MATH_PAGE = (
 
 
 def document(rows: list[dict], machine: str, math: bool = False) -> str:
-    """docs/attention_memory.md (docs/attention_memory_math.md with ``math``): what was measured,
+    """Its section of docs/reports/memory.md (``math``: the math backend's): what was measured,
     where, and the table."""
     if math:
         return MATH_PAGE + f"Machine: {machine}.\n\n" + report(rows) + "\n"
@@ -161,12 +161,11 @@ def main() -> None:
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--math", action="store_true", help="plain causal layer on the math backend")
-    parser.add_argument("--output", help="default docs/attention_memory.md (--math: _math.md)")
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure_one(args.implementations[0], args.tokens[0], args.device, args.math)))
         return
-    output = args.output or str(ROOT / f"docs/attention_memory{'_math' if args.math else ''}.md")
     rows = []
     for tokens in args.tokens:
         for implementation in args.implementations:
@@ -178,7 +177,7 @@ def main() -> None:
     from pipeline.provenance import machine
 
     text = document(rows, machine(), args.math)
-    Path(output).write_text(text)
+    publish(text, "memory.md", "attention-math" if args.math else "attention", args.output)
     print(text)
 
 

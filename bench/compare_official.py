@@ -8,8 +8,8 @@ only, no special tokens for the evaluated model): `short_window_bos=false`, `add
 
     make bench          # everything: 4k comparisons, stage 2, drop-in compute_longppl, scaling 1k-32k
     make bench-quick    # 4k only
-    make bench-dropin   # the drop-in compute_longppl comparison only (docs/benchmarks-dropin.md)
-Writes docs/benchmarks.md.
+    make bench-dropin   # the drop-in compute_longppl comparison only (its own section)
+Writes its sections of docs/reports/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench.common import ROOT, run_watched
 from bench.compare_dropin import compare_dropin
+from bench.report import publish
 from pipeline.provenance import machine
 
 # ----------------------------------------------------------------------------------------------
@@ -316,12 +317,10 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=1024)
     parser.add_argument("--cap-gb", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=1800.0)
-    parser.add_argument("--output", default=str(ROOT / "docs/benchmarks.md"))
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
     parser.add_argument("--fresh", action="store_true", help="ignore results cached by an earlier run")
     parser.add_argument("--only", choices=["dropin"], help="one comparison only, in its own report")
     args = parser.parse_args()
-    if args.only and args.output == parser.get_default("output"):
-        args.output = str(ROOT / f"docs/benchmarks-{args.only}.md")
     jobs = Jobs(args.cap_gb, args.timeout)
     if args.fresh:
         jobs.cache.unlink(missing_ok=True)
@@ -329,7 +328,7 @@ def main() -> None:
     docs = [0] if args.quick else [0, 3, 10]
     if args.only == "dropin":
         lines, summary = compare_dropin(jobs, docs, args.K, args.d)
-        write_dropin_report(Path(args.output), lines, summary, (time.time() - started) / 60)
+        write_dropin_report(args.output, lines, summary, (time.time() - started) / 60)
         return
     body, summary = compare_4k(jobs, docs, args.K, args.d)
     dropin_lines, dropin_summary = compare_dropin(jobs, docs, args.K, args.d)
@@ -340,13 +339,11 @@ def main() -> None:
     else:
         body += [""]
     text = "\n".join(report_head(jobs, summary, args.quick, (time.time() - started) / 60) + body) + "\n"
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    publish(text, "benchmarks.md", "official", args.output)
     print(text, end="")
 
 
-def write_dropin_report(out: Path, lines: list[str], summary: dict, minutes: float) -> None:
+def write_dropin_report(out: str | None, lines: list[str], summary: dict, minutes: float) -> None:
     text = "\n".join(
         [
             "# Benchmark: the drop-in `compute_longppl` against the official `longppl` 0.3.0",
@@ -361,8 +358,7 @@ def write_dropin_report(out: Path, lines: list[str], summary: dict, minutes: flo
             *lines,
         ]
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    publish(text + "\n", "benchmarks.md", "dropin", out)
     print(text)
 
 

@@ -12,7 +12,7 @@ are expected to flip between the two CPUs at the artifact's size and at ``--toke
 flips when the threshold lies between its two values: density at the threshold x mean |a - b|).
 
     .venv/bin/python -m bench.cross_cpu ../shared/data/cross-machine ../shared/data/cross-machine-intel \
-        --out docs/reproducibility/cross_cpu.json
+        --out docs/reports/reproducibility/cross_cpu.json
 """
 
 from __future__ import annotations

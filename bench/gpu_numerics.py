@@ -258,7 +258,9 @@ def main() -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print("\n".join(section(result)))
-    print(f"written: {path}; render docs/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`")
+    print(
+        f"written: {path}; render docs/reports/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`"
+    )
 
 
 if __name__ == "__main__":

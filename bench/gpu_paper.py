@@ -15,7 +15,7 @@ format whose texts exceed ``--tokens`` reference tokens (the shipped sample's re
 Per contender: the first text's time, the steady time per text (the median after the first), the
 fixed start-up (the process's wall time less the texts at the steady rate: one text's run minus a
 steady text), where the time before the first text went, and the device's peak memory by NVML
-(``bench.device_peak``). ``bench.gpu_report`` renders ``docs/benchmarks-gpu.md`` from the measurements'
+(``bench.device_peak``). ``bench.gpu_report`` renders ``docs/reports/benchmarks-gpu.md`` from the measurements'
 JSON files (and those of ``bench.gpu_numerics`` and ``bench.gpu_levers``).
 
     python -m bench.gpu_paper build --texts 3 --tokens 32767
@@ -35,10 +35,10 @@ from bench.common import ROOT, machine, slug
 from bench.device_peak import nvml_reader, run_measured
 from bench.gpu_child import command_line
 from pipeline.models import random_weights
-from pipeline.models.random_weights import LLAMA3_ROPE, LLAMA31_8B, SMALL
+from pipeline.models.random_weights import LLAMA3_ROPE, LLAMA31_SHAPES
 
 WORK = Path("/tmp/longppl-bench-gpu")
-SHAPES = {"llama3.1-8b": LLAMA31_8B, "tiny": {**LLAMA31_8B, **SMALL}}
+SHAPES = LLAMA31_SHAPES
 
 
 def paths(work: Path, tokens: int) -> dict[str, Path]:
@@ -283,7 +283,9 @@ def main() -> None:
         path = args.json or args.work / f"gpu-{args.tokens}.json"
         path.write_text(json.dumps(result, indent=1))
         print("\n".join(paper_section(result)))
-        print(f"written: {path}; render docs/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`")
+        print(
+            f"written: {path}; render docs/reports/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`"
+        )
 
 
 if __name__ == "__main__":

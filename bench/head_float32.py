@@ -11,7 +11,7 @@ fallback and the bfloat16 head are measured there.
     make bench-head                                             # 256 positions on the CPU
     .venv/bin/python -m bench.head_float32 --device cuda --positions 2048
 
-Writes docs/head_float32.md.
+Writes its section of docs/reports/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
-from bench.common import ROOT
+from bench.report import publish
 
 PATHS = ("bfloat16 head", "float32 head, upcast operands", "float32 head, float32-output GEMM")
 
@@ -106,7 +105,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=str(ROOT / "docs/head_float32.md"))
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
     args = parser.parse_args()
     rows = run(args.device, args.positions, args.hidden, args.vocab, args.repeats)
     from pipeline.provenance import machine
@@ -123,7 +122,7 @@ def main() -> None:
         + "\n\nThe float32-output GEMM (`torch.mm(..., out_dtype=torch.float32)`) exists on CUDA "
         "devices of compute capability 8.0 and up only; elsewhere the pipeline runs the upcast path.\n"
     )
-    Path(args.output).write_text(text)
+    publish(text, "benchmarks.md", "head-float32", args.output)
     print(text)
 
 

@@ -1,11 +1,11 @@
 """The context ladder against one `make score`, one run each, side by side on the default artifact:
 the wall time of each command as a user runs it (model load included), the ladder's model time per
 rung, what the rungs reuse, and whether the ladder's full rung equals `make score`'s result to every
-digit. The ladder's results line and picture go to ``--out`` (docs/ladder by default), the report to
+digit. The ladder's results line and picture go to ``--out`` (docs/reports/ladder by default), the report to
 ``--report``.
 
-    make bench-ladder                                   # SmolLM2-135M (docs/ladder-cost.md)
-    make bench-ladder ARGS="--model gemma3-270m --report docs/ladder-cost-gemma.md"
+    make bench-ladder                                   # SmolLM2-135M (docs/reports/cost.md)
+    make bench-ladder ARGS="--model gemma3-270m --report /tmp/ladder-cost-gemma.md"
 
 ``--key-only`` runs no model: it counts, from the tokenization alone, what a rung that computed only
 the key tokens' log-probs could skip and still equal `make score` on them (whole window batches, as the
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import ROOT, default_artifact
+from bench.report import publish
 from pipeline.models.logprobs import _batches, short_windows
 from pipeline.provenance import machine
 
@@ -134,8 +135,8 @@ def main() -> None:
     )
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--artifact", type=Path, default=default_artifact())
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "ladder")
-    parser.add_argument("--report", type=Path, default=ROOT / "docs" / "ladder-cost.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reports" / "ladder")
+    parser.add_argument("--report", type=Path, help="a page of its own (default: docs/reports/cost.md)")
     parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")
     args = parser.parse_args()
     if args.key_only:
@@ -151,7 +152,7 @@ def main() -> None:
     print(printed)
     ladder = json.loads(results.read_text().splitlines()[-1])
     text = report(args, score_s, ladder_s, scored, ladder, (before, os.getloadavg()[0]))
-    args.report.write_text(text, encoding="utf-8")
+    publish(text, "cost.md", "ladder", args.report)
     print(text)
 
 

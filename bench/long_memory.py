@@ -15,7 +15,7 @@ tests/test_long_memory.py runs the same measurement and asserts linear growth.
     .venv/bin/python -m bench.long_memory --tokens 32768 65536 --threads 1
     make bench-long-memory ARGS="--attn eager --tokens 4096 8192 16384"   # quadratic: 3.9x per doubling
 
-Writes docs/long_memory.md.
+Writes its section of docs/reports/memory.md.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, PeakMemory, run_watched
+from bench.common import PeakMemory, run_watched
+from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
 TOKENS = (32768, 65536, 131071)
@@ -193,7 +194,7 @@ def thread_count(threads: int) -> str:
 
 
 def document(rows: list[dict], machine: str, threads: int) -> str:
-    """docs/long_memory.md: what was measured, where, how to rerun it, the table."""
+    """Its section of docs/reports/memory.md: what was measured, where, how to rerun it, the table."""
     return (
         "# Both stages at 128k tokens: peak memory against the text's length\n\n"
         "What this page is for: the peak memory and time of stage 1's log-probs (the long pass and the "
@@ -223,7 +224,7 @@ def main() -> None:
     )
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--cap-gb", type=float, default=12.0)
-    parser.add_argument("--output", default=str(ROOT / "docs/long_memory.md"))
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument(
         "--attn", default=ATTENTION, help="attention implementation (another: printed, the page kept)"
@@ -241,7 +242,7 @@ def main() -> None:
     from pipeline.provenance import machine
 
     if args.attn == ATTENTION:
-        Path(args.output).write_text(document(rows, machine(), args.threads), encoding="utf-8")
+        publish(document(rows, machine(), args.threads), "memory.md", "long", args.output)
     print(table(rows))
 
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, PeakMemory, default_artifact
+from bench.report import publish
 
 
 def training_sequence(lm, n_tokens: int, artifact: Path):
@@ -79,7 +80,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default=str(ROOT / "docs/longce-cost.md"), help="the report (Markdown)")
+    parser.add_argument("--out", help="a page of its own (default: docs/reports/cost.md)")
     args = parser.parse_args()
 
     import torch
@@ -150,8 +151,7 @@ def report(args, lm, seconds, cpu, memory, where) -> None:
         f"{ROOT}/", ""
     )  # no machine path
     text = "\n".join([title, "", f"`{command.strip()}`", "", *lines, ""])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
+    publish(text, "cost.md", "longce", args.out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from bench.gpu_paper import SHAPES
+from pipeline.models.random_weights import LLAMA31_SHAPES as SHAPES
 
 
 class Tokenizer:

@@ -32,7 +32,7 @@ MIB = long_memory.MIB
 # doubles it, a quadratic term quadruples it (the sampler may miss one 32 MiB activation). Not a bound
 # on the second difference (peak(128k) - peak(64k) against peak(64k) - peak(32k)): the output head's
 # blocks (two of 2048 x 4096 float32 logits, 64 MiB) are most of the peak up to 64k tokens and do not
-# grow, and the body's linear activations overtake them between 64k and 128k (docs/long_memory.md).
+# grow, and the body's linear activations overtake them between 64k and 128k (docs/reports/memory.md).
 GROWTH = 3.0
 SLACK_MIB = 16  # sampling noise, on peaks of 75 to 250 MiB
 BOUND = long_memory.full_logits_bytes(TOKENS[-1]) / 4  # 512 MiB at 131071 tokens

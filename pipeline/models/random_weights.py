@@ -24,6 +24,8 @@ LLAMA3_ROPE |= {"original_max_position_embeddings": 8192, "rope_theta": 500000.0
 # Two layers of hidden 64 (4 query heads of 16 over 2 key/value heads): Llama-3.1-8B's shape, tiny.
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
 SMALL |= {"num_key_value_heads": 2, "head_dim": 16}
+# Llama-3.1-8B by name, full and tiny (its vocabulary, norms and untied head; the tiny body).
+LLAMA31_SHAPES = {"llama3.1-8b": LLAMA31_8B, "tiny": {**LLAMA31_8B, **SMALL}}
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 TINY |= {"num_key_value_heads": 2, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1}
 # What each architecture adds to the tiny shape: Gemma's local and global layers (a window of 6, a
