@@ -26,7 +26,7 @@ import json
 import sys
 import time
 
-from bench.common import PeakMemory, run_watched
+from bench.harness import PeakMemory, run_watched
 from bench.report import publish
 
 IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")

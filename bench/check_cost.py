@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.common import default_artifact
+from bench.harness import default_artifact
 from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.identity import artifact_identity

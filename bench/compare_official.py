@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import ROOT, run_watched
 from bench.compare_dropin import compare_dropin
+from bench.harness import ROOT, run_watched
 from bench.report import publish
 from pipeline.provenance import machine
 

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import ROOT, PeakMemory
+from bench.harness import ROOT, PeakMemory
 
 EVALUATOR, MODEL = "gemma3-270m", "smollm2-135m"
 

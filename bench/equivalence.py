@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, default_artifact
+from bench.harness import ROOT, default_artifact
 from pipeline.artifact.identity import TOLERANCE, compare_tables, differences
 from pipeline.artifact.reader import open_artifact
 

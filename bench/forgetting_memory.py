@@ -4,7 +4,7 @@ One sample of length L: its copy and LM inputs (2L+3 tokens each), first the pip
 model's body once, the output head only on the ceil(L/2) scored positions, top-1 over vocabulary
 tiles: ``pipeline.forgetting.curve.measure_length``), then, side by side, the reference code's way (full
 logits of the whole input, argmax). Each runs in its own process for a clean peak; a sampler thread
-reads the process's resident set size every 10 ms (``bench.common.PeakMemory``).
+reads the process's resident set size every 10 ms (``bench.harness.PeakMemory``).
 Baseline: RSS after loading the model, tokenizing the corpus and one 12-token check pass. Both ways
 must give the same accuracies.
 
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import ROOT, PeakMemory, memory_record
+from bench.harness import ROOT, PeakMemory, memory_record
 
 WAYS = ("pipeline", "full-logits")
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import machine
 from bench.gpu_paper import WORK, paths
+from bench.harness import machine
 
 K, D = 4096, 1024  # the paper's; --K and --d for a dry run on short texts
 

@@ -27,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, machine, slug
-from bench.device_peak import run_measured
 from bench.gpu_child import command_line
+from bench.harness import ROOT, machine, run_measured, slug
 
 WORK = Path("/tmp/longppl-bench-numerics")
 EVALUATOR = ["evaluator=smollm2-135m", "short_window_bos=false", "progress=false"]

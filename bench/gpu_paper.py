@@ -15,7 +15,7 @@ format whose texts exceed ``--tokens`` reference tokens (the shipped sample's re
 Per contender: the first text's time, the steady time per text (the median after the first), the
 fixed start-up (the process's wall time less the texts at the steady rate: one text's run minus a
 steady text), where the time before the first text went, and the device's peak memory by NVML
-(``bench.device_peak``). ``bench.gpu_report`` renders ``docs/reports/benchmarks-gpu.md`` from the measurements'
+(``bench.harness.run_measured``). ``bench.gpu_report`` renders ``docs/reports/benchmarks-gpu.md`` from the measurements'
 JSON files (and those of ``bench.gpu_numerics`` and ``bench.gpu_levers``).
 
     python -m bench.gpu_paper build --texts 3 --tokens 32767
@@ -31,9 +31,8 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.common import ROOT, machine, slug
-from bench.device_peak import nvml_reader, run_measured
 from bench.gpu_child import command_line
+from bench.harness import ROOT, machine, nvml_reader, run_measured, slug
 from pipeline.models import random_weights
 from pipeline.models.random_weights import LLAMA3_ROPE, LLAMA31_SHAPES
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from bench import gpu_levers, gpu_numerics, gpu_paper
-from bench.common import ROOT
+from bench.harness import ROOT
 
 REPORT = ROOT / "docs/reports/benchmarks-gpu.md"
 SECTIONS = {

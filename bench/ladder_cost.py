@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ROOT, default_artifact
+from bench.harness import ROOT, default_artifact
 from bench.report import publish
 from pipeline.models.logprobs import _batches, short_windows
 from pipeline.provenance import machine

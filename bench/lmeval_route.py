@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, PeakMemory, default_artifact
+from bench.harness import ROOT, PeakMemory, default_artifact
 from pipeline.results.scores import read_lines
 
 MODEL = "smollm2-135m"

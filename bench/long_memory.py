@@ -8,7 +8,7 @@ grow faster than n. Stage 1 is
 ``long_and_short_logprobs`` (K=4096, d=1024, BOS before every window), stage 2 the score stage's
 ``sequence_logprobs`` (one pass, no context limit), both with the default compute settings. Each
 length runs in its own process, one torch thread (``--threads``); peak: resident memory above the
-start of each call (``bench.common.PeakMemory``), the model loaded and one 12-token check pass done.
+start of each call (``bench.harness.PeakMemory``), the model loaded and one 12-token check pass done.
 tests/test_long_memory.py runs the same measurement and asserts linear growth.
 
     make bench-long-memory                                  # 32768, 65536, 131071 tokens
@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.common import PeakMemory, run_watched
+from bench.harness import PeakMemory, run_watched
 from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 

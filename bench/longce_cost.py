@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import ROOT, PeakMemory, default_artifact
+from bench.harness import ROOT, PeakMemory, default_artifact
 from bench.report import publish
 
 

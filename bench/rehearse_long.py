@@ -36,7 +36,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.harness import ROOT
 from bench.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure, check_texts, check_values
 from bench.rehearse_paper import (
     Step,

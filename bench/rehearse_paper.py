@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.harness import ROOT
 from bench.rehearsal_checks import (
     OFFICIAL_IMPORT,
     OFFICIAL_SCORING,

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import ROOT, PeakMemory, memory_record
+from bench.harness import ROOT, PeakMemory, memory_record
 from pipeline.settings import DEFAULT_HEAD_CHUNK
 
 

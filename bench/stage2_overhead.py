@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import default_artifact
+from bench.harness import default_artifact
 from pipeline.artifact.reader import iter_documents, load_artifact
 from pipeline.models.loading import load_model
 from pipeline.models.logprobs import TargetScorer, full_context_logprobs

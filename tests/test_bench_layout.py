@@ -15,7 +15,7 @@ BENCH = ROOT / "bench"
 LAYERS = [
     # measuring (peak memory, watched child processes, the machine), the runner, the report pages,
     # the GPU child and its device sampler, the rehearsals' checks
-    ("base", {"common", "harness", "report", "device_peak", "gpu_child", "rehearsal_checks"}),
+    ("base", {"harness", "report", "gpu_child", "rehearsal_checks"}),
     # cases whose parts other cases build on: the rehearsal's models, tokenizers and data sets
     # (rehearse_long, gpu_paper), the drop-in comparison (compare_official)
     ("builders", {"rehearse_paper", "compare_dropin"}),

@@ -4,7 +4,7 @@ One child process (a clean heap, killed past 4 GB) loads the tiny random model o
 through ``load_model`` (one full causal attention layer, the path of every 128k evaluator's long pass;
 vocabulary 4096, float32) and runs stage 1's log-probs (``long_and_short_logprobs``, K=4096, d=1024)
 and stage 2's (``sequence_logprobs``, one pass) on documents of 32768, 65536 and 131071 tokens, each
-call's peak resident memory above its start sampled by ``bench.common.PeakMemory``. About two
+call's peak resident memory above its start sampled by ``bench.harness.PeakMemory``. About two
 minutes on 2 cores (the attention's time is quadratic; its memory must not be).
 
 How it fails on a quadratic implementation: attention that materialises its scores (eager attention,
