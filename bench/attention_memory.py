@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import sys
 import time
 
-from bench.harness import PeakMemory, run_watched
+from bench.harness import PeakMemory, child, run, stamp
 from bench.report import publish
 
 IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
@@ -59,7 +57,8 @@ def register(mask_sizes: list[int]) -> None:
         AttentionMaskInterface.register(f"bench_{name}", recorded(mask))
 
 
-def measure_one(implementation: str, tokens: int, device: str, math: bool = False) -> dict:
+def measure(implementation: str, tokens: int, device: str, math: bool = False) -> dict:
+    """One (implementation, length), in its own process: one forward pass of the one-layer model."""
     import contextlib
 
     import torch
@@ -150,6 +149,8 @@ def document(rows: list[dict], machine: str, math: bool = False) -> str:
 
 
 def main() -> None:
+    if child(measure):
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -158,25 +159,17 @@ def main() -> None:
     parser.add_argument(
         "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
     )
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--math", action="store_true", help="plain causal layer on the math backend")
     parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure_one(args.implementations[0], args.tokens[0], args.device, args.math)))
-        return
-    rows = []
-    for tokens in args.tokens:
-        for implementation in args.implementations:
-            cmd = [sys.executable, "-m", "bench.attention_memory", "--one", "--device", args.device]
-            cmd += ["--tokens", str(tokens), "--implementations", implementation, *(["--math"] * args.math)]
-            row = run_watched(cmd, cap_gb=args.cap_gb, timeout=900)
-            rows.append({"implementation": implementation, "tokens": tokens, **row})
-            print(json.dumps(rows[-1]), flush=True)
-    from pipeline.provenance import machine
-
-    text = document(rows, machine(), args.math)
+    contenders = [
+        {"implementation": implementation, "tokens": tokens, "device": args.device, "math": args.math}
+        for tokens in args.tokens
+        for implementation in args.implementations
+    ]
+    rows = run("bench.attention_memory", contenders, cap_gb=args.cap_gb, timeout=900, strict=False)
+    text = document(rows, stamp(), args.math)
     publish(text, "memory.md", "attention-math" if args.math else "attention", args.output)
     print(text)
 

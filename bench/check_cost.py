@@ -16,11 +16,9 @@ results file, which ``make score`` wrote on this machine.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
 
-from bench.harness import default_artifact
+from bench.harness import default_artifact, timed
 from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.identity import artifact_identity
@@ -45,18 +43,6 @@ def newest_score_seconds(results: Path, fingerprint: str) -> tuple[float, str] |
         return None
     run = max(runs, key=lambda r: r.get("date") or "")
     return float(run["wall_seconds"]), f"{run['model_name']} on {run.get('date')}"
-
-
-def timed(work, repeats: int) -> tuple[float, float]:
-    """The median wall time and CPU time of ``work()`` over ``repeats`` runs (on a shared machine the CPU
-    time is what the work costs; the wall time depends on the other jobs too)."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        work()
-        wall.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
-    return statistics.median(wall), statistics.median(cpu)
 
 
 def main() -> None:

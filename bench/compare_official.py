@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.compare_dropin import compare_dropin
-from bench.harness import ROOT, run_watched
+from bench.harness import CHILD, ROOT, run_watched, stamp
 from bench.report import publish
-from pipeline.provenance import machine
 
 # ----------------------------------------------------------------------------------------------
 # The parent: runs each job in a watched subprocess, compares, writes the report
@@ -51,7 +50,7 @@ class Jobs:
                 if entry["key"] == key:
                     self.hits.append(job["task"])
                     return entry["result"]
-        cmd = [sys.executable, "-m", "bench.compare_tasks", json.dumps(job)]
+        cmd = [sys.executable, "-m", "bench.compare_tasks", CHILD, json.dumps(job)]
         result = run_watched(cmd, self.cap_gb, self.timeout)
         self.cache.parent.mkdir(parents=True, exist_ok=True)
         with self.cache.open("a") as handle:
@@ -290,7 +289,7 @@ def report_head(jobs: Jobs, summary: dict, quick: bool, minutes: float) -> list[
         + cached
         + " Evaluator Gemma 3 270M, evaluated model SmolLM2-135M-Instruct, both embedded, float32.",
         "",
-        f"Machine: {machine()}, longppl 0.3.0.",
+        f"Machine: {stamp()}, longppl 0.3.0.",
         "",
         "## Summary (ratios: this project / baseline, measured in this run)",
         "",
@@ -349,7 +348,7 @@ def write_dropin_report(out: str | None, lines: list[str], summary: dict, minute
             "# Benchmark: the drop-in `compute_longppl` against the official `longppl` 0.3.0",
             "",
             f"Regenerate: `make bench-dropin` ({minutes:.0f} minutes for this run; `make bench` includes it). "
-            f"Machine: {machine()}.",
+            f"Machine: {stamp()}.",
             "",
             f"Ratios (this project / official): wall time {fmt(summary['dropin_time_ratio'])}, peak memory "
             f"{fmt(summary['dropin_memory_ratio'])}; largest relative difference of PPL or LongPPL "

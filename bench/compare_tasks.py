@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import tempfile
 import time
 
-from bench.harness import ROOT, PeakMemory
+from bench.harness import ROOT, PeakMemory, child
 
 EVALUATOR, MODEL = "gemma3-270m", "smollm2-135m"
 
@@ -205,4 +204,4 @@ TASKS = {
 
 
 if __name__ == "__main__":
-    print(json.dumps(worker(json.loads(sys.argv[1]))))
+    child(lambda **job: worker(job))

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import subprocess
-import sys
 import time
 
-from bench.harness import ROOT, PeakMemory, memory_record
+from bench.harness import ROOT, PeakMemory, child, memory_record, run, stamp
 
 WAYS = ("pipeline", "full-logits")
 
@@ -39,7 +36,8 @@ def full_logits_accuracy(model, ids, length: int) -> float:
     return float((predicted[targets - 1] == ids[targets]).double().mean())
 
 
-def measure_one(args: argparse.Namespace) -> dict:
+def measure(way: str, model: str, dtype: str, length: int) -> dict:
+    """One way, in its own process: one sample of length ``length``, its copy and LM accuracies."""
     import psutil
 
     from pipeline.forgetting import curve
@@ -48,16 +46,16 @@ def measure_one(args: argparse.Namespace) -> dict:
     from pipeline.models.logprobs import TargetScorer
     from pipeline.text.corpus import CorpusSpec, load_corpus
 
-    lm = load_model(args.model, dtype=args.dtype, device="cpu")
+    lm = load_model(model, dtype=dtype, device="cpu")
     docs = load_corpus(CorpusSpec(name="govreport_sample", path=str(ROOT / "data/govreport-sample.jsonl")))
     tokens = corpus_tokens(docs, lm.tokenizer)
-    (sample,) = draw_samples(tokens, args.length, 1, 0, "corpus")
+    (sample,) = draw_samples(tokens, length, 1, 0, "corpus")
     specials = special_tokens(lm.tokenizer, None, None)
     bos, eos = specials["bos_token_id"], specials["eos_token_id"]
     scorer = TargetScorer(lm.model)
     scorer.check_against_full_forward()  # touches every weight: the baseline is the loaded model
     settings = curve.CurveSettings(
-        source="corpus", grid="linear", n=1, R=1, max_length=args.length, min_length=1, seed=0,
+        source="corpus", grid="linear", n=1, R=1, max_length=length, min_length=1, seed=0,
         context=lm.context_length, beyond_context=False, bos_token_id=bos, eos_token_id=eos,
         head_chunk=scorer.head_chunk, vocab_tile=scorer.vocab_tile,
     )  # fmt: skip
@@ -65,19 +63,19 @@ def measure_one(args: argparse.Namespace) -> dict:
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
     with PeakMemory() as peak:
-        if args.one == "pipeline":
+        if way == "pipeline":
             point = curve.measure_length(scorer, settings, [sample], lambda _: None)
             copy, lm_acc = point["copy_accs"][0], point["lm_accs"][0]
         else:
             copy, lm_acc = (
-                full_logits_accuracy(lm.model, build_input(prefix, sample.target, bos, eos), args.length)
+                full_logits_accuracy(lm.model, build_input(prefix, sample.target, bos, eos), length)
                 for prefix in (sample.target, sample.irrelevant)
             )
     return {
-        "way": args.one,
-        "model": args.model,
-        "dtype": args.dtype,
-        "length": args.length,
+        "way": way,
+        "model": model,
+        "dtype": dtype,
+        "length": length,
         "input_tokens": len(build_input(sample.target, sample.target, bos, eos)),
         "copy_acc": copy,
         "lm_acc": lm_acc,
@@ -86,6 +84,8 @@ def measure_one(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    if child(measure):
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -93,29 +93,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--length", type=int, default=4094, help="L, tokens of S (inputs have 2L+3 tokens)")
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
-    parser.add_argument("--one", choices=WAYS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure_one(args)))
-        return
-    rows = []
-    for way in args.ways:
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.forgetting_memory",
-            "--one",
-            way,
-            "--model",
-            args.model,
-            "--dtype",
-            args.dtype,
-        ]
-        out = subprocess.run([*cmd, "--length", str(args.length)], capture_output=True, text=True, cwd=ROOT)
-        if out.returncode != 0:
-            raise SystemExit(f"{way} failed:\n{out.stderr[-2000:]}")
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"{way} done", file=sys.stderr)
+    fixed = {"model": args.model, "dtype": args.dtype, "length": args.length}
+    rows = run("bench.forgetting_memory", [{"way": way, **fixed} for way in args.ways])
     print(
         "| way | L | input tokens | copy acc | LM acc | baseline (model loaded) GB | peak GB | above model GB | seconds |"
     )
@@ -126,7 +106,9 @@ def main() -> None:
             f"| {r['baseline_gb']:.2f} | {r['peak_gb']:.2f} | {r['above_model_gb']:.2f} | {r['seconds']:.0f} |"
         )
     same = len({(r["copy_acc"], r["lm_acc"]) for r in rows}) == 1
-    print(f"\nmodel {args.model}, {args.dtype}, CPU threads {os.cpu_count()}; accuracies identical: {same}")
+    print(
+        f"\nmodel {args.model}, {args.dtype}, CPU threads {os.cpu_count()}; accuracies identical: {same}; {stamp()}"
+    )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ Writes its section of docs/reports/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
+from bench.harness import stamp, timed
 from bench.report import publish
 
 PATHS = ("bfloat16 head", "float32 head, upcast operands", "float32 head, float32-output GEMM")
@@ -59,14 +58,10 @@ def measure(path: str, weight, hidden, targets, repeats: int) -> dict:
         return {"path": path, "unsupported": f"no float32-output GEMM on {weight.device.type}"}
     cuda = weight.device.type == "cuda"
     s.score_hidden(hidden, targets)  # warm-up: kernels, allocator, cuBLAS workspace
-    times = []
-    for _ in range(repeats):
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        s.score_hidden(hidden, targets)  # copies its result to the host: synchronised
-        times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
+    sync = torch.cuda.synchronize if cuda else None
+    seconds, _ = timed(
+        lambda: s.score_hidden(hidden, targets), repeats, sync
+    )  # its result on the host: synced
     flop = 2 * hidden.shape[0] * weight.shape[1] * weight.shape[0]
     return {"path": path, "seconds": seconds, "tflops": flop / seconds / 1e12}
 
@@ -108,15 +103,13 @@ def main() -> None:
     parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
     args = parser.parse_args()
     rows = run(args.device, args.positions, args.hidden, args.vocab, args.repeats)
-    from pipeline.provenance import machine
-
     text = (
         "# The float32 output head of a bfloat16 model\n\n"
         "Regenerate: `make bench-head` (bench/head_float32.py). "
         f"{args.positions} positions through a head of hidden size {args.hidden} and {args.vocab} "
         "vocabulary entries (Llama-3.1-8B's), bfloat16 weights and hidden states, "
         "`TargetScorer.score_hidden` with the default tiles, median of "
-        f"{args.repeats} calls after a warm-up. Machine: {machine()}; device {args.device}. "
+        f"{args.repeats} calls after a warm-up. Machine: {stamp()}; device {args.device}. "
         "Times are from a machine shared with other jobs: compare them within the table only.\n\n"
         + report(rows)
         + "\n\nThe float32-output GEMM (`torch.mm(..., out_dtype=torch.float32)`) exists on CUDA "

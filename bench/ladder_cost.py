@@ -17,34 +17,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.harness import ROOT, default_artifact
+from bench.harness import ROOT, default_artifact, stamp, timed_command
 from bench.report import publish
 from pipeline.models.logprobs import _batches, short_windows
-from pipeline.provenance import machine
 
 
 def command(module: str, model: str, artifact: Path, *overrides: str) -> tuple[float, str]:
     """Run one command as `make` does; its wall time and output."""
     group = ["model=" + model] if (ROOT / "conf" / "model" / f"{model}.yaml").is_file() else ["model=local",
              f"model.spec={model}"]  # fmt: skip
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", module, *group, f"artifact={artifact}", "progress=false", *overrides],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
-    seconds = time.perf_counter() - started
-    if done.returncode:
-        raise SystemExit(f"{module} failed:\n{done.stderr[-3000:]}")
-    return seconds, done.stdout
+    cmd = [sys.executable, "-m", module, *group, f"artifact={artifact}", "progress=false", *overrides]
+    seconds, _, printed = timed_command(cmd, env={"HF_HUB_OFFLINE": "1"})
+    return seconds, printed
 
 
 def passes(sequence: int, limit: int | None) -> tuple[int, int]:
@@ -76,7 +67,7 @@ def report(args: Any, score_s: float, ladder_s: float, scored: dict, ladder: dic
     return "\n".join([
         f"# The context ladder against one `make score` ({args.model})\n",
         f"`make bench-ladder{'' if args.model == 'smollm2-135m' else ' ARGS=...'}` (`bench/ladder_cost.py`), one run "
-        f"each, on {machine()}; load average {loads[0]:.1f} before and {loads[1]:.1f} after (a shared machine: "
+        f"each, on {stamp()}; load average {loads[0]:.1f} before and {loads[1]:.1f} after (a shared machine: "
         "wall times are contended).\n",
         f"Artifact `{ladder['artifact']['name']}` ({n_docs} documents, {full_tokens} tokens with the BOS).\n",
         "| command | wall time (s) | relative |", "| --- | ---: | ---: |",

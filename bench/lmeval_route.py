@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import ROOT, PeakMemory, default_artifact
+from bench.harness import ROOT, PeakMemory, default_artifact, timed_command
 from pipeline.results.scores import read_lines
 
 MODEL = "smollm2-135m"
@@ -36,12 +35,7 @@ METRICS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "
 
 def timed(cmd: list[str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system, the process and its children) of a command."""
-    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return timed_command(cmd)[:2]
 
 
 def median(values: list[float]) -> float:

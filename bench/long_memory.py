@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.harness import PeakMemory, run_watched
+from bench.harness import CHILD, PeakMemory, child, run_watched, stamp
 from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
@@ -45,7 +45,6 @@ SHAPE = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
 SHAPE |= {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8}
 MIB = 2**20
 M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 2**20  # glibc's mallopt parameter and its value here
-DATE = "2026-11-26"
 
 
 def tiny_checkpoint(path: Path, vocab: int = VOCAB, seed: int = 0) -> Path:
@@ -160,9 +159,8 @@ def in_subprocess(
 ) -> dict:
     """``measure`` in a fresh process (a clean heap), watched: ``rows``, ``process_peak_gb``, or
     ``failed`` (an error, or past ``cap_gb`` of resident memory)."""
-    cmd = [sys.executable, "-m", "bench.long_memory", "--in-process", "--tokens", *map(str, tokens)]
-    cmd += ["--threads", str(threads or 0), "--attn", attn]
-    return run_watched(cmd, cap_gb=cap_gb, timeout=3600)
+    args = {"tokens": tokens, "threads": threads or 0, "attn": attn}
+    return run_watched([sys.executable, "-m", "bench.long_memory", CHILD, json.dumps(args)], cap_gb, 3600)
 
 
 def table(rows: list[dict]) -> str:
@@ -213,12 +211,14 @@ def document(rows: list[dict], machine: str, threads: int) -> str:
         "float32 score matrix would take 64 GiB per head at 131071 tokens. Up to 64k tokens most of "
         "the peak is the output head's blocks (2048 positions x 4096 logits, float32: 32 MiB each, "
         "two alive at once), which do not grow with the text.\n\n"
-        f"Machine: 2-core AMD EPYC, CPU ({machine}; the children ran with {thread_count(threads)}); {DATE}. Times are from a machine shared with "
+        f"Machine: {machine} (the children ran with {thread_count(threads)}). Times are from a machine shared with "
         "other jobs: compare them within the table only.\n\n" + table(rows) + "\n"
     )
 
 
 def main() -> None:
+    if child(lambda **args: {"rows": measure(**args)}):
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -229,20 +229,14 @@ def main() -> None:
     parser.add_argument(
         "--attn", default=ATTENTION, help="attention implementation (another: printed, the page kept)"
     )
-    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.in_process:
-        print(json.dumps({"rows": measure(args.tokens, args.threads, args.attn)}))
-        return
     rows = []
     for n in args.tokens:  # one process per length: a clean peak
         result = in_subprocess([n], args.threads, args.cap_gb, args.attn)
         rows.append(result.pop("rows", [{"tokens": n}])[0] | result)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    from pipeline.provenance import machine
-
     if args.attn == ATTENTION:
-        publish(document(rows, machine(), args.threads), "memory.md", "long", args.output)
+        publish(document(rows, stamp(), args.threads), "memory.md", "long", args.output)
     print(table(rows))
 
 

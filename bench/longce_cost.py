@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import ROOT, PeakMemory, default_artifact
+from bench.harness import ROOT, PeakMemory, default_artifact, stamp
 from bench.report import publish
 
 
@@ -143,7 +143,7 @@ def report(args, lm, seconds, cpu, memory, where) -> None:
         "",
         f"{args.model} (float32, {lm.device}), one sequence of {args.tokens} tokens ({where}), gamma {args.gamma:g}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs; "
-        f"load average at the end {os.getloadavg()[0]:.1f}",
+        f"load average at the end {os.getloadavg()[0]:.1f}; {stamp()}",
     ]
     print("\n" + "\n".join(lines))
     title = "# LongCE against CE: cost of a training step (`make bench-longce`)"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.harness import default_artifact
+from bench.harness import default_artifact, stamp
 from pipeline.artifact.reader import iter_documents, load_artifact
 from pipeline.models.loading import load_model
 from pipeline.models.logprobs import TargetScorer, full_context_logprobs
@@ -68,7 +68,7 @@ def main() -> None:
         f"| stage 2 (PPL, LongPPL, LongPPL-soft, 4-point grid) | {stage2_s:.1f} | {stage2_s / plain_s:.3f} |"
     )
     print(
-        f"\nmodel {args.model}, artifact {Path(args.artifact).name}, torch threads {torch.get_num_threads()}"
+        f"\nmodel {args.model}, artifact {Path(args.artifact).name}, torch threads {torch.get_num_threads()}; {stamp()}"
     )
 
 
