@@ -20,11 +20,10 @@ Writes its section of docs/reports/memory.md.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import time
 
-from bench.harness import PeakMemory, child, run, stamp
+from bench.harness import PeakMemory, arguments, child, run, stamp
 from bench.report import publish
 
 IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
@@ -151,9 +150,7 @@ def document(rows: list[dict], machine: str, math: bool = False) -> str:
 def main() -> None:
     if child(measure):
         return
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(

@@ -15,10 +15,9 @@ results file, which ``make score`` wrote on this machine.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from bench.harness import default_artifact, timed
+from bench.harness import arguments, default_artifact, timed
 from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.identity import artifact_identity
@@ -46,9 +45,7 @@ def newest_score_seconds(results: Path, fingerprint: str) -> tuple[float, str] |
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--results", default="artifacts/results/scores.jsonl")
     parser.add_argument("--repeats", type=int, default=10)

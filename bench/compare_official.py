@@ -14,7 +14,6 @@ Writes its sections of docs/reports/benchmarks.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.compare_dropin import compare_dropin
-from bench.harness import CHILD, ROOT, run_watched, stamp
+from bench.harness import CHILD, ROOT, arguments, run_watched, stamp
 from bench.report import publish
 
 # ----------------------------------------------------------------------------------------------
@@ -308,9 +307,7 @@ def report_head(jobs: Jobs, summary: dict, quick: bool, minutes: float) -> list[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--quick", action="store_true", help="4k tokens only")
     parser.add_argument("--K", type=int, default=1024)
     parser.add_argument("--d", type=int, default=1024)

@@ -22,14 +22,13 @@ numbers as JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import default_artifact, timed_command
+from bench.harness import arguments, default_artifact, timed_command
 from pipeline.artifact.identity import TOLERANCE, compare_tables, differences
 from pipeline.artifact.reader import open_artifact
 
@@ -94,9 +93,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--other", action="append", default=[], help="an artifact made elsewhere")
     parser.add_argument("--documents", type=int, default=2, help="documents of each variant run")

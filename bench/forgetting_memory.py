@@ -14,12 +14,11 @@ must give the same accuracies.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import time
 
-from bench.harness import ROOT, PeakMemory, child, memory_record, run, stamp
+from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, run, stamp
 
 WAYS = ("pipeline", "full-logits")
 
@@ -86,9 +85,7 @@ def measure(way: str, model: str, dtype: str, length: int) -> dict:
 def main() -> None:
     if child(measure):
         return
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--length", type=int, default=4094, help="L, tokens of S (inputs have 2L+3 tokens)")

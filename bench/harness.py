@@ -10,6 +10,7 @@ the parent). The benchmarks run as modules from the repository root, as the Make
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import json
@@ -343,3 +344,8 @@ def stamp() -> str:
     from pipeline.provenance import machine as in_words
 
     return f"{in_words()}; commit {commit()}, {time.strftime('%Y-%m-%d')}"
+
+
+def arguments(doc: str | None) -> argparse.ArgumentParser:
+    """A bench's command line, its module's docstring as the help (kept as written)."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -16,9 +16,7 @@ Writes its section of docs/reports/benchmarks.md.
 
 from __future__ import annotations
 
-import argparse
-
-from bench.harness import stamp, timed
+from bench.harness import arguments, stamp, timed
 from bench.report import publish
 
 PATHS = ("bfloat16 head", "float32 head, upcast operands", "float32 head, float32-output GEMM")
@@ -92,9 +90,7 @@ def report(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--positions", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=4096)

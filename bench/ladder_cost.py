@@ -14,7 +14,6 @@ score stage forms them, and the first window when it holds no key token), agains
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import ROOT, default_artifact, stamp, timed_command
+from bench.harness import ROOT, arguments, default_artifact, stamp, timed_command
 from bench.report import publish
 from pipeline.models.logprobs import _batches, short_windows
 
@@ -121,9 +120,7 @@ def key_only(model: str, artifact_path: Path, rungs: list[int]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--artifact", type=Path, default=default_artifact())
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reports" / "ladder")

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import ROOT, PeakMemory, default_artifact, timed_command
+from bench.harness import ROOT, PeakMemory, arguments, default_artifact, timed_command
 from pipeline.results.scores import read_lines
 
 MODEL = "smollm2-135m"
@@ -134,9 +134,7 @@ def memory_part(tokens: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--part", choices=("time", "memory", "all"), default="all")
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--repeats", type=int, default=1)

@@ -20,7 +20,6 @@ Writes its section of docs/reports/memory.md.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import gc
@@ -32,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.harness import CHILD, PeakMemory, child, run_watched, stamp
+from bench.harness import CHILD, PeakMemory, arguments, child, run_watched, stamp
 from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
@@ -219,9 +218,7 @@ def document(rows: list[dict], machine: str, threads: int) -> str:
 def main() -> None:
     if child(lambda **args: {"rows": measure(**args)}):
         return
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")

@@ -19,7 +19,6 @@ from the pass with gradient): LongCE(self) then costs what CE does.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -27,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import ROOT, PeakMemory, default_artifact, stamp
+from bench.harness import ROOT, PeakMemory, arguments, default_artifact, stamp
 from bench.report import publish
 
 
@@ -70,9 +69,7 @@ def step(model, optimizer, loss_fn, ids, weights) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--configs", nargs="+", default=["1024:1024", "512:512"], help="K:d of LongCE(self)")

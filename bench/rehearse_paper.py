@@ -34,7 +34,6 @@ fails the rehearsal. Prints each step's wall time and peak memory (resident set 
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -44,7 +43,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.harness import ROOT
+from bench.harness import ROOT, arguments
 from bench.rehearsal_checks import (
     OFFICIAL_IMPORT,
     OFFICIAL_SCORING,
@@ -379,9 +378,7 @@ def summary(steps: list[Step]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--documents", type=int, default=3, help="long documents (default 3)")
     parser.add_argument("--work", default=str(ROOT / "artifacts/rehearsal"), help="its files (replaced)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a stage 1 override")

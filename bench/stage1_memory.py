@@ -10,13 +10,12 @@ and short passes of one document, and their difference.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
 import time
 
-from bench.harness import ROOT, PeakMemory, child, memory_record, run, stamp
+from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, run, stamp
 from pipeline.settings import DEFAULT_HEAD_CHUNK
 
 
@@ -66,9 +65,7 @@ def measure(
 def main() -> None:
     if child(measure):
         return
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 4096, 8192])
