@@ -36,14 +36,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.harness import ROOT, arguments
+from bench.harness import ROOT, arguments, run_measured
 from bench.rehearsal_checks import (
     OFFICIAL_IMPORT,
     OFFICIAL_SCORING,
@@ -162,35 +160,15 @@ class Step:
         self.seconds = self.peak = 0.0
 
     def run(self) -> None:
-        import psutil
-
         print(f"\n== {self.name}: {' '.join(self.command)}", flush=True)
-        started = time.perf_counter()
-        with self.log.open("w") as log:
-            proc = subprocess.Popen(self.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            watched = psutil.Process(proc.pid)
-            stop = threading.Event()
-            threading.Thread(target=self._sample, args=(watched, stop), daemon=True).start()
-            proc.wait()
-            stop.set()
-        self.seconds = time.perf_counter() - started
+        record = run_measured(self.command, self.log, cwd=ROOT)
+        self.seconds, self.peak = record["wall_s"], record["peak_gib"]
         lines = self.log.read_text().splitlines()
         print("\n".join([line for line in lines if not line.startswith(("Loading", "Writing"))][-12:]))
-        if proc.returncode != 0:
+        if record["returncode"] != 0:
             last = lines[-1] if lines else "no output"
             error = next((line for line in reversed(lines) if line.startswith("error:")), last)
-            raise RehearsalFailure(f"{self.name} failed (exit status {proc.returncode}): {error}")
-
-    def _sample(self, watched, stop: threading.Event) -> None:
-        import psutil
-
-        while not stop.is_set():
-            try:
-                tree = [watched, *watched.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in tree) / 2**30)
-            except psutil.NoSuchProcess:
-                pass
-            time.sleep(0.1)
+            raise RehearsalFailure(f"{self.name} failed (exit status {record['returncode']}): {error}")
 
 
 def preflight(extra: list[str]) -> None:
