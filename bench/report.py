@@ -23,6 +23,7 @@ class Section:
     what: str  # one line: what it measures
     command: str  # the command that writes it (or, for a section kept by hand, that measures it)
     data: str = ""  # where its measured data lie, if anywhere but the section itself
+    written: bool = True  # False: the command prints its measurements, the section is kept by hand
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,10 @@ PAGES: dict[str, Page] = {
                 "artifacts/bench/jobs.jsonl",
             ),
             Section(
-                "lmeval", "make lm-eval against make score; lm-eval's hf against longppl", "make bench-lmeval"
+                "lmeval",
+                "make lm-eval against make score; lm-eval's hf against longppl",
+                "make bench-lmeval",
+                written=False,
             ),
             Section("head-float32", "the float32 head of a bfloat16 model", "make bench-head"),
         ),
@@ -61,7 +65,12 @@ PAGES: dict[str, Page] = {
         "The cost of the artifact checks on load, of the context ladder against one score run, and "
         "of a LongCE training step against CE.",
         (
-            Section("checks", "the artifact checks against the newest score run on it", "make bench-checks"),
+            Section(
+                "checks",
+                "the artifact checks against the newest score run on it",
+                "make bench-checks",
+                written=False,
+            ),
             Section("ladder", "the context ladder against one make score", "make bench-ladder"),
             Section("longce", "time and memory per training step: LongCE against CE", "make bench-longce"),
         ),
@@ -109,9 +118,8 @@ def head(page: Page) -> str:
         "|---|---|---|---|",
     ]
     for s in page.sections:
-        lines.append(
-            f"| {s.key} | {s.what} | `{s.command}` | {f'`{s.data}`' if s.data else 'in the section'} |"
-        )
+        command = f"`{s.command}`" + ("" if s.written else " (prints; the section is kept by hand)")
+        lines.append(f"| {s.key} | {s.what} | {command} | {f'`{s.data}`' if s.data else 'in the section'} |")
     return "\n".join(lines) + "\n"
 
 
