@@ -1,6 +1,6 @@
 """The validation of docs/ladder.md: do the context ladder's effective lengths order the `make validate`
 family members (conf/validate.yaml: both embedded models at W = 256, 1024, 2048 and full) as their
-answer-token accuracy does (docs/validation/results.json)? Read from the ladder lines of both models
+answer-token accuracy does (docs/reports/validation/results.json)? Read from the ladder lines of both models
 on the default artifact (no model runs).
 
 A member limited to W tokens is, on its model's ladder, the rungs up to W with rung W as its full
@@ -9,7 +9,7 @@ is read from those rungs as the model's is from all of them. A member whose W is
 has no rung to read: its length is at most W by construction. Also checks that the ladder's LongPPL at
 W on the first 5 documents (validate's GovReport documents) is validate's member value.
 
-    .venv/bin/python -m bench.ladder_family docs/ladder/ladder.jsonl docs/ladder/ladder-gemma.jsonl
+    .venv/bin/python -m bench.ladder_family docs/reports/ladder/ladder.jsonl docs/reports/ladder/ladder-gemma.jsonl
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def pairs(rows: list[dict]) -> tuple[int, int, int]:
 def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("ladders", nargs="+", type=Path)
-    parser.add_argument("--validation", type=Path, default=ROOT / "docs" / "validation" / "results.json")
+    parser.add_argument(
+        "--validation", type=Path, default=ROOT / "docs" / "reports" / "validation" / "results.json"
+    )
     args = parser.parse_args()
     ladders = {row["model_name"]: row for path in args.ladders for row in read_rows(path)}
     validation = json.loads(args.validation.read_text())
