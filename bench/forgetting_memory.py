@@ -18,7 +18,7 @@ import gc
 import os
 import time
 
-from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, run, stamp
+from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, rss, run, stamp
 
 WAYS = ("pipeline", "full-logits")
 
@@ -37,8 +37,6 @@ def full_logits_accuracy(model, ids, length: int) -> float:
 
 def measure(way: str, model: str, dtype: str, length: int) -> dict:
     """One way, in its own process: one sample of length ``length``, its copy and LM accuracies."""
-    import psutil
-
     from pipeline.forgetting import curve
     from pipeline.forgetting.samples import build_input, corpus_tokens, draw_samples, special_tokens
     from pipeline.models.loading import load_model
@@ -59,7 +57,7 @@ def measure(way: str, model: str, dtype: str, length: int) -> dict:
         head_chunk=scorer.head_chunk, vocab_tile=scorer.vocab_tile,
     )  # fmt: skip
     gc.collect()
-    baseline = psutil.Process().memory_info().rss
+    baseline = rss()
     start = time.perf_counter()
     with PeakMemory() as peak:
         if way == "pipeline":

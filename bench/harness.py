@@ -100,6 +100,11 @@ def tree_rss_reader(pid: int, children: bool = True) -> Callable[[], int]:
     return read
 
 
+def rss() -> int:
+    """This process's resident bytes now (e.g. a baseline: the model loaded)."""
+    return tree_rss_reader(os.getpid(), children=False)()
+
+
 class PeakMemory:
     """Peak memory during a block in this process: its resident memory, sampled every ``interval``
     seconds (``start``: the RSS on entry, after giving freed heap back to the system), or on a GPU

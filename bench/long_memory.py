@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.harness import CHILD, PeakMemory, arguments, child, run_watched, stamp
+from bench.harness import CHILD, PeakMemory, arguments, child, rss, run_watched, stamp
 from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
@@ -134,7 +134,6 @@ def measure(tokens: list[int], threads: int | None = None, attn: str = ATTENTION
     """Both stages at each length in ``tokens``, in this process, on a fresh tiny checkpoint."""
     import tempfile
 
-    import psutil
     import torch
 
     if threads:
@@ -145,7 +144,7 @@ def measure(tokens: list[int], threads: int | None = None, attn: str = ATTENTION
     rows = []
     for n in tokens:
         seq = token_sequence(n, lm.bos_token_id)
-        row = {"tokens": n, "baseline_mib": psutil.Process().memory_info().rss / MIB}
+        row = {"tokens": n, "baseline_mib": rss() / MIB}
         for name, run in STAGES.items():
             seconds, peak = measured(partial(run, lm, scorer, seq))
             row[f"{name} s"], row[f"{name} MiB"] = seconds, peak / MIB

@@ -15,7 +15,7 @@ import json
 import os
 import time
 
-from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, run, stamp
+from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, rss, run, stamp
 from pipeline.settings import DEFAULT_HEAD_CHUNK
 
 
@@ -34,7 +34,6 @@ def measure(
     model: str, dtype: str, tokens: int, K: int, d: int, head_chunk: int, window_batch_tokens: int
 ) -> dict:
     """One contender, in its own process: stage 1's log-probs of one ``tokens``-token document."""
-    import psutil
     import torch
 
     from pipeline.models.loading import load_model
@@ -46,7 +45,7 @@ def measure(
     scorer = TargetScorer(lm.model, head_chunk=head_chunk, window_batch_tokens=window_batch_tokens)
     scorer.check_against_full_forward()  # touches every weight: the baseline is the loaded model
     gc.collect()
-    baseline = psutil.Process().memory_info().rss
+    baseline = rss()
     start = time.perf_counter()
     with PeakMemory() as peak:
         long_and_short_logprobs(scorer, seq, K, d, bos_id=lm.bos_token_id)

@@ -98,3 +98,18 @@ def test_the_pipeline_never_imports_bench():
         if name == "bench" or name.startswith("bench.")
     ]
     assert not found, found
+
+
+# What only the harness may use to measure: processes, sampler threads, resource usage, the machine.
+MEASURING = {"subprocess", "threading", "resource", "psutil", "platform", "pynvml"}
+MAY_MEASURE = {"harness": MEASURING, "gpu_child": {"psutil"}}  # gpu_child: its process's start time
+
+
+def test_only_the_harness_times_samples_memory_or_records_the_machine():
+    found = [
+        f"bench/{path.name}: {name}"
+        for path in sorted(BENCH.glob("*.py"))
+        for name in sorted({n.split(".")[0] for n in imported_names(path)} & MEASURING)
+        if name not in MAY_MEASURE.get(path.stem, set())
+    ]
+    assert not found, found
