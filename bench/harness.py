@@ -154,18 +154,26 @@ def memory_record(baseline: int, peak: PeakMemory, start: float) -> dict[str, fl
     }
 
 
+def synced(work: Callable[[], Any], sync: Callable[[], None] | None = None) -> tuple[float, Any]:
+    """(seconds, result) of ``work()`` between two calls of ``sync`` (e.g. ``torch.cuda.synchronize``)."""
+    if sync:
+        sync()
+    start = time.perf_counter()
+    out = work()
+    if sync:
+        sync()
+    return time.perf_counter() - start, out
+
+
 def timed(
     work: Callable[[], Any], repeats: int, sync: Callable[[], None] | None = None
 ) -> tuple[float, float]:
-    """The median wall time and CPU time of ``work()`` over ``repeats`` calls (``sync``: called before
-    each, e.g. ``torch.cuda.synchronize``; on a shared machine the CPU time is the steadier)."""
+    """The median wall time and CPU time of ``work()`` over ``repeats`` calls, each ``synced`` (on a
+    shared machine the CPU time is the steadier)."""
     wall, cpu = [], []
     for _ in range(repeats):
-        if sync:
-            sync()
-        t, c = time.perf_counter(), time.process_time()
-        work()
-        wall.append(time.perf_counter() - t)
+        c = time.process_time()
+        wall.append(synced(work, sync)[0])
         cpu.append(time.process_time() - c)
     return statistics.median(wall), statistics.median(cpu)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from bench.harness import synced
 from pipeline.models.random_weights import LLAMA31_SHAPES as SHAPES
 
 
@@ -40,16 +41,6 @@ def random_model(shape: str, attn: str, device: str):
     return model
 
 
-def timed(fn, device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def main() -> None:
     from pipeline.loogle.generation import Cut, generate
     from pipeline.models import attention
@@ -61,6 +52,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     device = "cpu" if args.shape == "tiny" else "cuda"
+    sync = torch.cuda.synchronize if device == "cuda" else None
     prompt = args.prompt or (2000 if args.shape == "tiny" else 32000)
     start = time.perf_counter()
     model = random_model(args.shape, args.attn, device)
@@ -69,7 +61,7 @@ def main() -> None:
     generate(model, Tokenizer(), Cut(ids[:512], 512, 0), 4)  # warm-up
     counts = (1, 9) if args.shape == "tiny" else (1, 129, 513)
     times = {
-        n: timed(lambda n=n: generate(model, Tokenizer(), Cut(ids, prompt, 0), n), device) for n in counts
+        n: synced(lambda n=n: generate(model, Tokenizer(), Cut(ids, prompt, 0), n), sync)[0] for n in counts
     }
     first, last = min(times), max(times)
     out = {

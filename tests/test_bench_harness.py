@@ -54,10 +54,12 @@ def test_run_stops_at_a_failed_contender_or_records_it(monkeypatch):
         harness.run("bench.case", [{"n": 2}])
 
 
-def test_timed_takes_the_median_and_calls_sync_before_each():
+def test_timed_takes_the_median_of_synced_calls():
     calls = []
     wall, cpu = harness.timed(lambda: calls.append("work"), 3, sync=lambda: calls.append("sync"))
-    assert calls == ["sync", "work"] * 3 and wall >= 0 and cpu >= 0
+    assert calls == ["sync", "work", "sync"] * 3 and wall >= 0 and cpu >= 0
+    seconds, out = harness.synced(lambda: 42)
+    assert out == 42 and seconds >= 0
 
 
 def test_peak_memory_sees_an_allocation():
