@@ -59,7 +59,7 @@ help:
 	@echo "  longce-demo            CE against LongCE on SmolLM2-135M, on the CPU -> docs/reports/longce-demo.md"
 	@echo "  rehearse-paper         the paper's GPU run rehearsed on the CPU with tiny models (docs/gpu.md)"
 	@echo "  rehearse-long          LongPPL at 128k tokens rehearsed on the CPU with tiny models (docs/long.md)"
-	@echo "Benches (each writes or feeds a docs/ page)"
+	@echo "Benches (each writes or feeds a page of docs/reports/)"
 	@echo "  bench                  against the official longppl 0.3.0 and plain PPL, 1k-32k tokens"
 	@echo "  bench-quick            the same at 4k tokens only"
 	@echo "  bench-dropin           the drop-in compute_longppl against the official one"
@@ -256,7 +256,7 @@ bench-memory: $(STAMP)
 	$(BIN)/python -m bench.stage1_memory $(ARGS)
 
 # Both stages at 32k, 64k and 128k tokens with a tiny random model on the CPU: peak memory grows
-# linearly with the text (docs/long_memory.md; tests/test_long_memory.py asserts it).
+# linearly with the text (docs/reports/memory.md; tests/test_long_memory.py asserts it).
 bench-long-memory: $(STAMP)
 	$(BIN)/python -m bench.long_memory $(ARGS)
 
@@ -266,7 +266,7 @@ bench-forgetting: $(STAMP)
 bench-longce: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.longce_cost $(ARGS)
 
-# The ladder against one `make score` on the default artifact (SmolLM2), one run each (docs/ladder.md).
+# The ladder against one `make score` on the default artifact (SmolLM2), one run each (docs/ladder.md) -> docs/reports/cost.md.
 bench-ladder: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.ladder_cost $(ARGS)
 
@@ -283,19 +283,19 @@ bench-head: $(STAMP)
 
 # On a CUDA GPU: a random-weight Llama-3.1-8B-shaped evaluator built from its config, texts of 32767
 # tokens (ARGS="--tokens 131071" for 128k), our stages against the official code and a plain forward,
-# each in its own process -> docs/benchmarks-gpu.md. Offline; bench/gpu_machine.sh on a bare machine.
+# each in its own process -> docs/reports/benchmarks-gpu.md. Offline; bench/gpu_machine.sh on a bare machine.
 bench-gpu: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_paper all $(ARGS)
 	$(BIN)/python -m bench.gpu_report >/dev/null
 
 # On a CUDA GPU, after make bench-gpu: where stage 1's time per text goes and what each lever does to
-# it (window batches, sdpa kernels, head blocks, the last layer), in one process -> docs/benchmarks-gpu.md.
+# it (window batches, sdpa kernels, head blocks, the last layer), in one process -> docs/reports/benchmarks-gpu.md.
 bench-gpu-levers: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_levers $(ARGS)
 	$(BIN)/python -m bench.gpu_report >/dev/null
 
 # On a CUDA GPU: SmolLM2 as the evaluator on the default corpus, CPU float32 against CUDA float32, TF32,
-# bfloat16 and float16 with the float32 head, bfloat16 logits and the official code -> docs/benchmarks-gpu.md.
+# bfloat16 and float16 with the float32 head, bfloat16 logits and the official code -> docs/reports/benchmarks-gpu.md.
 bench-numerics: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_numerics $(ARGS)
 	$(BIN)/python -m bench.gpu_report >/dev/null
@@ -319,6 +319,6 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.compare_official --quick $(ARGS)
 
-# The drop-in compute_longppl against the official one only (docs/benchmarks-dropin.md; `make bench` includes it).
+# The drop-in compute_longppl against the official one only (its section of docs/reports/benchmarks.md; `make bench` includes it).
 bench-dropin: $(STAMP)
 	$(BIN)/python -m bench.compare_official --only dropin $(ARGS)

@@ -13,21 +13,18 @@ above the loaded model (CPU: resident set, sampled every 10 ms; CUDA: max_memory
 
     make bench-attention                                  # 8k and 16k tokens on the CPU
     .venv/bin/python -m bench.attention_memory --tokens 8192 16384 32768 --device cuda
-    make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"   # -> docs/attention_memory_math.md
+    make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"   # -> its own section
 
-Writes docs/attention_memory.md.
+Writes its section of docs/reports/memory.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
-import sys
 import time
-from pathlib import Path
 
-from bench.common import ROOT, PeakMemory, run_watched
+from bench.harness import PeakMemory, arguments, child, run, stamp
+from bench.report import publish
 
 IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
 
@@ -59,16 +56,20 @@ def register(mask_sizes: list[int]) -> None:
         AttentionMaskInterface.register(f"bench_{name}", recorded(mask))
 
 
-def measure_one(implementation: str, tokens: int, device: str, math: bool = False) -> dict:
+def measure(implementation: str, tokens: int, device: str, math: bool = False) -> dict:
+    """One (implementation, length), in its own process: one forward pass of the one-layer model."""
     import contextlib
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from transformers import AutoModelForCausalLM, MistralConfig
+
+    from pipeline.models.random_weights import config as random_config
+    from pipeline.models.random_weights import random_model
 
     mask_sizes: list[int] = []
     register(mask_sizes)
-    config = MistralConfig(
+    config = random_config(
+        "mistral",
         vocab_size=1000,
         hidden_size=256,
         intermediate_size=512,
@@ -79,9 +80,7 @@ def measure_one(implementation: str, tokens: int, device: str, math: bool = Fals
         max_position_embeddings=max(tokens, 1024),
         sliding_window=None if math else 512,
     )
-    config._attn_implementation = f"bench_{implementation}"
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).to(device).eval()
+    model = random_model(config, attn=f"bench_{implementation}").to(device)
     ids = torch.randint(0, 1000, (1, tokens), device=device)
     with torch.inference_mode():
         model.model(input_ids=ids[:, :64], use_cache=False)  # warm-up: kernels and allocator
@@ -131,7 +130,7 @@ MATH_PAGE = (
 
 
 def document(rows: list[dict], machine: str, math: bool = False) -> str:
-    """docs/attention_memory.md (docs/attention_memory_math.md with ``math``): what was measured,
+    """Its section of docs/reports/memory.md (``math``: the math backend's): what was measured,
     where, and the table."""
     if math:
         return MATH_PAGE + f"Machine: {machine}.\n\n" + report(rows) + "\n"
@@ -149,35 +148,26 @@ def document(rows: list[dict], machine: str, math: bool = False) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    if child(measure):
+        return
+    parser = arguments(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(
         "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
     )
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--math", action="store_true", help="plain causal layer on the math backend")
-    parser.add_argument("--output", help="default docs/attention_memory.md (--math: _math.md)")
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure_one(args.implementations[0], args.tokens[0], args.device, args.math)))
-        return
-    output = args.output or str(ROOT / f"docs/attention_memory{'_math' if args.math else ''}.md")
-    rows = []
-    for tokens in args.tokens:
-        for implementation in args.implementations:
-            cmd = [sys.executable, "-m", "bench.attention_memory", "--one", "--device", args.device]
-            cmd += ["--tokens", str(tokens), "--implementations", implementation, *(["--math"] * args.math)]
-            row = run_watched(cmd, cap_gb=args.cap_gb, timeout=900)
-            rows.append({"implementation": implementation, "tokens": tokens, **row})
-            print(json.dumps(rows[-1]), flush=True)
-    from pipeline.provenance import machine
-
-    text = document(rows, machine(), args.math)
-    Path(output).write_text(text)
+    contenders = [
+        {"implementation": implementation, "tokens": tokens, "device": args.device, "math": args.math}
+        for tokens in args.tokens
+        for implementation in args.implementations
+    ]
+    rows = run("bench.attention_memory", contenders, cap_gb=args.cap_gb, timeout=900, strict=False)
+    text = document(rows, stamp(), args.math)
+    publish(text, "memory.md", "attention-math" if args.math else "attention", args.output)
     print(text)
 
 

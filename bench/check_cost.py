@@ -15,12 +15,9 @@ results file, which ``make score`` wrote on this machine.
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
 from pathlib import Path
 
-from bench.common import default_artifact
+from bench.harness import arguments, default_artifact, timed
 from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.identity import artifact_identity
@@ -47,22 +44,8 @@ def newest_score_seconds(results: Path, fingerprint: str) -> tuple[float, str] |
     return float(run["wall_seconds"]), f"{run['model_name']} on {run.get('date')}"
 
 
-def timed(work, repeats: int) -> tuple[float, float]:
-    """The median wall time and CPU time of ``work()`` over ``repeats`` runs (on a shared machine the CPU
-    time is what the work costs; the wall time depends on the other jobs too)."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        work()
-        wall.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
-    return statistics.median(wall), statistics.median(cpu)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--results", default="artifacts/results/scores.jsonl")
     parser.add_argument("--repeats", type=int, default=10)

@@ -8,13 +8,12 @@ only, no special tokens for the evaluated model): `short_window_bos=false`, `add
 
     make bench          # everything: 4k comparisons, stage 2, drop-in compute_longppl, scaling 1k-32k
     make bench-quick    # 4k only
-    make bench-dropin   # the drop-in compute_longppl comparison only (docs/benchmarks-dropin.md)
-Writes docs/benchmarks.md.
+    make bench-dropin   # the drop-in compute_longppl comparison only (its own section)
+Writes its sections of docs/reports/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -22,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import ROOT, run_watched
 from bench.compare_dropin import compare_dropin
-from pipeline.provenance import machine
+from bench.harness import CHILD, ROOT, arguments, run_watched, stamp
+from bench.report import publish
 
 # ----------------------------------------------------------------------------------------------
 # The parent: runs each job in a watched subprocess, compares, writes the report
@@ -50,7 +49,7 @@ class Jobs:
                 if entry["key"] == key:
                     self.hits.append(job["task"])
                     return entry["result"]
-        cmd = [sys.executable, "-m", "bench.compare_tasks", json.dumps(job)]
+        cmd = [sys.executable, "-m", "bench.compare_tasks", CHILD, json.dumps(job)]
         result = run_watched(cmd, self.cap_gb, self.timeout)
         self.cache.parent.mkdir(parents=True, exist_ok=True)
         with self.cache.open("a") as handle:
@@ -289,7 +288,7 @@ def report_head(jobs: Jobs, summary: dict, quick: bool, minutes: float) -> list[
         + cached
         + " Evaluator Gemma 3 270M, evaluated model SmolLM2-135M-Instruct, both embedded, float32.",
         "",
-        f"Machine: {machine()}, longppl 0.3.0.",
+        f"Machine: {stamp()}, longppl 0.3.0.",
         "",
         "## Summary (ratios: this project / baseline, measured in this run)",
         "",
@@ -308,20 +307,16 @@ def report_head(jobs: Jobs, summary: dict, quick: bool, minutes: float) -> list[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--quick", action="store_true", help="4k tokens only")
     parser.add_argument("--K", type=int, default=1024)
     parser.add_argument("--d", type=int, default=1024)
     parser.add_argument("--cap-gb", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=1800.0)
-    parser.add_argument("--output", default=str(ROOT / "docs/benchmarks.md"))
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
     parser.add_argument("--fresh", action="store_true", help="ignore results cached by an earlier run")
     parser.add_argument("--only", choices=["dropin"], help="one comparison only, in its own report")
     args = parser.parse_args()
-    if args.only and args.output == parser.get_default("output"):
-        args.output = str(ROOT / f"docs/benchmarks-{args.only}.md")
     jobs = Jobs(args.cap_gb, args.timeout)
     if args.fresh:
         jobs.cache.unlink(missing_ok=True)
@@ -329,7 +324,7 @@ def main() -> None:
     docs = [0] if args.quick else [0, 3, 10]
     if args.only == "dropin":
         lines, summary = compare_dropin(jobs, docs, args.K, args.d)
-        write_dropin_report(Path(args.output), lines, summary, (time.time() - started) / 60)
+        write_dropin_report(args.output, lines, summary, (time.time() - started) / 60)
         return
     body, summary = compare_4k(jobs, docs, args.K, args.d)
     dropin_lines, dropin_summary = compare_dropin(jobs, docs, args.K, args.d)
@@ -340,19 +335,17 @@ def main() -> None:
     else:
         body += [""]
     text = "\n".join(report_head(jobs, summary, args.quick, (time.time() - started) / 60) + body) + "\n"
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    publish(text, "benchmarks.md", "official", args.output)
     print(text, end="")
 
 
-def write_dropin_report(out: Path, lines: list[str], summary: dict, minutes: float) -> None:
+def write_dropin_report(out: str | None, lines: list[str], summary: dict, minutes: float) -> None:
     text = "\n".join(
         [
             "# Benchmark: the drop-in `compute_longppl` against the official `longppl` 0.3.0",
             "",
             f"Regenerate: `make bench-dropin` ({minutes:.0f} minutes for this run; `make bench` includes it). "
-            f"Machine: {machine()}.",
+            f"Machine: {stamp()}.",
             "",
             f"Ratios (this project / official): wall time {fmt(summary['dropin_time_ratio'])}, peak memory "
             f"{fmt(summary['dropin_memory_ratio'])}; largest relative difference of PPL or LongPPL "
@@ -361,8 +354,7 @@ def write_dropin_report(out: Path, lines: list[str], summary: dict, minutes: flo
             *lines,
         ]
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    publish(text + "\n", "benchmarks.md", "dropin", out)
     print(text)
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import tempfile
 import time
 
-from bench.common import ROOT, PeakMemory
+from bench.harness import ROOT, PeakMemory, child
 
 EVALUATOR, MODEL = "gemma3-270m", "smollm2-135m"
 
@@ -69,7 +68,7 @@ def worker(job: dict) -> dict:
 
 
 def stage1_ours(lm, text, job):
-    from pipeline.commands.shell import compose
+    from pipeline.commands.shell import compose, plain
     from pipeline.keytokens.documents import Prepared
     from pipeline.keytokens.settings import KeyTokenSettings
     from pipeline.keytokens.tables import keytoken_tables
@@ -79,7 +78,7 @@ def stage1_ours(lm, text, job):
 
     # `make keytokens`'s own settings (its CPU preset), with this job's K, d and the official convention
     overrides = [f"K={job['K']}", f"d={job['d']}", "short_window_bos=false"]
-    settings = KeyTokenSettings.from_config(compose("keytokens", overrides))
+    settings = KeyTokenSettings.from_config(plain(compose("keytokens", overrides)))
     enc = encode_with_offsets(lm.tokenizer, text)
     item = Prepared(0, Document("bench", text), text, enc.ids, enc.offsets, enc.offsets_from, False)
     scorer = scorer_for(lm, settings.compute)
@@ -205,4 +204,4 @@ TASKS = {
 
 
 if __name__ == "__main__":
-    print(json.dumps(worker(json.loads(sys.argv[1]))))
+    child(lambda **job: worker(job))

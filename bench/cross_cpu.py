@@ -12,12 +12,11 @@ are expected to flip between the two CPUs at the artifact's size and at ``--toke
 flips when the threshold lies between its two values: density at the threshold x mean |a - b|).
 
     .venv/bin/python -m bench.cross_cpu ../shared/data/cross-machine ../shared/data/cross-machine-intel \
-        --out docs/reproducibility/cross_cpu.json
+        --out docs/reports/reproducibility/cross_cpu.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from bench.harness import arguments
 from pipeline.artifact.identity import TOLERANCE
 
 COLUMNS = ("long_logprob", "short_logprob", "lsd", "soft_weight")
@@ -108,9 +108,7 @@ def flag_report(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
     parser.add_argument("--tokens", type=float, default=1.6e6, help="an artifact's size to extrapolate to")

@@ -22,16 +22,13 @@ numbers as JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, default_artifact
+from bench.harness import arguments, default_artifact, timed_command
 from pipeline.artifact.identity import TOLERANCE, compare_tables, differences
 from pipeline.artifact.reader import open_artifact
 
@@ -52,10 +49,7 @@ def run_variant(name: str, documents: int, out: Path) -> tuple[Path, float]:
     overrides, env = VARIANTS[name]
     command = [sys.executable, "-m", "pipeline.commands.keytokens", f"num_documents={documents}"]
     command += [f"output_dir={out}", f"name={folder(name)}", "progress=false", *overrides]
-    before = os.times()
-    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, **env})
-    after = os.times()
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    _, cpu, _ = timed_command(command, env)
     return out / folder(name), cpu
 
 
@@ -99,9 +93,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--other", action="append", default=[], help="an artifact made elsewhere")
     parser.add_argument("--documents", type=int, default=2, help="documents of each variant run")

@@ -4,7 +4,7 @@ One sample of length L: its copy and LM inputs (2L+3 tokens each), first the pip
 model's body once, the output head only on the ceil(L/2) scored positions, top-1 over vocabulary
 tiles: ``pipeline.forgetting.curve.measure_length``), then, side by side, the reference code's way (full
 logits of the whole input, argmax). Each runs in its own process for a clean peak; a sampler thread
-reads the process's resident set size every 10 ms (``bench.common.PeakMemory``).
+reads the process's resident set size every 10 ms (``bench.harness.PeakMemory``).
 Baseline: RSS after loading the model, tokenizing the corpus and one 12-token check pass. Both ways
 must give the same accuracies.
 
@@ -14,15 +14,11 @@ must give the same accuracies.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
-import subprocess
-import sys
 import time
 
-from bench.common import ROOT, PeakMemory, memory_record
+from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, rss, run, stamp
 
 WAYS = ("pipeline", "full-logits")
 
@@ -39,45 +35,44 @@ def full_logits_accuracy(model, ids, length: int) -> float:
     return float((predicted[targets - 1] == ids[targets]).double().mean())
 
 
-def measure_one(args: argparse.Namespace) -> dict:
-    import psutil
-
+def measure(way: str, model: str, dtype: str, length: int) -> dict:
+    """One way, in its own process: one sample of length ``length``, its copy and LM accuracies."""
     from pipeline.forgetting import curve
     from pipeline.forgetting.samples import build_input, corpus_tokens, draw_samples, special_tokens
     from pipeline.models.loading import load_model
     from pipeline.models.logprobs import TargetScorer
     from pipeline.text.corpus import CorpusSpec, load_corpus
 
-    lm = load_model(args.model, dtype=args.dtype, device="cpu")
+    lm = load_model(model, dtype=dtype, device="cpu")
     docs = load_corpus(CorpusSpec(name="govreport_sample", path=str(ROOT / "data/govreport-sample.jsonl")))
     tokens = corpus_tokens(docs, lm.tokenizer)
-    (sample,) = draw_samples(tokens, args.length, 1, 0, "corpus")
+    (sample,) = draw_samples(tokens, length, 1, 0, "corpus")
     specials = special_tokens(lm.tokenizer, None, None)
     bos, eos = specials["bos_token_id"], specials["eos_token_id"]
     scorer = TargetScorer(lm.model)
     scorer.check_against_full_forward()  # touches every weight: the baseline is the loaded model
     settings = curve.CurveSettings(
-        source="corpus", grid="linear", n=1, R=1, max_length=args.length, min_length=1, seed=0,
+        source="corpus", grid="linear", n=1, R=1, max_length=length, min_length=1, seed=0,
         context=lm.context_length, beyond_context=False, bos_token_id=bos, eos_token_id=eos,
         head_chunk=scorer.head_chunk, vocab_tile=scorer.vocab_tile,
     )  # fmt: skip
     gc.collect()
-    baseline = psutil.Process().memory_info().rss
+    baseline = rss()
     start = time.perf_counter()
     with PeakMemory() as peak:
-        if args.one == "pipeline":
+        if way == "pipeline":
             point = curve.measure_length(scorer, settings, [sample], lambda _: None)
             copy, lm_acc = point["copy_accs"][0], point["lm_accs"][0]
         else:
             copy, lm_acc = (
-                full_logits_accuracy(lm.model, build_input(prefix, sample.target, bos, eos), args.length)
+                full_logits_accuracy(lm.model, build_input(prefix, sample.target, bos, eos), length)
                 for prefix in (sample.target, sample.irrelevant)
             )
     return {
-        "way": args.one,
-        "model": args.model,
-        "dtype": args.dtype,
-        "length": args.length,
+        "way": way,
+        "model": model,
+        "dtype": dtype,
+        "length": length,
         "input_tokens": len(build_input(sample.target, sample.target, bos, eos)),
         "copy_acc": copy,
         "lm_acc": lm_acc,
@@ -86,36 +81,16 @@ def measure_one(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    if child(measure):
+        return
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--length", type=int, default=4094, help="L, tokens of S (inputs have 2L+3 tokens)")
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
-    parser.add_argument("--one", choices=WAYS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure_one(args)))
-        return
-    rows = []
-    for way in args.ways:
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.forgetting_memory",
-            "--one",
-            way,
-            "--model",
-            args.model,
-            "--dtype",
-            args.dtype,
-        ]
-        out = subprocess.run([*cmd, "--length", str(args.length)], capture_output=True, text=True, cwd=ROOT)
-        if out.returncode != 0:
-            raise SystemExit(f"{way} failed:\n{out.stderr[-2000:]}")
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"{way} done", file=sys.stderr)
+    fixed = {"model": args.model, "dtype": args.dtype, "length": args.length}
+    rows = run("bench.forgetting_memory", [{"way": way, **fixed} for way in args.ways])
     print(
         "| way | L | input tokens | copy acc | LM acc | baseline (model loaded) GB | peak GB | above model GB | seconds |"
     )
@@ -126,7 +101,9 @@ def main() -> None:
             f"| {r['baseline_gb']:.2f} | {r['peak_gb']:.2f} | {r['above_model_gb']:.2f} | {r['seconds']:.0f} |"
         )
     same = len({(r["copy_acc"], r["lm_acc"]) for r in rows}) == 1
-    print(f"\nmodel {args.model}, {args.dtype}, CPU threads {os.cpu_count()}; accuracies identical: {same}")
+    print(
+        f"\nmodel {args.model}, {args.dtype}, CPU threads {os.cpu_count()}; accuracies identical: {same}; {stamp()}"
+    )
 
 
 if __name__ == "__main__":

@@ -23,28 +23,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.common import machine
+from bench import harness
 from bench.gpu_paper import WORK, paths
+from bench.harness import machine
 
 K, D = 4096, 1024  # the paper's; --K and --d for a dry run on short texts
 
 
 def synced(fn: Callable[[], object]) -> tuple[float, object]:
     """(seconds, result) of ``fn`` between two device synchronisations."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, out
+    return harness.synced(fn, torch.cuda.synchronize if torch.cuda.is_available() else None)
 
 
 def first_text_ids(artifact: Path) -> list[int]:

@@ -27,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, machine, slug
-from bench.device_peak import run_measured
 from bench.gpu_child import command_line
+from bench.harness import ROOT, machine, run_measured, slug
 
 WORK = Path("/tmp/longppl-bench-numerics")
 EVALUATOR = ["evaluator=smollm2-135m", "short_window_bos=false", "progress=false"]
@@ -258,7 +257,9 @@ def main() -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print("\n".join(section(result)))
-    print(f"written: {path}; render docs/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`")
+    print(
+        f"written: {path}; render docs/reports/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`"
+    )
 
 
 if __name__ == "__main__":

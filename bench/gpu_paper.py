@@ -15,7 +15,7 @@ format whose texts exceed ``--tokens`` reference tokens (the shipped sample's re
 Per contender: the first text's time, the steady time per text (the median after the first), the
 fixed start-up (the process's wall time less the texts at the steady rate: one text's run minus a
 steady text), where the time before the first text went, and the device's peak memory by NVML
-(``bench.device_peak``). ``bench.gpu_report`` renders ``docs/benchmarks-gpu.md`` from the measurements'
+(``bench.harness.run_measured``). ``bench.gpu_report`` renders ``docs/reports/benchmarks-gpu.md`` from the measurements'
 JSON files (and those of ``bench.gpu_numerics`` and ``bench.gpu_levers``).
 
     python -m bench.gpu_paper build --texts 3 --tokens 32767
@@ -31,25 +31,13 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.common import ROOT, machine, slug
-from bench.device_peak import nvml_reader, run_measured
 from bench.gpu_child import command_line
+from bench.harness import ROOT, machine, nvml_reader, run_measured, slug
+from pipeline.models import random_weights
+from pipeline.models.random_weights import LLAMA3_ROPE, LLAMA31_SHAPES
 
 WORK = Path("/tmp/longppl-bench-gpu")
-LLAMA31_8B = {  # meta-llama/Llama-3.1-8B's config.json
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "rms_norm_eps": 1e-5,
-    "tie_word_embeddings": False,
-}
-TINY = {**LLAMA31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
-TINY |= {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
-SHAPES = {"llama3.1-8b": LLAMA31_8B, "tiny": TINY}
+SHAPES = LLAMA31_SHAPES
 
 
 def paths(work: Path, tokens: int) -> dict[str, Path]:
@@ -90,15 +78,12 @@ def save_random_model(out: Path, shape: dict, tokenizer, device: str) -> int:
     """A random-weight Llama-3.1-shaped causal LM (its 128k rope scaling too), initialised on
     ``device`` in bfloat16 and saved with its tokenizer; returns its parameter count."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from bench.rehearse_paper import LLAMA3_ROPE
-
-    config = LlamaConfig(max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **shape)
+    config = random_weights.config(
+        "llama", max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **shape
+    )
     config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = random_weights.random_model(config, dtype=torch.bfloat16, device=device)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return sum(p.numel() for p in model.parameters())
@@ -297,7 +282,9 @@ def main() -> None:
         path = args.json or args.work / f"gpu-{args.tokens}.json"
         path.write_text(json.dumps(result, indent=1))
         print("\n".join(paper_section(result)))
-        print(f"written: {path}; render docs/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`")
+        print(
+            f"written: {path}; render docs/reports/benchmarks-gpu.md with `python -m bench.gpu_report {path} ...`"
+        )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""``docs/benchmarks-gpu.md`` rendered from the GPU benches' JSON files: ``bench.gpu_paper`` (both
+"""``docs/reports/benchmarks-gpu.md`` rendered from the GPU benches' JSON files: ``bench.gpu_paper`` (both
 stages against the official code and a plain forward), ``bench.gpu_numerics`` (GPU key tokens against
 the CPU's) and ``bench.gpu_levers`` (where stage 1's time goes, and each lever).
 
-    python -m bench.gpu_report docs/benchmarks-gpu/*.json
+    python -m bench.gpu_report docs/reports/benchmarks-gpu/*-h100.json   # the page as committed
     python -m bench.gpu_report        # what make bench-gpu, bench-gpu-levers and bench-numerics wrote
 """
 
@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 from bench import gpu_levers, gpu_numerics, gpu_paper
-from bench.common import ROOT
+from bench.harness import ROOT
 
-REPORT = ROOT / "docs/benchmarks-gpu.md"
+REPORT = ROOT / "docs/reports/benchmarks-gpu.md"
 SECTIONS = {
     "gpu_paper": gpu_paper.paper_section,
     "gpu_numerics": gpu_numerics.section,
@@ -25,7 +25,7 @@ ORDER = {"gpu_paper": 0, "gpu_levers": 1, "gpu_numerics": 2}
 
 
 def report(files: list[Path], out: Path) -> str:
-    """``docs/benchmarks-gpu.md`` from the JSON files of ``bench.gpu_paper``, ``bench.gpu_numerics``
+    """``docs/reports/benchmarks-gpu.md`` from the JSON files of ``bench.gpu_paper``, ``bench.gpu_numerics``
     and ``bench.gpu_levers``."""
     results = [json.loads(f.read_text()) for f in files]
     lines = [
@@ -34,7 +34,8 @@ def report(files: list[Path], out: Path) -> str:
         "What this page is for: the measured time and memory of both stages at the paper's shapes on one",
         "GPU, against the official code in the same run, and how far GPU key tokens are from the CPU's.",
         "Measured by `make bench-gpu`, `make bench-gpu-levers` and `make bench-numerics` (docs/gpu.md says",
-        "how to run them on a machine without network), rendered by `python -m bench.gpu_report`.",
+        "how to run them on a machine without network), rendered by `python -m bench.gpu_report` from",
+        "their JSON files, kept in docs/reports/benchmarks-gpu/.",
         "",
         "```sh",
         'make bench-gpu ARGS="--texts 3"               # 32767 tokens per text',

@@ -11,17 +11,13 @@ fallback and the bfloat16 head are measured there.
     make bench-head                                             # 256 positions on the CPU
     .venv/bin/python -m bench.head_float32 --device cuda --positions 2048
 
-Writes docs/head_float32.md.
+Writes its section of docs/reports/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
-from pathlib import Path
-
-from bench.common import ROOT
+from bench.harness import arguments, stamp, timed
+from bench.report import publish
 
 PATHS = ("bfloat16 head", "float32 head, upcast operands", "float32 head, float32-output GEMM")
 
@@ -60,14 +56,10 @@ def measure(path: str, weight, hidden, targets, repeats: int) -> dict:
         return {"path": path, "unsupported": f"no float32-output GEMM on {weight.device.type}"}
     cuda = weight.device.type == "cuda"
     s.score_hidden(hidden, targets)  # warm-up: kernels, allocator, cuBLAS workspace
-    times = []
-    for _ in range(repeats):
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        s.score_hidden(hidden, targets)  # copies its result to the host: synchronised
-        times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
+    sync = torch.cuda.synchronize if cuda else None
+    seconds, _ = timed(
+        lambda: s.score_hidden(hidden, targets), repeats, sync
+    )  # its result on the host: synced
     flop = 2 * hidden.shape[0] * weight.shape[1] * weight.shape[0]
     return {"path": path, "seconds": seconds, "tflops": flop / seconds / 1e12}
 
@@ -98,32 +90,28 @@ def report(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--positions", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=str(ROOT / "docs/head_float32.md"))
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
     args = parser.parse_args()
     rows = run(args.device, args.positions, args.hidden, args.vocab, args.repeats)
-    from pipeline.provenance import machine
-
     text = (
         "# The float32 output head of a bfloat16 model\n\n"
         "Regenerate: `make bench-head` (bench/head_float32.py). "
         f"{args.positions} positions through a head of hidden size {args.hidden} and {args.vocab} "
         "vocabulary entries (Llama-3.1-8B's), bfloat16 weights and hidden states, "
         "`TargetScorer.score_hidden` with the default tiles, median of "
-        f"{args.repeats} calls after a warm-up. Machine: {machine()}; device {args.device}. "
+        f"{args.repeats} calls after a warm-up. Machine: {stamp()}; device {args.device}. "
         "Times are from a machine shared with other jobs: compare them within the table only.\n\n"
         + report(rows)
         + "\n\nThe float32-output GEMM (`torch.mm(..., out_dtype=torch.float32)`) exists on CUDA "
         "devices of compute capability 8.0 and up only; elsewhere the pipeline runs the upcast path.\n"
     )
-    Path(args.output).write_text(text)
+    publish(text, "benchmarks.md", "head-float32", args.output)
     print(text)
 
 

@@ -4,8 +4,8 @@ rung, what the rungs reuse, and whether the ladder's full rung equals `make scor
 digit. The ladder's results line and picture go to ``--out`` (docs/reports/ladder by default), the report to
 ``--report``.
 
-    make bench-ladder                                   # SmolLM2-135M (docs/ladder-cost.md)
-    make bench-ladder ARGS="--model gemma3-270m --report docs/ladder-cost-gemma.md"
+    make bench-ladder                                   # SmolLM2-135M (docs/reports/cost.md)
+    make bench-ladder ARGS="--model gemma3-270m --report /tmp/ladder-cost-gemma.md"
 
 ``--key-only`` runs no model: it counts, from the tokenization alone, what a rung that computed only
 the key tokens' log-probs could skip and still equal `make score` on them (whole window batches, as the
@@ -14,36 +14,27 @@ score stage forms them, and the first window when it holds no key token), agains
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.common import ROOT, default_artifact
+from bench.harness import ROOT, arguments, default_artifact, stamp, timed_command
+from bench.report import publish
 from pipeline.models.logprobs import _batches, short_windows
-from pipeline.provenance import machine
 
 
 def command(module: str, model: str, artifact: Path, *overrides: str) -> tuple[float, str]:
     """Run one command as `make` does; its wall time and output."""
     group = ["model=" + model] if (ROOT / "conf" / "model" / f"{model}.yaml").is_file() else ["model=local",
              f"model.spec={model}"]  # fmt: skip
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", module, *group, f"artifact={artifact}", "progress=false", *overrides],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
-    seconds = time.perf_counter() - started
-    if done.returncode:
-        raise SystemExit(f"{module} failed:\n{done.stderr[-3000:]}")
-    return seconds, done.stdout
+    cmd = [sys.executable, "-m", module, *group, f"artifact={artifact}", "progress=false", *overrides]
+    seconds, _, printed = timed_command(cmd, env={"HF_HUB_OFFLINE": "1"})
+    return seconds, printed
 
 
 def passes(sequence: int, limit: int | None) -> tuple[int, int]:
@@ -75,7 +66,7 @@ def report(args: Any, score_s: float, ladder_s: float, scored: dict, ladder: dic
     return "\n".join([
         f"# The context ladder against one `make score` ({args.model})\n",
         f"`make bench-ladder{'' if args.model == 'smollm2-135m' else ' ARGS=...'}` (`bench/ladder_cost.py`), one run "
-        f"each, on {machine()}; load average {loads[0]:.1f} before and {loads[1]:.1f} after (a shared machine: "
+        f"each, on {stamp()}; load average {loads[0]:.1f} before and {loads[1]:.1f} after (a shared machine: "
         "wall times are contended).\n",
         f"Artifact `{ladder['artifact']['name']}` ({n_docs} documents, {full_tokens} tokens with the BOS).\n",
         "| command | wall time (s) | relative |", "| --- | ---: | ---: |",
@@ -129,13 +120,11 @@ def key_only(model: str, artifact_path: Path, rungs: list[int]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--artifact", type=Path, default=default_artifact())
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reports" / "ladder")
-    parser.add_argument("--report", type=Path, default=ROOT / "docs" / "ladder-cost.md")
+    parser.add_argument("--report", type=Path, help="a page of its own (default: docs/reports/cost.md)")
     parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")
     args = parser.parse_args()
     if args.key_only:
@@ -153,7 +142,7 @@ def main() -> None:
     print(printed)
     ladder = json.loads(results.read_text().splitlines()[-1])
     text = report(args, score_s, ladder_s, scored, ladder, (before, os.getloadavg()[0]))
-    args.report.write_text(text, encoding="utf-8")
+    publish(text, "cost.md", "ladder", args.report)
     print(text)
 
 

@@ -15,7 +15,6 @@ W on the first 5 documents (validate's GovReport documents) is validate's member
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT
+from bench.harness import ROOT, arguments
 from pipeline.ladder.effective import LadderSums, effective_length
 from pipeline.results.ladder import read_rows, reading_text
 
@@ -69,9 +68,7 @@ def pairs(rows: list[dict]) -> tuple[int, int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("ladders", nargs="+", type=Path)
     parser.add_argument(
         "--validation", type=Path, default=ROOT / "docs" / "reports" / "validation" / "results.json"

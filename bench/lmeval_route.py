@@ -16,17 +16,14 @@ two log-likelihoods.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, PeakMemory, default_artifact
+from bench.harness import ROOT, PeakMemory, arguments, child, default_artifact, run, timed_command
 from pipeline.results.scores import read_lines
 
 MODEL = "smollm2-135m"
@@ -36,12 +33,7 @@ METRICS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "
 
 def timed(cmd: list[str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system, the process and its children) of a command."""
-    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return timed_command(cmd)[:2]
 
 
 def median(values: list[float]) -> float:
@@ -94,8 +86,8 @@ def document(tokens: int) -> str:
     return text[: int(offsets[min(tokens, len(offsets)) - 1, 1])]
 
 
-def worker(kind: str, tokens: int) -> None:
-    """One model's loglikelihood_rolling of the document; prints one JSON line."""
+def measure(kind: str, tokens: int) -> dict:
+    """One model's loglikelihood_rolling of the document, in its own process."""
     from lm_eval.api.instance import Instance
 
     from pipeline.models.loading import EMBEDDED_MODELS, convert_gguf
@@ -117,18 +109,12 @@ def worker(kind: str, tokens: int) -> None:
     with PeakMemory() as peak:
         (value,) = lm.loglikelihood_rolling([request], disable_tqdm=True)
     n = len(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
-    print(json.dumps({"kind": kind, "tokens": n, "loglikelihood": float(value),
-                      "above_model_gib": peak.above_start_gb, "seconds": time.perf_counter() - started}))  # fmt: skip
+    return {"kind": kind, "tokens": n, "loglikelihood": float(value),
+            "above_model_gib": peak.above_start_gb, "seconds": time.perf_counter() - started}  # fmt: skip
 
 
 def memory_part(tokens: int) -> None:
-    rows = []
-    for kind in ("hf", "longppl"):
-        cmd = [sys.executable, "-m", "bench.lmeval_route", "--worker", kind, "--tokens", str(tokens)]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"{kind} failed:\n{done.stderr[-2000:]}")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    rows = run("bench.lmeval_route", [{"kind": kind, "tokens": tokens} for kind in ("hf", "longppl")])
     print("| model (lm-eval --model) | tokens | log-likelihood | peak memory above the model | seconds |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
@@ -140,18 +126,14 @@ def memory_part(tokens: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    if child(measure):
+        return
+    parser = arguments(__doc__)
     parser.add_argument("--part", choices=("time", "memory", "all"), default="all")
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--worker", choices=("hf", "longppl"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        worker(args.worker, args.tokens)
-        return
     if args.part in ("memory", "all"):
         memory_part(args.tokens)
         print()

@@ -8,19 +8,18 @@ grow faster than n. Stage 1 is
 ``long_and_short_logprobs`` (K=4096, d=1024, BOS before every window), stage 2 the score stage's
 ``sequence_logprobs`` (one pass, no context limit), both with the default compute settings. Each
 length runs in its own process, one torch thread (``--threads``); peak: resident memory above the
-start of each call (``bench.common.PeakMemory``), the model loaded and one 12-token check pass done.
+start of each call (``bench.harness.PeakMemory``), the model loaded and one 12-token check pass done.
 tests/test_long_memory.py runs the same measurement and asserts linear growth.
 
     make bench-long-memory                                  # 32768, 65536, 131071 tokens
     .venv/bin/python -m bench.long_memory --tokens 32768 65536 --threads 1
     make bench-long-memory ARGS="--attn eager --tokens 4096 8192 16384"   # quadratic: 3.9x per doubling
 
-Writes docs/long_memory.md.
+Writes its section of docs/reports/memory.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import gc
@@ -32,40 +31,31 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, PeakMemory, run_watched
+from bench.harness import CHILD, PeakMemory, arguments, child, rss, run_watched, stamp
+from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
 TOKENS = (32768, 65536, 131071)
 VOCAB = 4096
 K, D = 4096, 1024
 MAX_POSITIONS = 131072
+# The tests' tiny Llama, smaller still: one layer of hidden 16, 2 query heads of 8 over one key/value head.
+SHAPE = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
+SHAPE |= {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8}
 MIB = 2**20
 M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 2**20  # glibc's mallopt parameter and its value here
-DATE = "2026-11-26"
 
 
 def tiny_checkpoint(path: Path, vocab: int = VOCAB, seed: int = 0) -> Path:
     """Save the tiny random model and a word-level tokenizer (``<bos>``, ``<eos>``, ``t2`` ...) to
     ``path``: a checkpoint that ``load_model`` reads like any local model."""
-    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=1,
-    )
-    torch.manual_seed(seed)
-    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    from pipeline.models.random_weights import random_model, tiny_config
+
+    config = tiny_config("llama", vocab, MAX_POSITIONS, **SHAPE)
+    random_model(config, seed=seed).save_pretrained(path)
     words = {"<bos>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, vocab)}}
     tokenizer = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -144,7 +134,6 @@ def measure(tokens: list[int], threads: int | None = None, attn: str = ATTENTION
     """Both stages at each length in ``tokens``, in this process, on a fresh tiny checkpoint."""
     import tempfile
 
-    import psutil
     import torch
 
     if threads:
@@ -155,7 +144,7 @@ def measure(tokens: list[int], threads: int | None = None, attn: str = ATTENTION
     rows = []
     for n in tokens:
         seq = token_sequence(n, lm.bos_token_id)
-        row = {"tokens": n, "baseline_mib": psutil.Process().memory_info().rss / MIB}
+        row = {"tokens": n, "baseline_mib": rss() / MIB}
         for name, run in STAGES.items():
             seconds, peak = measured(partial(run, lm, scorer, seq))
             row[f"{name} s"], row[f"{name} MiB"] = seconds, peak / MIB
@@ -168,9 +157,8 @@ def in_subprocess(
 ) -> dict:
     """``measure`` in a fresh process (a clean heap), watched: ``rows``, ``process_peak_gb``, or
     ``failed`` (an error, or past ``cap_gb`` of resident memory)."""
-    cmd = [sys.executable, "-m", "bench.long_memory", "--in-process", "--tokens", *map(str, tokens)]
-    cmd += ["--threads", str(threads or 0), "--attn", attn]
-    return run_watched(cmd, cap_gb=cap_gb, timeout=3600)
+    args = {"tokens": tokens, "threads": threads or 0, "attn": attn}
+    return run_watched([sys.executable, "-m", "bench.long_memory", CHILD, json.dumps(args)], cap_gb, 3600)
 
 
 def table(rows: list[dict]) -> str:
@@ -202,7 +190,7 @@ def thread_count(threads: int) -> str:
 
 
 def document(rows: list[dict], machine: str, threads: int) -> str:
-    """docs/long_memory.md: what was measured, where, how to rerun it, the table."""
+    """Its section of docs/reports/memory.md: what was measured, where, how to rerun it, the table."""
     return (
         "# Both stages at 128k tokens: peak memory against the text's length\n\n"
         "What this page is for: the peak memory and time of stage 1's log-probs (the long pass and the "
@@ -221,36 +209,30 @@ def document(rows: list[dict], machine: str, threads: int) -> str:
         "float32 score matrix would take 64 GiB per head at 131071 tokens. Up to 64k tokens most of "
         "the peak is the output head's blocks (2048 positions x 4096 logits, float32: 32 MiB each, "
         "two alive at once), which do not grow with the text.\n\n"
-        f"Machine: 2-core AMD EPYC, CPU ({machine}; the children ran with {thread_count(threads)}); {DATE}. Times are from a machine shared with "
+        f"Machine: {machine} (the children ran with {thread_count(threads)}). Times are from a machine shared with "
         "other jobs: compare them within the table only.\n\n" + table(rows) + "\n"
     )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    if child(lambda **args: {"rows": measure(**args)}):
+        return
+    parser = arguments(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--cap-gb", type=float, default=12.0)
-    parser.add_argument("--output", default=str(ROOT / "docs/long_memory.md"))
+    parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument(
         "--attn", default=ATTENTION, help="attention implementation (another: printed, the page kept)"
     )
-    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.in_process:
-        print(json.dumps({"rows": measure(args.tokens, args.threads, args.attn)}))
-        return
     rows = []
     for n in args.tokens:  # one process per length: a clean peak
         result = in_subprocess([n], args.threads, args.cap_gb, args.attn)
         rows.append(result.pop("rows", [{"tokens": n}])[0] | result)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    from pipeline.provenance import machine
-
     if args.attn == ATTENTION:
-        Path(args.output).write_text(document(rows, machine(), args.threads), encoding="utf-8")
+        publish(document(rows, stamp(), args.threads), "memory.md", "long", args.output)
     print(table(rows))
 
 

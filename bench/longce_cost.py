@@ -19,7 +19,6 @@ from the pass with gradient): LongCE(self) then costs what CE does.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -27,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import ROOT, PeakMemory, default_artifact
+from bench.harness import ROOT, PeakMemory, arguments, default_artifact, stamp
+from bench.report import publish
 
 
 def training_sequence(lm, n_tokens: int, artifact: Path):
@@ -69,9 +69,7 @@ def step(model, optimizer, loss_fn, ids, weights) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--configs", nargs="+", default=["1024:1024", "512:512"], help="K:d of LongCE(self)")
@@ -79,7 +77,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default=str(ROOT / "docs/longce-cost.md"), help="the report (Markdown)")
+    parser.add_argument("--out", help="a page of its own (default: docs/reports/cost.md)")
     args = parser.parse_args()
 
     import torch
@@ -142,7 +140,7 @@ def report(args, lm, seconds, cpu, memory, where) -> None:
         "",
         f"{args.model} (float32, {lm.device}), one sequence of {args.tokens} tokens ({where}), gamma {args.gamma:g}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs; "
-        f"load average at the end {os.getloadavg()[0]:.1f}",
+        f"load average at the end {os.getloadavg()[0]:.1f}; {stamp()}",
     ]
     print("\n" + "\n".join(lines))
     title = "# LongCE against CE: cost of a training step (`make bench-longce`)"
@@ -150,8 +148,7 @@ def report(args, lm, seconds, cpu, memory, where) -> None:
         f"{ROOT}/", ""
     )  # no machine path
     text = "\n".join([title, "", f"`{command.strip()}`", "", *lines, ""])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
+    publish(text, "cost.md", "longce", args.out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from bench.gpu_paper import SHAPES
+from bench.harness import synced
+from pipeline.models.random_weights import LLAMA31_SHAPES as SHAPES
 
 
 class Tokenizer:
@@ -28,28 +29,16 @@ class Tokenizer:
 
 
 def random_model(shape: str, attn: str, device: str):
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from pipeline.models.random_weights import config as random_config
+    from pipeline.models.random_weights import random_model
 
-    config = LlamaConfig(
-        max_position_embeddings=131072, rope_theta=500000.0, bos_token_id=128000, **SHAPES[shape]
+    config = random_config(
+        "llama", max_position_embeddings=131072, rope_theta=500000.0, bos_token_id=128000, **SHAPES[shape]
     )
     config.eos_token_id = config.pad_token_id = None
-    config._attn_implementation = attn
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    model = random_model(config, dtype=torch.bfloat16, device=device, attn=attn)
     model.generation_config.eos_token_id = None
     return model
-
-
-def timed(fn, device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -63,6 +52,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     device = "cpu" if args.shape == "tiny" else "cuda"
+    sync = torch.cuda.synchronize if device == "cuda" else None
     prompt = args.prompt or (2000 if args.shape == "tiny" else 32000)
     start = time.perf_counter()
     model = random_model(args.shape, args.attn, device)
@@ -71,7 +61,7 @@ def main() -> None:
     generate(model, Tokenizer(), Cut(ids[:512], 512, 0), 4)  # warm-up
     counts = (1, 9) if args.shape == "tiny" else (1, 129, 513)
     times = {
-        n: timed(lambda n=n: generate(model, Tokenizer(), Cut(ids, prompt, 0), n), device) for n in counts
+        n: synced(lambda n=n: generate(model, Tokenizer(), Cut(ids, prompt, 0), n), sync)[0] for n in counts
     }
     first, last = min(times), max(times)
     out = {

@@ -30,13 +30,12 @@ and peak memory (resident set of its process tree).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.harness import ROOT, arguments
 from bench.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure, check_texts, check_values
 from bench.rehearse_paper import (
     Step,
@@ -224,9 +223,7 @@ def rehearse(work: Path, documents: int, extra: list[str], steps: list[Step]) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--documents", type=int, default=1, help="long books (default 1)")
     parser.add_argument("--work", default=str(ROOT / "artifacts/rehearsal-long"), help="its files (replaced)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a stage 1 override")

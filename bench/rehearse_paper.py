@@ -34,17 +34,14 @@ fails the rehearsal. Prints each step's wall time and peak memory (resident set 
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.harness import ROOT, arguments, run_measured
 from bench.rehearsal_checks import (
     OFFICIAL_IMPORT,
     OFFICIAL_SCORING,
@@ -54,11 +51,9 @@ from bench.rehearsal_checks import (
     check_texts,
     check_values,
 )
+from pipeline.models.random_weights import LLAMA3_ROPE, SMALL, config, random_model
 
-SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
-SHAPE |= {"num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": False}
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
-LLAMA3_ROPE |= {"original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+SHAPE = {**SMALL, "tie_word_embeddings": False}
 
 
 def embedded_tokenizer(name: str, out: Path):
@@ -77,14 +72,9 @@ def save_model(config, tokenizer, out: Path, seed: int) -> Path:
     """A random-weight causal LM of ``config`` in bfloat16 (weights x4: log-probs that depend on the
     context), with its tokenizer."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(seed)
     config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(4.0)
+    model = random_model(config, seed=seed, dtype=torch.float32, scale=4.0)
     model.to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -117,13 +107,11 @@ def build_models(work: Path, evaluator_tokenizer) -> dict[str, Path]:
     """The evaluator (Llama-3.1-8B's shape) and the two evaluated models of the official refreshes
     (Qwen2-7B's: 128k context, the evaluator's tokenizer; Mistral-7B's: 32000 entries, 32k context,
     a sliding window of 4096 as in v0.1, so that blocked_sdpa's band path runs at 32k)."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
-
-    llama = LlamaConfig(
-        vocab_size=128256, max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **SHAPE
+    llama = config(
+        "llama", vocab_size=128256, max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE, **SHAPE
     )
-    qwen2 = Qwen2Config(vocab_size=len(evaluator_tokenizer), max_position_embeddings=131072, **SHAPE)
-    mistral = MistralConfig(vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, **SHAPE)
+    qwen2 = config("qwen2", vocab_size=len(evaluator_tokenizer), max_position_embeddings=131072, **SHAPE)
+    mistral = config("mistral", vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, **SHAPE)
     mistral_tokenizer = trained_tokenizer(work / "tokenizers/mistral")
     return {
         "evaluator": save_model(llama, evaluator_tokenizer, work / "models/Llama-3.1-shaped", 0),
@@ -172,35 +160,15 @@ class Step:
         self.seconds = self.peak = 0.0
 
     def run(self) -> None:
-        import psutil
-
         print(f"\n== {self.name}: {' '.join(self.command)}", flush=True)
-        started = time.perf_counter()
-        with self.log.open("w") as log:
-            proc = subprocess.Popen(self.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            watched = psutil.Process(proc.pid)
-            stop = threading.Event()
-            threading.Thread(target=self._sample, args=(watched, stop), daemon=True).start()
-            proc.wait()
-            stop.set()
-        self.seconds = time.perf_counter() - started
+        record = run_measured(self.command, self.log, cwd=ROOT)
+        self.seconds, self.peak = record["wall_s"], record["peak_gib"]
         lines = self.log.read_text().splitlines()
         print("\n".join([line for line in lines if not line.startswith(("Loading", "Writing"))][-12:]))
-        if proc.returncode != 0:
+        if record["returncode"] != 0:
             last = lines[-1] if lines else "no output"
             error = next((line for line in reversed(lines) if line.startswith("error:")), last)
-            raise RehearsalFailure(f"{self.name} failed (exit status {proc.returncode}): {error}")
-
-    def _sample(self, watched, stop: threading.Event) -> None:
-        import psutil
-
-        while not stop.is_set():
-            try:
-                tree = [watched, *watched.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in tree) / 2**30)
-            except psutil.NoSuchProcess:
-                pass
-            time.sleep(0.1)
+            raise RehearsalFailure(f"{self.name} failed (exit status {record['returncode']}): {error}")
 
 
 def preflight(extra: list[str]) -> None:
@@ -388,9 +356,7 @@ def summary(steps: list[Step]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--documents", type=int, default=3, help="long documents (default 3)")
     parser.add_argument("--work", default=str(ROOT / "artifacts/rehearsal"), help="its files (replaced)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a stage 1 override")

@@ -10,15 +10,12 @@ and short passes of one document, and their difference.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
-import subprocess
-import sys
 import time
 
-from bench.common import ROOT, PeakMemory, memory_record
+from bench.harness import ROOT, PeakMemory, arguments, child, memory_record, rss, run, stamp
 from pipeline.settings import DEFAULT_HEAD_CHUNK
 
 
@@ -33,40 +30,41 @@ def document_ids(tokenizer, n_tokens: int) -> list[int]:
     return ids[:n_tokens]
 
 
-def measure_one(args: argparse.Namespace) -> dict:
-    import psutil
+def measure(
+    model: str, dtype: str, tokens: int, K: int, d: int, head_chunk: int, window_batch_tokens: int
+) -> dict:
+    """One contender, in its own process: stage 1's log-probs of one ``tokens``-token document."""
     import torch
 
     from pipeline.models.loading import load_model
     from pipeline.models.logprobs import TargetScorer, long_and_short_logprobs
 
-    lm = load_model(args.model, dtype=args.dtype, device="cpu")
-    n_tokens = args.tokens[0]
-    ids = document_ids(lm.tokenizer, n_tokens)
-    seq = torch.tensor([lm.bos_token_id, *ids[: n_tokens - 1]])
-    scorer = TargetScorer(lm.model, head_chunk=args.head_chunk, window_batch_tokens=args.window_batch_tokens)
+    lm = load_model(model, dtype=dtype, device="cpu")
+    ids = document_ids(lm.tokenizer, tokens)
+    seq = torch.tensor([lm.bos_token_id, *ids[: tokens - 1]])
+    scorer = TargetScorer(lm.model, head_chunk=head_chunk, window_batch_tokens=window_batch_tokens)
     scorer.check_against_full_forward()  # touches every weight: the baseline is the loaded model
     gc.collect()
-    baseline = psutil.Process().memory_info().rss
+    baseline = rss()
     start = time.perf_counter()
     with PeakMemory() as peak:
-        long_and_short_logprobs(scorer, seq, args.K, args.d, bos_id=lm.bos_token_id)
+        long_and_short_logprobs(scorer, seq, K, d, bos_id=lm.bos_token_id)
     return {
-        "model": args.model,
-        "dtype": args.dtype,
+        "model": model,
+        "dtype": dtype,
         "tokens": len(seq),
-        "K": args.K,
-        "d": args.d,
-        "head_chunk": args.head_chunk,
-        "window_batch_tokens": args.window_batch_tokens,
+        "K": K,
+        "d": d,
+        "head_chunk": head_chunk,
+        "window_batch_tokens": window_batch_tokens,
         **memory_record(baseline, peak, start),
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    if child(measure):
+        return
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 4096, 8192])
@@ -74,38 +72,10 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=1024)
     parser.add_argument("--head-chunk", type=int, default=DEFAULT_HEAD_CHUNK)
     parser.add_argument("--window-batch-tokens", type=int, default=16384)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure_one(args)))
-        return
-    rows = []
-    for n in args.tokens:
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.stage1_memory",
-            "--one",
-            "--tokens",
-            str(n),
-            "--model",
-            args.model,
-            "--dtype",
-            args.dtype,
-            "--K",
-            str(args.K),
-            "--d",
-            str(args.d),
-            "--head-chunk",
-            str(args.head_chunk),
-            "--window-batch-tokens",
-            str(args.window_batch_tokens),
-        ]
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        if out.returncode != 0:
-            raise SystemExit(f"{n} tokens failed:\n{out.stderr[-2000:]}")
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"{n} tokens done", file=sys.stderr)
+    fixed = {"model": args.model, "dtype": args.dtype, "K": args.K, "d": args.d}
+    fixed |= {"head_chunk": args.head_chunk, "window_batch_tokens": args.window_batch_tokens}
+    rows = run("bench.stage1_memory", [{**fixed, "tokens": n} for n in args.tokens])
     print("| tokens | K | d | baseline (model loaded) GB | peak GB | above model GB | seconds |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
@@ -115,7 +85,7 @@ def main() -> None:
         )
     print(
         f"\nmodel {args.model}, {args.dtype}, head_chunk {args.head_chunk}, "
-        f"window_batch_tokens {args.window_batch_tokens}, CPU threads {os.cpu_count()}"
+        f"window_batch_tokens {args.window_batch_tokens}, CPU threads {os.cpu_count()}; {stamp()}"
     )
 
 

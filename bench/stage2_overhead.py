@@ -11,14 +11,13 @@ ratio of total times is reported.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.common import default_artifact
+from bench.harness import arguments, default_artifact, stamp
 from pipeline.artifact.reader import iter_documents, load_artifact
 from pipeline.models.loading import load_model
 from pipeline.models.logprobs import TargetScorer, full_context_logprobs
@@ -36,9 +35,7 @@ def plain_ppl(lm, scorer, text: str) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--artifact", default=str(default_artifact()))
     parser.add_argument("--documents", type=int, default=4)
@@ -68,7 +65,7 @@ def main() -> None:
         f"| stage 2 (PPL, LongPPL, LongPPL-soft, 4-point grid) | {stage2_s:.1f} | {stage2_s / plain_s:.3f} |"
     )
     print(
-        f"\nmodel {args.model}, artifact {Path(args.artifact).name}, torch threads {torch.get_num_threads()}"
+        f"\nmodel {args.model}, artifact {Path(args.artifact).name}, torch threads {torch.get_num_threads()}; {stamp()}"
     )
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.models.random_weights import random_model, tiny_config
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,65 +40,16 @@ def build_tokenizer(vocab_size: int = 400, normalizer=None):
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>")
 
 
-def tiny_config(arch: str, vocab_size: int, max_positions: int = 1024):
-    from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config
-
-    common = dict(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_positions,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=1,
-    )
-    if arch == "llama":
-        return LlamaConfig(**common)
-    if arch == "qwen2":
-        return Qwen2Config(**common)
-    if arch == "gemma3":
-        return Gemma3TextConfig(
-            **common,
-            head_dim=8,
-            sliding_window=6,
-            final_logit_softcapping=3.0,
-            layer_types=["sliding_attention", "full_attention"],
-        )
-    if arch == "gemma2":  # soft-capped attention logits, which sdpa cannot compute
-        return Gemma2Config(
-            **common,
-            head_dim=8,
-            sliding_window=6,
-            final_logit_softcapping=3.0,
-            attn_logit_softcapping=2.0,
-            query_pre_attn_scalar=8,
-            layer_types=["sliding_attention", "full_attention"],
-        )
-    if arch == "mistral":  # every layer a sliding window (Mistral v0.1)
-        return MistralConfig(**common, head_dim=8, sliding_window=6)
-    raise ValueError(arch)
-
-
 def build_model(arch: str, vocab_size: int, max_positions: int = 1024, seed: int = 0):
+    """The tiny random model of ``arch`` in float64 on blocked_sdpa, its weights x8: log-probs that
+    depend strongly on the context."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    import pipeline.models.attention  # registers blocked_sdpa
+    from pipeline.models import attention
 
-    torch.manual_seed(seed)
     config = tiny_config(arch, vocab_size, max_positions)
-    config._attn_implementation = (
-        pipeline.models.attention.ALIAS if arch == "gemma2" else pipeline.models.attention.NAME
-    )
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
-    # Larger weights than the default init, so that log-probs depend strongly on the context.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(8.0)
-    return model.eval()
+    attn = attention.ALIAS if arch == "gemma2" else attention.NAME
+    return random_model(config, seed=seed, dtype=torch.float64, scale=8.0, attn=attn)
 
 
 @pytest.fixture(autouse=True)

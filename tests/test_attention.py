@@ -17,7 +17,8 @@ from transformers.masking_utils import (
 )
 
 from pipeline.models import attention
-from tests.conftest import build_model, tiny_config
+from pipeline.models.random_weights import tiny_config
+from tests.conftest import build_model
 
 
 def _hidden(model, impl: str, ids: torch.Tensor) -> torch.Tensor:
@@ -206,7 +207,7 @@ def test_the_math_backend_memory_grows_linearly_with_the_text(monkeypatch):
     """8k -> 16k -> 32k tokens on sdpa's math backend (what float32 on CUDA gets): no score matrix of
     more than QUERY_BLOCK queries, and peak memory (resident, sampled) about doubles per doubling; the
     whole (heads, n, n) matrix would quadruple it (4 GiB at 16k here, 16 GiB at 32k)."""
-    from bench.common import PeakMemory
+    from bench.harness import PeakMemory
 
     monkeypatch.setattr(attention, "QUERY_BLOCK", 512)
     scores = []

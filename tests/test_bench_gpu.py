@@ -12,8 +12,8 @@ from argparse import Namespace
 import pyarrow.parquet as pq
 import pytest
 
-from bench import device_peak, gpu_child, gpu_levers, gpu_numerics, gpu_paper, gpu_report
-from bench.common import ROOT
+from bench import gpu_child, gpu_levers, gpu_numerics, gpu_paper, gpu_report, harness
+from bench.harness import ROOT
 from bench.rehearse_paper import trained_tokenizer
 from tests.conftest import compose_keytokens, keytokens_overrides, run_keytokens
 
@@ -21,7 +21,7 @@ ALLOCATE = "import time; x = bytearray(300 * 2**20); time.sleep(0.5)"
 
 
 def test_run_measured_samples_the_process_tree_without_nvml(tmp_path):
-    record = device_peak.run_measured([sys.executable, "-c", ALLOCATE], tmp_path / "log", cwd=tmp_path)
+    record = harness.run_measured([sys.executable, "-c", ALLOCATE], tmp_path / "log", cwd=tmp_path)
     assert record["returncode"] == 0 and record["memory_measure"] == "process tree RSS"
     assert 0.25 < record["peak_gib"] < 2 and record["wall_s"] >= 0.5
 
@@ -29,7 +29,7 @@ def test_run_measured_samples_the_process_tree_without_nvml(tmp_path):
 def test_run_measured_reports_the_device_peak_above_its_start(tmp_path):
     """With an NVML reader the peak is the device's, less what was in use before the contender."""
     readings = iter([2 * 2**30, 5 * 2**30, 7 * 2**30])
-    record = device_peak.run_measured(
+    record = harness.run_measured(
         [sys.executable, "-c", "import time; time.sleep(0.5)"],
         tmp_path / "log",
         cwd=tmp_path,
@@ -40,7 +40,7 @@ def test_run_measured_reports_the_device_peak_above_its_start(tmp_path):
 
 
 def test_run_measured_stops_a_contender_past_its_time(tmp_path):
-    record = device_peak.run_measured(
+    record = harness.run_measured(
         [sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log", cwd=tmp_path, timeout=1
     )
     assert record["returncode"] != 0 and "killed after 1 s" in (tmp_path / "log").read_text()
@@ -51,7 +51,7 @@ def test_without_a_gpu_there_is_no_nvml_reader():
 
     if torch.cuda.is_available():
         pytest.skip("a GPU machine: NVML answers")
-    assert device_peak.nvml_reader() is None
+    assert harness.nvml_reader() is None
 
 
 def test_summary_of_phase_records():

@@ -460,7 +460,7 @@ def test_a_hub_models_remote_code_is_hashed_where_it_ran(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # The cross-CPU tolerance: its margin from two real CPUs' artifacts, and what it means at 1.6M tokens
 
-CROSS_CPU = ROOT / "docs" / "reproducibility" / "cross_cpu.json"
+CROSS_CPU = ROOT / "docs" / "reports" / "reproducibility" / "cross_cpu.json"
 SHARED = ROOT.parent / "shared" / "data"
 
 

@@ -9,14 +9,14 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM
 
 from pipeline.errors import PipelineError
-from pipeline.models import attention
+from pipeline.models import attention, random_weights
 from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.precision import full_precision_reductions
-from tests.conftest import build_model, tiny_config
+from tests.conftest import build_model
 from tests.test_numeric_causes import bound
 
 pytestmark = [
@@ -100,7 +100,8 @@ def wide_bfloat16_llama() -> torch.nn.Module:
     bfloat16, its head scaled so that logits reach 8 to 16 (bfloat16 ulps of 0.0625): GEMMs of
     other shapes than the model's own round its logits differently (a model of hidden size 32 and
     300 entries rounds alike whatever the shapes, and its check could not fail for rounding)."""
-    config = LlamaConfig(
+    config = random_weights.config(
+        "llama",
         vocab_size=32000,
         hidden_size=4096,
         intermediate_size=4096,
@@ -109,9 +110,7 @@ def wide_bfloat16_llama() -> torch.nn.Module:
         num_key_value_heads=8,
         max_position_embeddings=256,
     )
-    config._attn_implementation = attention.NAME
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).to("cuda", torch.bfloat16).eval()
+    model = random_weights.random_model(config, attn=attention.NAME).to("cuda", torch.bfloat16)
     with torch.no_grad():
         model.lm_head.weight.mul_(4)
     return model
@@ -207,10 +206,8 @@ def test_sliding_window_attention_memory_on_gpu(monkeypatch):
     x4 of a quadratic term) and stays far below the n^2 bytes of one dense boolean mask. The
     pipeline's own query blocks (512), not the tests' 8-token ones (conftest)."""
     monkeypatch.setattr(attention, "QUERY_BLOCK", 512)
-    config = tiny_config("mistral", 300, max_positions=32768)
-    config.sliding_window, config.num_hidden_layers = 512, 1
-    config._attn_implementation = attention.NAME
-    model = AutoModelForCausalLM.from_config(config).to("cuda").eval()
+    config = random_weights.tiny_config("mistral", 300, 32768, sliding_window=512, num_hidden_layers=1)
+    model = random_weights.random_model(config, attn=attention.NAME).to("cuda")
     peaks = {n: peak_forward_bytes(model, n) for n in (8192, 16384, 32768)}
     print({n: f"{peak / 2**20:.1f} MiB" for n, peak in peaks.items()})
     assert peaks[16384] < 2.5 * peaks[8192] and peaks[32768] < 2.5 * peaks[16384]

@@ -4,7 +4,7 @@ One child process (a clean heap, killed past 4 GB) loads the tiny random model o
 through ``load_model`` (one full causal attention layer, the path of every 128k evaluator's long pass;
 vocabulary 4096, float32) and runs stage 1's log-probs (``long_and_short_logprobs``, K=4096, d=1024)
 and stage 2's (``sequence_logprobs``, one pass) on documents of 32768, 65536 and 131071 tokens, each
-call's peak resident memory above its start sampled by ``bench.common.PeakMemory``. About two
+call's peak resident memory above its start sampled by ``bench.harness.PeakMemory``. About two
 minutes on 2 cores (the attention's time is quadratic; its memory must not be).
 
 How it fails on a quadratic implementation: attention that materialises its scores (eager attention,
@@ -32,7 +32,7 @@ MIB = long_memory.MIB
 # doubles it, a quadratic term quadruples it (the sampler may miss one 32 MiB activation). Not a bound
 # on the second difference (peak(128k) - peak(64k) against peak(64k) - peak(32k)): the output head's
 # blocks (two of 2048 x 4096 float32 logits, 64 MiB) are most of the peak up to 64k tokens and do not
-# grow, and the body's linear activations overtake them between 64k and 128k (docs/long_memory.md).
+# grow, and the body's linear activations overtake them between 64k and 128k (docs/reports/memory.md).
 GROWTH = 3.0
 SLACK_MIB = 16  # sampling noise, on peaks of 75 to 250 MiB
 BOUND = long_memory.full_logits_bytes(TOKENS[-1]) / 4  # 512 MiB at 131071 tokens
