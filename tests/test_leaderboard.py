@@ -347,3 +347,27 @@ def test_model_names_cannot_break_the_markdown_table(tmp_path):
     md = leaderboard.render(read_scores(path), tmp_path / "out")["leaderboard.md"].read_text()
     table = [line for line in md.splitlines() if line.startswith("| ")]
     assert len(table) == 3 and table[2].startswith("| 1 | a\\|b c | 1.5000 |")
+
+
+HOSTILE = "x$^$y <img src=x onerror=alert(1)> [a](javascript:alert(1))"
+
+
+def test_names_with_dollars_and_html_are_shown_literally(tmp_path):
+    """A ``$...$`` in a name is read as math by matplotlib (``x$^$y`` crashed the leaderboard); HTML
+    and links in a name went raw into leaderboard.md."""
+    rows = [*base_rows(), result(HOSTILE, (20.0, 10.0, 12.0), "2026-11-22T09:00:00+00:00")]
+    scores = write_lines(tmp_path / "s.jsonl", rows)
+    bench = write_benchmarks(
+        tmp_path / "b.csv", {**BENCHMARKS, HOSTILE: (1.0, 2.0, 3.0)}, "model,x$^$<b>y,b2,b3"
+    )
+    paths = leaderboard.render(read_scores(scores), tmp_path / "out", bench)
+    assert paths["leaderboard.png"].read_bytes().startswith(b"\x89PNG")
+    for name in ("leaderboard.md", "correlations.md"):
+        md = paths[name].read_text()
+        assert "<img" not in md.replace("\\<img", "") and "<b>" not in md.replace("\\<b\\>", "")
+        assert "](javascript" not in md.replace("\\](javascript", "")
+    assert (
+        r"x$^$y \<img src=x onerror=alert(1)\> \[a\](javascript:alert(1))"
+        in paths["leaderboard.md"].read_text()
+    )
+    assert {r["model"] for r in csv.DictReader(paths["leaderboard.csv"].open())} >= {HOSTILE}  # CSV: as is
