@@ -188,7 +188,7 @@ def test_newest_row_wins(tmp_path):
     rows = [
         *base_rows(),
         # re-scored later (the same numbers within the refreshes' tolerance; beyond it they are a
-        # conflict, test_values_and_readers): the newer date wins even though an older-dated line
+        # conflict, test_leaderboard_entries): the newer date wins even though an older-dated line
         # comes after it
         result("qwen2.5-0.5b", (14.5, 6.2500002, 9.375), "2026-11-23T00:00:00+00:00"),
         result("qwen2.5-0.5b", (14.5, 6.2499998, 9.375), "2026-11-20T00:00:00+00:00"),
@@ -261,7 +261,7 @@ def test_missing_or_empty_results(tmp_path):
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [
-        ('{"model_name": "x", "artifact": }', "not JSON"),  # (a line cut short is skipped: test_trust_round3)
+        ('{"model_name": "x", "artifact": }', "not JSON"),  # (a line cut short: test_results_files)
         ("[1, 2]", "not a JSON object"),
         (
             json.dumps({**result("x", (1.0, 1.0, 1.0), "2026-11-22T00:00:00+00:00"), "model_name": None}),
