@@ -29,6 +29,7 @@ from pipeline.commands import compare_artifacts
 from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import leaderboard
+from pipeline.reporting.board import other_contents
 from pipeline.results.scores import RESULTS_VERSION, read_lines, read_scores, same_artifact
 from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 from tests.test_artifact_checks import cell, craft, first_plain_row
@@ -238,7 +239,7 @@ def test_the_board_shows_a_regeneration_with_the_genuine_results_and_keeps_other
     assert same_artifact(rows[0], rows[1]) and not same_artifact(rows[0], rows[2])
     board = leaderboard.select(df, genuine["artifact"]["contents"][:12])
     assert sorted(board["result_id"]) == sorted([genuine["result_id"], again["result_id"]])
-    note = leaderboard.other_contents(df, board)
+    note = other_contents(df, board)
     assert note and apart["artifact"]["contents"][:12] in note
     newest = leaderboard.select(df)  # the newest result's artifact: the far one, alone
     assert newest["result_id"].to_list() == [apart["result_id"]]
@@ -317,7 +318,7 @@ def test_forged_results_never_take_the_genuine_artifacts_place(tiny_artifact, ot
     assert newest.height == 1 and newest["contents"][0] == forged.contents
     board = leaderboard.select(df, genuine.contents[:12])
     assert board["longppl"].to_list() == [real["corpus"]["longppl"]]
-    note = leaderboard.other_contents(df, board)
+    note = other_contents(df, board)
     assert note and forged.contents[:12] in note
     md = leaderboard.render(df, tmp_path / "board", artifact=genuine.contents[:12])[
         "leaderboard.md"
