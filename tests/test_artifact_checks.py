@@ -1,6 +1,7 @@
-"""Artifacts edited as an adversary would (every hash recomputed): each damage is one PipelineError that
-names the table, the column, the row and the document, before any number is computed. Crafted from
-the tiny stage-1 artifact (issue #14, "Found")."""
+"""Artifacts edited as an adversary would (every hash recomputed): each damage is one PipelineError
+that names the table, the column, the row and the document, before any number is computed; an
+artifact location that is no local folder nor a Hub dataset is refused. Crafted from the tiny stage-1
+artifact."""
 
 from __future__ import annotations
 
@@ -344,3 +345,16 @@ def test_a_kind_without_tokens_skips_only_the_token_checks(tiny_artifact, tmp_pa
     unknown = craft(root, tmp_path / "unknown-kind", manifest=lambda m: m.update(kind="other"))
     with pytest.raises(PipelineError, match="artifact kind 'other'"):
         load_artifact(unknown)
+
+
+def test_an_artifact_url_is_a_hub_dataset_or_refused(monkeypatch):
+    from pipeline.artifact.reader import open_artifact
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PipelineError, match=r"^could not download key-token dataset 'org/none'"):
+        open_artifact("HF://Datasets/org/none@main")  # the scheme in any case: the Hub, not ./HF:
+    for location in ("hf://models/org/name", "HF://org/name"):
+        with pytest.raises(
+            PipelineError, match=f"^artifact {location}: not a local folder.*hf://datasets/<org>"
+        ):
+            open_artifact(location)

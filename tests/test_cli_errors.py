@@ -1,6 +1,9 @@
-"""Every bad input of issue #14 through the command-line entry points, as a user meets it: one
-``error:`` line per failure, exit status 2, never a traceback. Each command runs once, as a Hydra
-multirun over its bad inputs (a failing job does not stop the others), so the suite stays short."""
+"""Bad inputs through the command-line entry points, as a user meets them: one ``error:`` line per
+failure, exit status 2, never a traceback (damaged artifacts and tables, stage-1 settings and corpora,
+results out of range, hostile names, a damaged import). Each command runs once, as a Hydra multirun
+over its bad inputs (a failing job does not stop the others), so the suite stays short. The helpers
+here (``cli``, ``run_cli``, ``error_lines``, ``messages``, ``one_error``) run a command and read its
+error lines for the other test files."""
 
 from __future__ import annotations
 
@@ -35,6 +38,39 @@ def cli(module: str, *args: str, check_rc: int | None = 2) -> subprocess.Complet
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error: [")]
+
+
+def run_cli(module: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=environment, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+
+
+def one_error(done: subprocess.CompletedProcess) -> str:
+    """The one ``error:`` line of a command that failed cleanly (exit status 2, no traceback)."""
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("error: ")]
+    return line
+
+
+def messages(stderr: str) -> dict[frozenset[str], str]:
+    """Each multirun job's error message by its overrides (Hydra's ``a=1,b=2``, as a set)."""
+    jobs = (line.removeprefix("error: [").split("] ", 1) for line in error_lines(stderr))
+    return {frozenset(overrides.split(",")): message for overrides, message in jobs}
+
+
+def job(found: dict[frozenset[str], str], *overrides: str) -> str:
+    """The message of the one job that has all these overrides."""
+    (message,) = [m for job, m in found.items() if job >= set(overrides)]
+    return message
 
 
 def score_each(roots: dict, messages: dict, model_dir, tmp_path) -> list[str]:
@@ -167,10 +203,6 @@ def test_publish_and_show_on_hostile_names(tiny_artifact, tmp_path):
     assert missing.stderr.startswith("error: no document 'nope'") and missing.stderr.count("\n") == 1
 
 
-# ----------------------------------------------------------------------------------------------
-# Trust, second round: the artifact's weak cases, each one error line
-
-
 def rehashed(root, name: str):
     """The manifest's record of ``name`` redone after its bytes were changed."""
     record = json.loads((root / "manifest.json").read_text())
@@ -229,76 +261,6 @@ def test_score_on_damaged_tables(tiny_artifact, other_model_dir, tmp_path):
     assert all(len(line.split("] ", 1)[1]) < 300 for line in lines)  # short: no text quoted
 
 
-FULL_DISK = """
-import errno
-import runpy
-import pipeline.artifact.writer as writer
-
-real, calls = writer.write_table_atomic, []
-def full(path, table):  # the second document's first table meets a full disk
-    calls.append(path)
-    if len(calls) > 3:
-        raise OSError(errno.ENOSPC, "No space left on device")
-    return real(path, table)
-writer.write_table_atomic = full
-runpy.run_module("pipeline.commands.keytokens", run_name="__main__")
-"""
-
-
-def test_keytokens_on_a_full_disk_a_damaged_part_and_a_lock_link(tiny_model_dir, tiny_artifact, tmp_path):
-    """A full disk in stage 1: one error line, the finished document kept whole, and the rerun resumes
-    to the same artifact. A part damaged meanwhile and a lock file that is a link: one line each."""
-    corpus = tiny_artifact.parent / "corpus.jsonl"
-    overrides = [
-        o for o in keytokens_overrides(tiny_model_dir, corpus, "x") if not o.startswith("output_dir")
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    out = tmp_path / "full"
-    command = [sys.executable, "-c", FULL_DISK, *overrides, f"output_dir={out}", f"hydra.run.dir={out}-logs"]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
-    assert len(errors) == 1 and re.fullmatch(
-        r"error: could not write document 'doc-1' of \S+ \(No space left on device\): free some space, then "
-        r"run `make keytokens` again: the 1 finished documents are kept and the run resumes",
-        errors[0],
-    )
-    parts = sorted(p.name for p in (out / "test" / "parts").iterdir())
-    assert parts == ["000000"] and not (out / "test" / "manifest.json").exists()
-    damaged = tmp_path / "damaged"
-    shutil.copytree(out, damaged)
-    (damaged / "test" / "parts" / "000000" / "tokens.parquet").write_bytes(b"not parquet")
-    linked = tmp_path / "linked"
-    linked.mkdir()
-    (linked / ".test.lock").symlink_to(tmp_path / "elsewhere.txt")
-    done = cli(
-        "pipeline.commands.keytokens", "--multirun", *overrides, f"output_dir={damaged},{linked}",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    )  # fmt: skip
-    lines = error_lines(done.stderr)
-    assert len(lines) == 2 and not (tmp_path / "elsewhere.txt").exists()
-    assert re.search(
-        r"parts/000000/tokens\.parquet is not a readable Parquet file \(.*\): delete \S+/parts/000000 and "
-        r"run `make keytokens` again to compute that document anew",
-        next(line for line in lines if str(damaged) in line),
-    )
-    assert re.search(
-        r"cannot take the lock \S+\.test\.lock \(.*\): it is a symbolic link, and a lock file must be a "
-        r"plain file",
-        next(line for line in lines if str(linked) in line),
-    )
-    cli(
-        "pipeline.commands.keytokens",
-        *overrides,
-        f"output_dir={out}",
-        f"hydra.run.dir={tmp_path / 'logs'}",
-        check_rc=0,
-    )
-    resumed = load_artifact(out / "test")
-    assert resumed.manifest["run"]["resumed_documents"] == 1
-    assert resumed.contents == load_artifact(tiny_artifact).contents
-
-
 def test_import_official_on_a_damaged_manifest_and_a_huge_span(sources, tmp_path):  # noqa: F811
     """A cut manifest where the import writes: imported anew (as its error advises). A span file with a
     number past any character offset: one error line."""
@@ -319,22 +281,3 @@ def test_import_official_on_a_damaged_manifest_and_a_huge_span(sources, tmp_path
     )
     assert "note: the artifact there does not load, so it is imported anew" in done.stdout
     assert load_artifact(root).kind == "key_spans"
-
-
-def test_show_never_writes_through_a_link(tiny_artifact, tmp_path):
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    views = craft(tiny_artifact, tmp_path / "views-link")
-    (views / "views").symlink_to(outside, target_is_directory=True)
-    page = craft(tiny_artifact, tmp_path / "page-link")
-    (page / "views").mkdir()
-    (page / "views" / "index.html").symlink_to(outside / "index.html")
-    done = cli(
-        "pipeline.commands.show", "--multirun", f"artifact={views},{page}", "all=true",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    )  # fmt: skip
-    lines = error_lines(done.stderr)
-    assert len(lines) == 2 and all(
-        "is a symbolic link: key-token pages are written inside" in x for x in lines
-    )
-    assert not list(outside.iterdir())

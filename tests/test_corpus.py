@@ -1,6 +1,10 @@
-"""Corpus loading: JSONL, Parquet, and the Hub code path on a local dataset folder (offline)."""
+"""Corpus loading: JSONL, Parquet, and the Hub code path on a local dataset folder (offline); a file
+that is no corpus, a bad selection setting or a bad row is refused when read, before any model loads,
+never silently changed."""
 
 from __future__ import annotations
+
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -166,3 +170,83 @@ def test_the_default_selection_records_what_it_always_did(tmp_path, tokenizer):
     """``too_few=keep`` (the paper's corpus) is not in the record: existing fingerprints stay as they are."""
     spec, _ = plain_books(tmp_path, tokenizer)
     assert "too_few" not in spec.record() and "min_tokenized_len" in spec.record()
+
+
+def corpus_error(spec_or_rows, tmp_path, **spec) -> str:
+    from pipeline.text.corpus import CorpusSpec, load_corpus
+
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in spec_or_rows))
+    with pytest.raises(PipelineError) as raised:
+        load_corpus(CorpusSpec(name="c", path=str(path), **spec))
+    return str(raised.value)
+
+
+def test_corpus_files_that_are_no_corpus(tmp_path):
+    from pipeline.text.corpus import CorpusSpec, decoded_rows, load_corpus
+
+    (tmp_path / "fake.parquet").write_text("id,text\n1,not parquet\n")
+    with pytest.raises(
+        PipelineError, match=r"^corpus file .*fake\.parquet is not a readable Parquet file \("
+    ):
+        load_corpus(CorpusSpec(name="c", path=str(tmp_path / "fake.parquet")))
+    said = corpus_error([{"id": None, "text": "a"}], tmp_path)
+    assert said.endswith(
+        "row 0: its document id 'id' is null, not text or a whole number: give every row an id, or set "
+        "corpus.id_field=null to number the rows"
+    )
+    spec = CorpusSpec(name="c", dataset="d", tokenized_with="t")  # 0 rows said: no column input_ids
+    with pytest.raises(
+        PipelineError, match=r"^corpus d \(test\) has no rows: pass a dataset with texts in it$"
+    ):
+        decoded_rows([], spec, "d (test)")
+    said = corpus_error([{"id": "ok", "text": "a"}, {"id": "\ud800", "text": "b"}], tmp_path)
+    assert "row 1: its id 'id': character 0 is a lone surrogate (U+D800)" in said
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), [("limit", -1), ("max_ids", -5), ("max_ids", 0), ("min_tokenized_len", -1)]
+)
+def test_corpus_selection_settings_out_of_range_are_refused(setting, value):
+    """corpus.limit=-1 dropped the last row; max_ids=-5 cut five ids off every text."""
+    from pipeline.text.corpus import CorpusSpec
+
+    with pytest.raises(
+        PipelineError, match=f"setting corpus.{setting}={value}: Input should be greater than"
+    ):
+        CorpusSpec.parse({"name": "c", "dataset": "d", setting: value})
+
+
+def saved_dataset(tmp_path, tokenizer, columns) -> dict:
+    import datasets
+
+    datasets.Dataset.from_dict(columns).save_to_disk(tmp_path / "dataset")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    return {
+        "dataset": str(tmp_path / "dataset"),
+        "tokenized_with": str(tmp_path / "tokenizer"),
+        "id_field": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("columns", "said"),
+    [
+        ({"text": ["a text", None]}, "row 1: 'text' is null, not text"),
+        ({"input_ids": ["1 2 3"], "tokenized_len": [3]}, "row 0: input_ids is str, not a list of token ids"),
+        (
+            {"input_ids": [[5, 6, 7]], "tokenized_len": [9]},
+            "row 0: tokenized_len is 9 but input_ids holds 3 ids",
+        ),
+        (
+            {"input_ids": [[5, 6, 7]], "tokenized_len": [3]},
+            r": no row is selected \(none has 4 reference tokens or more\)$",
+        ),
+    ],
+)
+def test_a_pre_tokenized_corpus_is_checked_row_by_row(tmp_path, tokenizer, columns, said):
+    from pipeline.text.corpus import CorpusSpec, load_corpus
+
+    spec = CorpusSpec(name="c", min_tokenized_len=4, **saved_dataset(tmp_path, tokenizer, columns))
+    with pytest.raises(PipelineError, match=said):
+        load_corpus(spec)

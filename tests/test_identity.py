@@ -24,14 +24,16 @@ from pipeline.artifact.identity import (
     summary_bounds,
 )
 from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import contents_sha256
 from pipeline.commands import compare_artifacts
 from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import leaderboard
+from pipeline.reporting.board import other_contents
 from pipeline.results.scores import RESULTS_VERSION, read_lines, read_scores, same_artifact
 from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 from tests.test_artifact_checks import cell, craft, first_plain_row
-from tests.test_artifact_trust import consistent_forgery, key_end_over_the_next_tokens, remerged
+from tests.test_artifact_inputs import key_end_over_the_next_tokens, remerged
 from tests.test_score import score
 
 
@@ -237,7 +239,7 @@ def test_the_board_shows_a_regeneration_with_the_genuine_results_and_keeps_other
     assert same_artifact(rows[0], rows[1]) and not same_artifact(rows[0], rows[2])
     board = leaderboard.select(df, genuine["artifact"]["contents"][:12])
     assert sorted(board["result_id"]) == sorted([genuine["result_id"], again["result_id"]])
-    note = leaderboard.other_contents(df, board)
+    note = other_contents(df, board)
     assert note and apart["artifact"]["contents"][:12] in note
     newest = leaderboard.select(df)  # the newest result's artifact: the far one, alone
     assert newest["result_id"].to_list() == [apart["result_id"]]
@@ -266,3 +268,72 @@ def test_a_results_line_of_schema_4_must_carry_the_identity(tiny_artifact, other
     path.write_text(json.dumps(broken) + "\n")
     with pytest.raises(PipelineError, match=r"line 1.*artifact\.identity. is missing or malformed"):
         read_lines(path)
+
+
+def test_contents_hash_is_of_the_values_not_the_file(tiny_artifact):
+    art = load_artifact(tiny_artifact)
+    tables = {name: getattr(art, name) for name in ("documents", "tokens", "spans")}
+    chunked = {n: pa.concat_tables([t.slice(0, 2), t.slice(2)]) for n, t in tables.items()}
+    assert contents_sha256(chunked) == art.contents
+    sliced = {**tables, "tokens": pa.concat_tables([tables["tokens"].slice(0, 5), tables["tokens"].slice(5)])}
+    assert contents_sha256(sliced) == art.contents
+    lsd = tables["tokens"]["lsd"].to_numpy(zero_copy_only=False).copy()
+    lsd[np.flatnonzero(~np.isnan(lsd))[0]] += 1e-12
+    nudged = tables["tokens"].set_column(7, "lsd", pa.array(lsd, from_pandas=True))
+    assert contents_sha256({**tables, "tokens": nudged}) != art.contents
+    renamed = tables["documents"].set_column(0, "doc_id", pa.array(["a", "b", "c"]))
+    assert contents_sha256({**tables, "documents": renamed}) != art.contents
+
+
+def consistent_forgery(df: pl.DataFrame) -> pl.DataFrame:
+    """A plain token past the first two short windows made key, with LSD, weight and flag consistent:
+    undetectable by design (only the evaluator could tell)."""
+    rows = df.with_row_index().filter(
+        (pl.col("token_index") > 40) & ~pl.col("is_key") & pl.col("short_logprob").is_not_null()
+    )
+    row = int(rows["index"][0])
+    long = df["long_logprob"][row]
+    df = cell("short_logprob", row, long - 10.0)(df)
+    df = cell("lsd", row, 10.0)(cell("soft_weight", row, 5.0)(df))
+    return cell("is_key", row, True)(df)
+
+
+def test_forged_results_never_take_the_genuine_artifacts_place(tiny_artifact, other_model_dir, tmp_path):
+    """A fully consistent LSD forgery loads (by design), under the genuine name and fingerprint; its
+    results name other contents, so the genuine artifact's leaderboard and refresh never show them."""
+    forged_dir = remerged(tiny_artifact, tmp_path / "forged" / tiny_artifact.name, consistent_forgery)
+    forged, genuine = load_artifact(forged_dir), load_artifact(tiny_artifact)
+    assert (
+        forged.manifest["fingerprint"] == genuine.manifest["fingerprint"]
+        and forged.contents != genuine.contents
+    )
+    real = score(other_model_dir, tiny_artifact, tmp_path)
+    fake = score(other_model_dir, forged_dir, tmp_path)
+    assert (
+        fake["artifact"]["contents"] == forged.contents and real["artifact"]["contents"] == genuine.contents
+    )
+    assert fake["corpus"]["longppl"] != real["corpus"]["longppl"] and fake["result_id"] != real["result_id"]
+    df = read_scores(tmp_path / "scores.jsonl")
+    newest = leaderboard.select(df)
+    assert newest.height == 1 and newest["contents"][0] == forged.contents
+    board = leaderboard.select(df, genuine.contents[:12])
+    assert board["longppl"].to_list() == [real["corpus"]["longppl"]]
+    note = other_contents(df, board)
+    assert note and forged.contents[:12] in note
+    md = leaderboard.render(df, tmp_path / "board", artifact=genuine.contents[:12])[
+        "leaderboard.md"
+    ].read_text()
+    assert f"contents `{genuine.contents[:12]}`" in md
+    cfg = compose_config(
+        "leaderboard_refresh",
+        [
+            f"artifact={forged_dir}",
+            f"fingerprint={genuine.manifest['fingerprint']}",
+            f"contents={genuine.contents}",
+            "discrete=null",
+            f"recorded={tmp_path / 'recorded.jsonl'}",
+            f"models=[{{name: tiny, spec: '{other_model_dir}', revision: null}}]",
+        ],
+    )
+    with pytest.raises(PipelineError, match=rf"has contents {forged.contents[:12]}, the refresh pins"):
+        refresh_command.run(cfg)

@@ -366,3 +366,21 @@ def test_a_non_finite_logprob_names_its_token(tokenizer, which, bos):
     start, end = offsets[token]
     where = f"token {token} (characters {start}-{end}) is nan"
     assert str(info.value).startswith(f"document 'd': the evaluator's {which}-context log-prob of {where}")
+
+
+def test_no_key_token_is_said_and_explained(tiny_model_dir, other_model_dir, write_corpus, tmp_path, capsys):
+    """beta=5: LCL is a log-probability (at most 0), so no token can be key; the run goes on (the soft
+    weights and the grid still hold) and both summaries say why LongPPL is n/a."""
+    from pipeline.commands.score import run as run_score
+    from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
+
+    corpus = write_corpus([{"id": f"d{i}", "text": t} for i, t in enumerate(STAGE1_TEXTS)])
+    run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path, "beta=5")))
+    reason = "beta=5 admits none, since LCL is a log-probability, at most 0 (the paper's beta is -2)"
+    assert f"note        no key token: {reason}" in capsys.readouterr().out
+    row = run_score(compose_config("score", [
+        "model=local", f"model.spec={other_model_dir}", f"artifact={tmp_path / 'test'}",
+        f"results={tmp_path / 's.jsonl'}", "device=cpu", "progress=false",
+    ]))  # fmt: skip
+    assert row["corpus"]["n_key_tokens"] == 0 and row["corpus"]["longppl"] is None
+    assert f"no key token: the artifact's {reason}" in capsys.readouterr().out

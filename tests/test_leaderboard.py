@@ -188,7 +188,7 @@ def test_newest_row_wins(tmp_path):
     rows = [
         *base_rows(),
         # re-scored later (the same numbers within the refreshes' tolerance; beyond it they are a
-        # conflict, test_values_and_readers): the newer date wins even though an older-dated line
+        # conflict, test_leaderboard_entries): the newer date wins even though an older-dated line
         # comes after it
         result("qwen2.5-0.5b", (14.5, 6.2500002, 9.375), "2026-11-23T00:00:00+00:00"),
         result("qwen2.5-0.5b", (14.5, 6.2499998, 9.375), "2026-11-20T00:00:00+00:00"),
@@ -261,7 +261,7 @@ def test_missing_or_empty_results(tmp_path):
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [
-        ('{"model_name": "x", "artifact": }', "not JSON"),  # (a line cut short is skipped: test_trust_round3)
+        ('{"model_name": "x", "artifact": }', "not JSON"),  # (a line cut short: test_results_files)
         ("[1, 2]", "not a JSON object"),
         (
             json.dumps({**result("x", (1.0, 1.0, 1.0), "2026-11-22T00:00:00+00:00"), "model_name": None}),
@@ -347,3 +347,27 @@ def test_model_names_cannot_break_the_markdown_table(tmp_path):
     md = leaderboard.render(read_scores(path), tmp_path / "out")["leaderboard.md"].read_text()
     table = [line for line in md.splitlines() if line.startswith("| ")]
     assert len(table) == 3 and table[2].startswith("| 1 | a\\|b c | 1.5000 |")
+
+
+HOSTILE = "x$^$y <img src=x onerror=alert(1)> [a](javascript:alert(1))"
+
+
+def test_names_with_dollars_and_html_are_shown_literally(tmp_path):
+    """A ``$...$`` in a name is read as math by matplotlib (``x$^$y`` crashed the leaderboard); HTML
+    and links in a name went raw into leaderboard.md."""
+    rows = [*base_rows(), result(HOSTILE, (20.0, 10.0, 12.0), "2026-11-22T09:00:00+00:00")]
+    scores = write_lines(tmp_path / "s.jsonl", rows)
+    bench = write_benchmarks(
+        tmp_path / "b.csv", {**BENCHMARKS, HOSTILE: (1.0, 2.0, 3.0)}, "model,x$^$<b>y,b2,b3"
+    )
+    paths = leaderboard.render(read_scores(scores), tmp_path / "out", bench)
+    assert paths["leaderboard.png"].read_bytes().startswith(b"\x89PNG")
+    for name in ("leaderboard.md", "correlations.md"):
+        md = paths[name].read_text()
+        assert "<img" not in md.replace("\\<img", "") and "<b>" not in md.replace("\\<b\\>", "")
+        assert "](javascript" not in md.replace("\\](javascript", "")
+    assert (
+        r"x$^$y \<img src=x onerror=alert(1)\> \[a\](javascript:alert(1))"
+        in paths["leaderboard.md"].read_text()
+    )
+    assert {r["model"] for r in csv.DictReader(paths["leaderboard.csv"].open())} >= {HOSTILE}  # CSV: as is

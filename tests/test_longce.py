@@ -1,4 +1,4 @@
-"""LongCE (issue #11) on tiny random-weight models in float64: the weights against the reference's
+"""LongCE on tiny random-weight models in float64: the weights against the reference's
 semantics, the gradient, the artifact weights against stage 2, bad input, and the training entry."""
 
 from __future__ import annotations

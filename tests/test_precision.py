@@ -1,5 +1,6 @@
 """The self-check's rounding tolerance of 16-bit heads, counted exhaustively over every bfloat16 logit:
-a soft-capped head's from its cap, and the float32 reductions the check runs its GEMMs with."""
+a soft-capped head's from its cap, and the float32 reductions the check runs its GEMMs with; and the
+cause named when log-probs are not finite (a damaged weight, or a 16-bit overflow)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pipeline.errors import PipelineError
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.precision import full_precision_reductions, rounding_tolerance, ulp
 from tests.conftest import build_model
+from tests.test_api_inputs import held  # noqa: F401 (a fixture)
 
 
 def positive_bfloat16() -> torch.Tensor:
@@ -110,3 +112,22 @@ def test_the_check_runs_with_float32_reductions_and_restores_the_setting(monkeyp
     with pytest.raises(RuntimeError), full_precision_reductions():
         raise RuntimeError("restored on the way out too")
     assert matmul.allow_bf16_reduced_precision_reduction is True
+
+
+def test_a_damaged_weight_is_named_not_blamed_on_float16_overflow(held):  # noqa: F811
+    """A coarsely damaged checkpoint (a run of NaN weights) in float32 was blamed on float16 overflow."""
+    import torch
+
+    from pipeline.models.precision import non_finite_cause
+
+    model, _ = held
+    damaged = build_model("llama", model.config.vocab_size)
+    with torch.no_grad():
+        damaged.model.layers[0].mlp.down_proj.weight[:4] = float("nan")
+    said = non_finite_cause(damaged, torch.float32)
+    assert said.startswith("its weight model.layers.0.mlp.down_proj.weight holds NaN or infinite values")
+    assert "overflow" not in said
+    assert non_finite_cause(model, torch.float32).startswith(
+        "its weights are finite and float32 is no 16-bit"
+    )
+    assert non_finite_cause(model, torch.float16).startswith("overflow in a 16-bit dtype? (float16;")

@@ -1,9 +1,15 @@
-"""Publishing: the dry-run folder loads with `datasets` through its card and scores like the original."""
+"""Publishing: the dry-run folder loads with `datasets` through its card and scores like the original;
+publish never writes into a folder it did not make, and a failed upload can be tried again."""
 
 from __future__ import annotations
 
+import re
+import shutil
+from pathlib import Path
+
 import pytest
 
+from pipeline.artifact.reader import load_artifact
 from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
 from pipeline.sharing import publish
@@ -71,3 +77,48 @@ def test_repo_must_be_a_hub_dataset_id(tiny_artifact, tmp_path, repo):
     with pytest.raises(PipelineError, match="is not a Hub dataset id"):
         publish_command.run(cfg)
     assert not (tmp_path / "x").exists()
+
+
+def publish_config(artifact: Path, out: Path):
+    return compose_config(
+        "publish", [f"artifact={artifact}", "repo=org/keytokens", "dry_run=true", f"out_dir={out}"]
+    )
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_publish_never_writes_into_a_folder_it_did_not_make(tiny_artifact, tmp_path):
+    """out_dir= the artifact being published (on f0729ca: its documents.parquet deleted, then a
+    traceback), another artifact (its tables replaced, exit 0), an empty folder of the user's: each
+    refused in one line, nothing in them touched. A folder publish made is prepared anew."""
+    victim = shutil.copytree(tiny_artifact, tmp_path / "victim", ignore=shutil.ignore_patterns("views"))
+    other = shutil.copytree(tiny_artifact, tmp_path / "other", ignore=shutil.ignore_patterns("views"))
+    (other / "manifest.json").write_text((other / "manifest.json").read_text() + " ")  # told apart
+    (tmp_path / "empty").mkdir()
+    before = {folder: contents(folder) for folder in (victim, other, tmp_path / "empty")}
+    cases = [
+        (victim, r"is the artifact being published"),
+        (other, r"is a folder `make publish` did not make \(nothing was written into it\)"),
+        (tmp_path / "empty", r"is a folder `make publish` did not make"),
+        (victim / "card", r"is inside the artifact being published"),
+    ]
+    for out, message in cases:
+        with pytest.raises(PipelineError, match=rf"out_dir={re.escape(str(out))} {message}"):
+            publish_command.run(publish_config(victim, out))
+    assert {folder: contents(folder) for folder in before} == before
+    made = publish_command.run(publish_config(victim, tmp_path / "made"))
+    assert publish_command.run(publish_config(victim, made)) == made  # its own folder, prepared anew
+    assert load_artifact(made).contents == load_artifact(victim).contents
+
+
+def test_publish_again_after_a_failed_upload(tiny_artifact, tmp_path, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    cfg = compose_config(
+        "publish", [f"artifact={tiny_artifact}", "repo=org/keytokens", f"out_dir={tmp_path / 'up'}"]
+    )
+    for _ in range(2):  # the rerun prepares the folder anew and tries the upload again
+        with pytest.raises(PipelineError, match="could not upload to the Hub dataset 'org/keytokens'"):
+            publish_command.run(cfg)
+    assert load_artifact(tmp_path / "up").contents == load_artifact(tiny_artifact).contents

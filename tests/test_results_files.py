@@ -1,20 +1,31 @@
-"""Results files under failure: a full disk never leaves part of a line, a line cut short by an older
-writer is named and never glued to the next, and a reader names the line whatever its bytes."""
+"""Results files: a path that cannot take a line (a folder, a FIFO, a symlink to nowhere, a path under a
+file) is refused before the model runs; a full disk never leaves part of a line; a line cut short is
+named, skipped and never glued to the next, and never costs the others; readers refuse what writers
+refuse (NaN, 1e308, wrong types, deep nesting, huge lines), each in one line naming the file, the line
+and the field, whatever its bytes."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from pipeline import api
+from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
+from pipeline.reporting import leaderboard
 from pipeline.results import lines
-from pipeline.results.scores import read_lines
-from tests.conftest import ROOT
+from pipeline.results.scores import read_lines, read_scores
+from tests.conftest import ROOT, compose_config
+from tests.test_cli_errors import cli, error_lines, job, messages
+from tests.test_leaderboard import base_rows, write_lines
 from tests.test_score import score
 
 # The score command with a disk that holds `quota` more bytes of the results file: one short write,
@@ -107,3 +118,194 @@ def lines_schema():
         model_config = ConfigDict(extra="allow")
 
     return Any_
+
+
+@pytest.mark.parametrize("kind", ["dangling", "loop", "fifo", "socket"])
+def test_results_that_cannot_take_a_line_are_refused_before_scoring(kind, tmp_path):
+    """results= a symlink to nowhere, a symlink loop, a FIFO or a socket: refused by the check every
+    command runs before its model loads (it failed after scoring, the FIFO blamed on free space)."""
+    path = tmp_path / "scores.jsonl"
+    if kind == "dangling":
+        path.symlink_to(tmp_path / "gone" / "scores.jsonl")
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+    said = {
+        "dangling": "is a symlink to",
+        "loop": "is a symlink loop",
+        "fifo": "is a FIFO",
+        "socket": "is a socket",
+    }
+    with pytest.raises(
+        PipelineError, match=f"results={path} {said[kind]}.*: pass the path of a regular file"
+    ):
+        lines.check_writable(path)
+
+
+def test_a_symlink_to_a_regular_file_is_still_written(tmp_path):
+    target = tmp_path / "real.jsonl"
+    target.write_text("")
+    (tmp_path / "link.jsonl").symlink_to(target)
+    assert lines.check_writable(tmp_path / "link.jsonl") == tmp_path / "link.jsonl"
+
+
+def test_results_that_cannot_be_written_fail_before_the_model_runs(other_model_dir, tiny_artifact, tmp_path):
+    (tmp_path / "file").write_text("")
+    done = cli(
+        "pipeline.commands.score", "--multirun", "model=local", f"model.spec={other_model_dir}",
+        f"artifact={tiny_artifact}", f"results={tmp_path},{tmp_path / 'file' / 'scores.jsonl'}", "device=cpu",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    found = sorted(line.split("] ", 1)[1] for line in error_lines(done.stderr))
+    under_a_file = f"{tmp_path / 'file'} is a file, not a folder: pass a path in a folder"
+    assert found == sorted([
+        f"results={tmp_path / 'file' / 'scores.jsonl'}: {under_a_file}",
+        f"results={tmp_path} is a folder: pass a file in it, e.g. {tmp_path / 'results.jsonl'}",
+    ])  # fmt: skip
+    assert "PPL" not in done.stdout  # nothing was scored
+    with pytest.raises(PipelineError, match=r"results_file=.* is a folder"):
+        api.score(None, None, tiny_artifact, results_file=tmp_path)
+
+
+def test_a_torn_line_never_costs_the_others(tmp_path, capsys):
+    """A write killed mid-line leaves a line cut short; the next append starts a new line, and every
+    reader skips the torn one with a note: `make leaderboard` shows all the others."""
+    rows = base_rows()
+    path = write_lines(tmp_path / "scores.jsonl", rows[:2])
+    with path.open("a") as f:
+        f.write(json.dumps(rows[2])[:150])  # killed after 150 bytes
+    lines.append(path, rows[2])
+    paths = leaderboard_command.run(
+        compose_config("leaderboard", [f"results={path}", f"out_dir={tmp_path / 'out'}"])
+    )
+    assert paths["leaderboard.csv"].read_text().count("\n") == 4  # the header and three entries
+    assert (
+        "line 3 was cut short (a write that was killed, or a full disk): skipped" in capsys.readouterr().err
+    )
+
+
+def test_results_files_with_bad_bytes(tmp_path):
+    utf8, torn = tmp_path / "utf8.jsonl", tmp_path / "torn.jsonl"
+    utf8.write_bytes(b'{"model_name": "m\xff"}\n')
+    torn.write_bytes(b'{"model_name": "m", "corpus": {"ppl"')  # a write cut short
+    done = cli(
+        "pipeline.commands.leaderboard", "--multirun", f"results={utf8},{torn}", f"out_dir={tmp_path / 'o'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    found = messages(done.stderr)
+    assert job(found, f"results={utf8}") == (
+        f"{utf8} line 1 is not a valid result (not UTF-8: byte 0xff at column 18): fix or delete that line"
+    )
+    assert job(found, f"results={torn}").startswith(f"no scores in {torn} (its only line, 1, was cut short)")
+
+
+RECORDED = ROOT / "conf" / "refresh" / "recorded.jsonl"  # a genuine result line (schema 5)
+
+
+def genuine_line() -> dict:
+    return json.loads(RECORDED.read_text().splitlines()[0])
+
+
+def identity_values(line: dict) -> dict:
+    return line["artifact"]["identity"]["documents"]["govreport-00"]["values"]
+
+
+BAD_LINES = {
+    "nan-in-a-document": (
+        lambda r: r["documents"][1].update(ppl=math.nan),
+        r"`documents\[1\]\.ppl` is nan, not a finite number",
+    ),
+    "summary-of-wrong-type": (
+        lambda r: identity_values(r)["lsd"].update(sum="x"),
+        r"`artifact\.identity\.documents\.govreport-00\.values\.lsd\.sum` is str 'x', not a finite number",
+    ),
+    "summaries-as-a-list": (
+        lambda r: r["artifact"]["identity"]["documents"]["govreport-00"].update(values=[1]),
+        r"`artifact\.identity\.documents\.govreport-00\.values` is list '\[1\]', not an object",
+    ),
+    "discrete-hash-a-number": (
+        lambda r: r["artifact"]["identity"].update(discrete=5),
+        r"`artifact\.identity\.discrete` is int '5', not a string",
+    ),
+    "1e308-perplexity": (
+        lambda r: r["corpus"].update(ppl=1e308),
+        r"`corpus\.ppl` is 1e\+308, beyond \+-1e\+300",
+    ),
+    "1e308-summary": (
+        lambda r: identity_values(r)["soft_weight"].update(max=1e308),
+        r"`artifact\.identity\.documents\.govreport-00\.values\.soft_weight\.max` is 1e\+308",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINES))
+def test_the_leaderboard_refuses_a_bad_line_in_one_line(tmp_path, case):
+    """On f0729ca: a NaN, a 1e308 summary and a hash of the wrong type were read as good, a summary of
+    the wrong type and a 1e308 perplexity gave tracebacks in the leaderboard."""
+    edit, message = BAD_LINES[case]
+    bad = genuine_line()
+    edit(bad)
+    path = tmp_path / "scores.jsonl"
+    path.write_text(json.dumps(genuine_line()) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(
+        PipelineError, match=rf"^{re.escape(str(path))} line 2 is not a valid result \(.*{message}"
+    ):
+        leaderboard.render(read_scores(path), tmp_path / "out")
+
+
+def test_a_deeply_nested_or_huge_line_is_refused_in_one_line(tmp_path):
+    """JSON nested 100,000 deep (on f0729ca: RecursionError) and a line over the size limit (on
+    f0729ca: read whole, 50 MB took 21.6 GB) are one error each, naming the line."""
+    good = json.dumps(genuine_line())
+    path = tmp_path / "scores.jsonl"
+    path.write_text(good + "\n" + good[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(PipelineError, match=rf"{re.escape(str(path))} line 2 .*nested deeper than 32 levels"):
+        read_scores(path)
+    path.write_text(good + "\n" + good[:-1] + ', "x": [' + "[" * 40 + "]" * 40 + "]}\n")
+    with pytest.raises(PipelineError, match=r"line 2 .*`x\[0\]\[0\].*` is nested deeper than 32 levels"):
+        read_scores(path)
+    path.write_text(good + "\n" + good[:-1] + ', "x": "' + "a" * (lines.MAX_LINE_BYTES + 1) + '"}\n')
+    with pytest.raises(PipelineError, match=rf"{re.escape(str(path))} line 2 is longer than 16777216 bytes"):
+        read_scores(path)
+
+
+def test_writers_refuse_what_readers_refuse(tmp_path):
+    line = genuine_line()
+    line["corpus"]["ppl"] = 1e308
+    with pytest.raises(
+        PipelineError, match=r"`corpus\.ppl` is 1e\+308, beyond \+-1e\+300.*nothing was written"
+    ):
+        lines.append(tmp_path / "scores.jsonl", line)
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_lm_eval_results_are_read_with_the_same_refusals(tmp_path):
+    """An lm-eval results file's LongPPL task with an identity record of the wrong type or a 1e308
+    value (on f0729ca: read as good, then a traceback on the board) is one error naming the file,
+    the task and the field."""
+    from pipeline.results.lmeval import read_lmeval_results
+
+    task = "longppl_x"
+    record = {"name": "x", "contents": "c" * 64, "identity": {"discrete": "d" * 64, "documents": []}}
+    data = {
+        "results": {task: {"ppl,none": 12.5, "longppl,none": 6.5}},
+        "configs": {task: {"metadata": {"longppl_fingerprint": "f" * 64, "longppl_artifact_record": record}}},
+        "config": {"longppl_model_name": "m"},
+        "n-samples": {task: {"original": 2, "effective": 2}},
+    }
+    path = tmp_path / "results_x.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(
+        PipelineError,
+        match=rf"{re.escape(str(path))}: task {task}: `longppl_artifact_record\.identity\.documents` is list",
+    ):
+        read_lmeval_results(path)
+    record["identity"]["documents"] = {}
+    data["results"][task]["longppl,none"] = 1e308
+    path.write_text(json.dumps(data))
+    with pytest.raises(PipelineError, match=rf"task {task}: `results\.{task}\.longppl,none` is 1e\+308"):
+        read_lmeval_results(path)

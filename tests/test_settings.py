@@ -4,6 +4,7 @@ bad settings end in one ``error:`` line with status 2 (a type error included), n
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from omegaconf import OmegaConf
@@ -12,8 +13,8 @@ from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.keytokens.settings import STAGE_COMPUTE
 from pipeline.settings import Compute, ScoreSettings, parse
-from tests.conftest import ROOT, compose_config, keytokens_overrides
-from tests.test_cli_errors import cli, error_lines
+from tests.conftest import ROOT, STAGE1_TEXTS, compose_config, keytokens_overrides
+from tests.test_cli_errors import cli, error_lines, job, messages, one_error
 
 
 def test_yaml_defaults_are_the_types_defaults():
@@ -153,3 +154,94 @@ def test_reports_bad_settings(tiny_artifact, tmp_path):
     assert show == {"setting all='maybe': Input should be a valid boolean, unable to interpret input"}
     publish = bad_settings("pipeline.commands.publish", tmp_path / "p", "repo=a/b", "dry_run=maybe")
     assert publish == {"setting dry_run='maybe': Input should be a valid boolean, unable to interpret input"}
+
+
+def test_unknown_top_level_keys_are_refused(tmp_path):
+    done = cli(
+        "pipeline.commands.leaderboard", "--multirun", "+artefact=x,y", f"hydra.sweep.dir={tmp_path / 's'}"
+    )
+    assert set(messages(done.stderr).values()) == {
+        "setting +artefact: this command has no setting artefact, so nothing would read it (known: "
+        "artifact, benchmarks, default_artifact, forgetting_results, ladder_results, lmeval_results, "
+        "out_dir, results)"
+    }
+
+
+def test_forgetting_token_ids_beyond_the_vocabulary(tiny_model_dir, tmp_path):
+    done = cli(
+        "pipeline.commands.forgetting_curve",
+        "--multirun", "model=local", f"model.spec={tiny_model_dir}", "bos_id=99999,0",
+        "eos_id=99999", f"results={tmp_path / 'f.jsonl'}", f"plot_dir={tmp_path}", "device=cpu",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    rows = len(load_tokenizer_rows(tiny_model_dir))
+    assert set(messages(done.stderr).values()) == {
+        f"setting {name}=99999: not a token id of '{tiny_model_dir}', whose vocabulary has {rows} ids: "
+        f"give an id below {rows}, or null for the model's own"
+        for name in ("bos_id", "eos_id")
+    }
+
+
+def load_tokenizer_rows(model_dir) -> range:
+    return range(json.loads((model_dir / "config.json").read_text())["vocab_size"])
+
+
+def test_finetune_that_would_train_plain_ce_and_names_outside_the_output(
+    tiny_model_dir, write_corpus, tmp_path
+):
+    corpus = write_corpus([{"id": "a", "text": STAGE1_TEXTS[0]}])
+    done = cli(
+        "pipeline.commands.finetune",
+        "--multirun", "model=local", f"model.spec={tiny_model_dir}", "corpus=local",
+        f"corpus.path={corpus}", f"output_dir={tmp_path / 'out'}", "K=16", "d=16", "max_length=32",
+        "name=../../escaped,run", "device=cpu", "training.max_steps=1", f"hydra.sweep.dir={tmp_path / 's'}",
+    )  # fmt: skip
+    found = messages(done.stderr)
+    assert job(found, "name=../../escaped").startswith(
+        "setting name='../../escaped': String should match pattern"
+    )
+    assert job(found, "name=run") == (
+        "source=self with K=16, d=16 and max_length=32: no token of a sequence of at most 32 tokens lies "
+        "past K + d = 32, so every weight would be 1 and LongCE would be plain CE: lower K or d "
+        "(K + d < 32), raise max_length, or pass source=ce"
+    )
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escaped").exists()
+    official = cli(
+        "pipeline.commands.import_official", "--multirun", "name=../../escaped,ok", "+official.tokeniser=x",
+        f"hydra.sweep.dir={tmp_path / 'logs'}",
+    )  # fmt: skip
+    found = messages(official.stderr)
+    assert job(found, "name=../../escaped").startswith(
+        "setting name='../../escaped': String should match pattern"
+    )
+    assert job(found, "name=ok") == (
+        "setting official.tokeniser: no such setting (known: folder, evaluator, tokenizer, "
+        "tokenizer_revision)"
+    )
+
+
+def test_validate_family_members_with_unknown_keys(tiny_model_dir, tmp_path):
+    spec = str(tiny_model_dir)
+    done = cli(
+        "pipeline.commands.validate", "--multirun",
+        f"checkpoints=[{{spec: '{spec}', contextlimit: 5}}],[{{spec: '{spec}', context_limit: abc}}]",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )  # fmt: skip
+    assert {line.split("]] ", 1)[1] for line in error_lines(done.stderr)} == {
+        f"family member {{'spec': '{spec}', 'contextlimit': 5}}: no setting contextlimit (known: model, "
+        "spec, context_limit, label)",
+        f"family member {{'spec': '{spec}', 'context_limit': 'abc'}}: context_limit is a number of tokens "
+        "(at least 2)",
+    }
+
+
+def test_ladder_bootstrap_has_an_upper_bound(tmp_path):
+    done = cli(
+        "pipeline.commands.ladder",
+        "model=local",
+        f"model.spec={tmp_path / 'no-model'}",
+        "bootstrap=10000000000",
+    )
+    assert error_lines(done.stderr) == [] and one_error(done) == (
+        "error: setting bootstrap=10000000000: Input should be less than or equal to 100000"
+    )

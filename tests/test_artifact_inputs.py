@@ -1,30 +1,23 @@
-"""Trust, second round: artifacts edited across tables as an adversary would (every hash and the
-fingerprint redone), checked against the inputs they were made from where those are at hand; the
-advice to regenerate that works; forged results that cannot take a genuine artifact's place; pages and
-cards that stay inside the artifact and escape what the manifest says."""
+"""An artifact checked against the inputs it was made from, where they are at hand
+(``pipeline.artifact.inputs``): its tokens re-tokenised with the evaluator's tokenizer (its
+tokenizer.json first, transformers where that disagrees), its truncated texts against their sources,
+its cut where max_tokens puts it. Edits across tables, with every hash and the fingerprint redone,
+fail there; what no check can prove is in docs/guarantees.md."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
-import numpy as np
 import polars as pl
-import pyarrow as pa
 import pytest
 
-from pipeline import definition, files
+from pipeline import definition
 from pipeline.artifact import inputs
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.schema import TABLES, contents_sha256
-from pipeline.commands import leaderboard_refresh as refresh_command
+from pipeline.artifact.schema import TABLES
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
-from pipeline.reporting import keytoken_page, leaderboard
-from pipeline.results.scores import read_scores
-from pipeline.sharing import publish
-from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 from tests.test_artifact_checks import (
     cell,
     craft,
@@ -33,7 +26,6 @@ from tests.test_artifact_checks import (
     set_setting,
     untruncated_artifact,  # noqa: F401 (a fixture)
 )
-from tests.test_score import score
 
 
 def remerged(src, dst, tokens_edit):
@@ -204,180 +196,6 @@ def test_the_cut_is_where_max_tokens_puts_it(tiny_artifact, tokenizer_at_hand, t
         PipelineError, match=r"stage 1 keeps \d+ characters of its source \(max_tokens=160\), the "
     ):
         load_artifact(root)
-
-
-def test_contents_hash_is_of_the_values_not_the_file(tiny_artifact):
-    art = load_artifact(tiny_artifact)
-    tables = {name: getattr(art, name) for name in ("documents", "tokens", "spans")}
-    chunked = {n: pa.concat_tables([t.slice(0, 2), t.slice(2)]) for n, t in tables.items()}
-    assert contents_sha256(chunked) == art.contents
-    sliced = {**tables, "tokens": pa.concat_tables([tables["tokens"].slice(0, 5), tables["tokens"].slice(5)])}
-    assert contents_sha256(sliced) == art.contents
-    lsd = tables["tokens"]["lsd"].to_numpy(zero_copy_only=False).copy()
-    lsd[np.flatnonzero(~np.isnan(lsd))[0]] += 1e-12
-    nudged = tables["tokens"].set_column(7, "lsd", pa.array(lsd, from_pandas=True))
-    assert contents_sha256({**tables, "tokens": nudged}) != art.contents
-    renamed = tables["documents"].set_column(0, "doc_id", pa.array(["a", "b", "c"]))
-    assert contents_sha256({**tables, "documents": renamed}) != art.contents
-
-
-def consistent_forgery(df: pl.DataFrame) -> pl.DataFrame:
-    """A plain token past the first two short windows made key, with LSD, weight and flag consistent:
-    undetectable by design (only the evaluator could tell)."""
-    rows = df.with_row_index().filter(
-        (pl.col("token_index") > 40) & ~pl.col("is_key") & pl.col("short_logprob").is_not_null()
-    )
-    row = int(rows["index"][0])
-    long = df["long_logprob"][row]
-    df = cell("short_logprob", row, long - 10.0)(df)
-    df = cell("lsd", row, 10.0)(cell("soft_weight", row, 5.0)(df))
-    return cell("is_key", row, True)(df)
-
-
-def test_forged_results_never_take_the_genuine_artifacts_place(tiny_artifact, other_model_dir, tmp_path):
-    """A fully consistent LSD forgery loads (by design), under the genuine name and fingerprint; its
-    results name other contents, so the genuine artifact's leaderboard and refresh never show them."""
-    forged_dir = remerged(tiny_artifact, tmp_path / "forged" / tiny_artifact.name, consistent_forgery)
-    forged, genuine = load_artifact(forged_dir), load_artifact(tiny_artifact)
-    assert (
-        forged.manifest["fingerprint"] == genuine.manifest["fingerprint"]
-        and forged.contents != genuine.contents
-    )
-    real = score(other_model_dir, tiny_artifact, tmp_path)
-    fake = score(other_model_dir, forged_dir, tmp_path)
-    assert (
-        fake["artifact"]["contents"] == forged.contents and real["artifact"]["contents"] == genuine.contents
-    )
-    assert fake["corpus"]["longppl"] != real["corpus"]["longppl"] and fake["result_id"] != real["result_id"]
-    df = read_scores(tmp_path / "scores.jsonl")
-    newest = leaderboard.select(df)
-    assert newest.height == 1 and newest["contents"][0] == forged.contents
-    board = leaderboard.select(df, genuine.contents[:12])
-    assert board["longppl"].to_list() == [real["corpus"]["longppl"]]
-    note = leaderboard.other_contents(df, board)
-    assert note and forged.contents[:12] in note
-    md = leaderboard.render(df, tmp_path / "board", artifact=genuine.contents[:12])[
-        "leaderboard.md"
-    ].read_text()
-    assert f"contents `{genuine.contents[:12]}`" in md
-    cfg = compose_config(
-        "leaderboard_refresh",
-        [
-            f"artifact={forged_dir}",
-            f"fingerprint={genuine.manifest['fingerprint']}",
-            f"contents={genuine.contents}",
-            "discrete=null",
-            f"recorded={tmp_path / 'recorded.jsonl'}",
-            f"models=[{{name: tiny, spec: '{other_model_dir}', revision: null}}]",
-        ],
-    )
-    with pytest.raises(PipelineError, match=rf"has contents {forged.contents[:12]}, the refresh pins"):
-        refresh_command.run(cfg)
-
-
-def test_regenerate_advice_works_for_a_cut_manifest_and_an_edited_table(
-    tiny_model_dir, tiny_artifact, tmp_path
-):
-    """ "regenerate the artifact with `make keytokens`": doing so computes it anew, identical; a damaged
-    run.json is rewritten while no document is finished, and one error line once some are."""
-    corpus = tmp_path / "corpus.jsonl"
-    shutil.copy(tiny_artifact.parent / "corpus.jsonl", corpus)
-    cfg = compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path / "out"))
-    root = tmp_path / "out" / "test"
-    genuine = load_artifact(tiny_artifact)
-
-    def regenerated() -> bool:
-        art = load_artifact(root)
-        return all(getattr(art, t).equals(getattr(genuine, t)) for t in ("documents", "tokens", "spans"))
-
-    run_keytokens(cfg)
-    text = (root / "manifest.json").read_text()
-    (root / "manifest.json").write_text(text[: len(text) // 2])
-    with pytest.raises(
-        PipelineError, match=r"manifest\.json is not valid JSON .*regenerate the artifact with `make"
-    ):
-        load_artifact(root)
-    run_keytokens(cfg)
-    assert regenerated()
-    edited = craft(root, tmp_path / "edited", tokens=lambda df: cell("lsd", first_key_row(df), 99.0)(df))
-    shutil.rmtree(root)
-    edited.rename(root)
-    run_keytokens(cfg)
-    assert regenerated()
-    shutil.rmtree(root)
-    root.mkdir()
-    (root / "run.json").write_text("{cut")
-    run_keytokens(cfg)
-    assert regenerated()
-
-
-def test_damaged_run_json_with_finished_documents(tiny_model_dir, tiny_artifact, tmp_path, monkeypatch):
-    corpus = tmp_path / "corpus.jsonl"
-    shutil.copy(tiny_artifact.parent / "corpus.jsonl", corpus)
-    cfg = compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path / "out"))
-
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr("pipeline.artifact.writer.ArtifactWriter.finalize", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            run_keytokens(cfg)
-    root = tmp_path / "out" / "test"
-    (root / "run.json").write_text("[]")
-    with pytest.raises(
-        PipelineError, match=r"run\.json does not read \(not a JSON object\): the 3 finished documents"
-    ):
-        run_keytokens(cfg)
-
-
-def test_pages_and_card_escape_the_manifest(tiny_artifact, tmp_path):
-    """The type checks refuse a string K on load; whatever reaches a page or a card is escaped anyway."""
-    art = load_artifact(tiny_artifact)
-    art.manifest = json.loads(json.dumps(art.manifest))
-    art.settings["K"] = "<img src=x onerror=alert(1)>"
-    art.settings["evaluator"]["spec"] = "<script>x</script>"
-    page = keytoken_page.document_html(art) + keytoken_page.index_html(art, set())
-    assert "<img" not in page and "<script>" not in page and "&lt;img src=x" in page
-    card = publish.dataset_card(art, "org/name", "cc-by-4.0")
-    body = card.split("---", 2)[2]
-    assert "`K=<img src=x onerror=alert(1)>, " in body and "`<script>x</script>`" in body
-    assert body.replace("`K=<img src=x onerror=alert(1)>, ", "").count("<img") == 0
-
-
-@pytest.mark.parametrize("link", ["views", "page"])
-def test_pages_never_follow_a_link_out_of_the_artifact(tiny_artifact, tmp_path, link):
-    root = craft(tiny_artifact, tmp_path / "art")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    if link == "views":
-        (root / "views").symlink_to(outside, target_is_directory=True)
-    else:
-        (root / "views").mkdir()
-        (root / "views" / "doc-1.html").symlink_to(outside / "x.html")
-    with pytest.raises(
-        PipelineError, match=r"is a symbolic link: key-token pages are written inside the artifact"
-    ):
-        keytoken_page.write_views(root)
-    assert not list(outside.iterdir())
-
-
-def test_artifact_files_are_readable_by_others(tiny_model_dir, tiny_artifact, tmp_path):
-    """A normal umask's modes (0644 files, 0755 folders), not mkstemp's private 0600."""
-    old = os.umask(0o022)
-    try:
-        corpus = tmp_path / "corpus.jsonl"
-        shutil.copy(tiny_artifact.parent / "corpus.jsonl", corpus)
-        run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path / "out")))
-        files.write_bytes_atomic(tmp_path / "plain.txt", b"x")
-    finally:
-        os.umask(old)
-    root = tmp_path / "out" / "test"
-    modes = {p.name: p.stat().st_mode & 0o777 for p in [*root.iterdir(), *(root / "views").iterdir()]}
-    assert (
-        set(modes.values()) <= {0o644, 0o755} and modes["manifest.json"] == 0o644 and modes["views"] == 0o755
-    )
-    assert (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o644
 
 
 @pytest.mark.integration
