@@ -283,7 +283,9 @@ def compare_as_the_refresh_does(work: Path, art) -> dict[str, dict[str, float]]:
 
     rows = [json.loads(line) for line in (work / "recorded.jsonl").read_text().splitlines()]
     expected = {row["model_name"]: official_aggregate(row["documents"]) for row in rows}
-    config = OmegaConf.to_container(compose("leaderboard_refresh", ["refresh=official-llama3.1-8b"]), resolve=True)
+    config = OmegaConf.to_container(
+        compose("leaderboard_refresh", ["refresh=official-llama3.1-8b"]), resolve=True
+    )
     for row in rows:
         check_values(
             row["settings"], {"add_bos": False, "dtype": "bfloat16"}, f"{row['model_name']}'s result"
