@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.test_layout import cycles_in
 
 BENCH = ROOT / "bench"
 # Lowest first; a module in none is a case (one bench). Inside a layer only the base may import its
@@ -61,22 +62,7 @@ def test_every_bench_import_runs_down_the_layers():
 
 
 def test_no_import_cycle_in_bench():
-    edges, state, cycles = graph(), {}, []
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        stack.append(node)
-        for target in sorted(edges[node]):
-            if state.get(target) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
-            elif not state.get(target):
-                visit(target, stack)
-        stack.pop()
-        state[node] = 2
-
-    for node in edges:
-        if not state.get(node):
-            visit(node, [])
+    cycles = cycles_in(graph())
     assert not cycles, cycles
 
 

@@ -87,18 +87,15 @@ def test_every_import_runs_down_the_layers():
     assert not upward, upward
 
 
-def test_no_import_cycle():
-    known = modules()
-    edges = {
-        m: {t for t in imports(p, known) if t != m and not m.startswith(t + ".")} for m, p in known.items()
-    }
+def cycles_in(edges: dict[str, set[str]]) -> list[str]:
+    """Every import cycle of a graph (node -> the nodes it imports), as ``a -> b -> a``."""
     state: dict[str, int] = {}
     cycles: list[str] = []
 
     def visit(node: str, stack: list[str]) -> None:
         state[node] = 1
         stack.append(node)
-        for target in edges[node]:
+        for target in sorted(edges[node]):
             if state.get(target) == 1:
                 cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
             elif not state.get(target):
@@ -109,6 +106,20 @@ def test_no_import_cycle():
     for node in edges:
         if not state.get(node):
             visit(node, [])
+    return cycles
+
+
+def test_a_cycle_is_found():
+    assert cycles_in({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
+    assert cycles_in({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle():
+    known = modules()
+    edges = {
+        m: {t for t in imports(p, known) if t != m and not m.startswith(t + ".")} for m, p in known.items()
+    }
+    cycles = cycles_in(edges)
     assert not cycles, cycles
 
 
