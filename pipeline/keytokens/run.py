@@ -25,10 +25,11 @@ from pipeline.keytokens import ranks as distributed
 from pipeline.keytokens.documents import Prepared, Selection, document_records, select
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
+from pipeline.loogle.corpus import LoogleCorpus, load_loogle_corpus
 from pipeline.models.loading import LoadedModel, is_gguf, is_local_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
-from pipeline.text.corpus import load_corpus
+from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
 
 def run(settings: KeyTokenSettings) -> dict[str, Any]:
@@ -37,21 +38,34 @@ def run(settings: KeyTokenSettings) -> dict[str, Any]:
     started = time.time()
     offline_unless(settings.corpus.needs_network, not is_local_model(settings.evaluator.spec))
     settings.evaluator.check()
-    docs = load_corpus(settings.corpus)
+    docs, questions = corpus_documents(settings.corpus)
     if not docs:
         raise PipelineError(f"corpus '{settings.corpus.name}' has no documents: nothing to score")
     ranks = distributed.init_ranks(use_cuda=wants_cuda(settings.compute.device))
     with ExitStack() as stack:
         if ranks.is_main:
             stack.enter_context(lock.exclusive(settings.artifact_dir(), "keytokens run"))
-        return locked_run(settings, docs, ranks, started)
+        return locked_run(settings, docs, ranks, started, questions)
+
+
+def corpus_documents(spec: CorpusSpec) -> tuple[list[Document], LoogleCorpus | None]:
+    """The corpus's documents and, for a corpus with questions (LooGLE's), those questions."""
+    if spec.loogle:
+        loogle = load_loogle_corpus(spec)
+        return loogle.documents, loogle
+    return load_corpus(spec), None
 
 
 def locked_run(
-    settings: KeyTokenSettings, docs: list, ranks: distributed.Ranks, started: float
+    settings: KeyTokenSettings,
+    docs: list,
+    ranks: distributed.Ranks,
+    started: float,
+    questions: LoogleCorpus | None = None,
 ) -> dict[str, Any]:
     """The run, with the lock held: a finished artifact is left as it is, an unfinished one resumed;
-    a run that fails before its first document is written leaves nothing behind."""
+    a run that fails before its first document is written leaves nothing behind. The questions of a
+    corpus that has them go beside the tables, for the documents scored."""
     lm = load_evaluator(settings, ranks)
     selection = select(docs, lm, settings.definition, settings.documents, settings.corpus, settings.compute)
     writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
@@ -73,7 +87,11 @@ def locked_run(
     manifest = None
     if ranks.is_main:
         extra = manifest_extra(selection, devices, settings, resumed, time.time() - started)
-        manifest = writer.finalize(range(len(selection.prepared)), extra)
+        qa = None
+        if questions is not None:
+            extra["questions"] = questions.record
+            qa = questions.tables([p.doc.id for p in selection.prepared])
+        manifest = writer.finalize(range(len(selection.prepared)), extra, qa)
     ranks.barrier()  # rank 0 has finalized
     distributed.shutdown(ranks)
     return manifest or load_artifact(writer.root).manifest
