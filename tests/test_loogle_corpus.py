@@ -112,6 +112,10 @@ def test_questions_and_evidence_travel_with_the_artifact(loogle_artifact):
     assert missing.rule == "unlocated" and missing.spans == () and not missing.inside(10**6)
     n_chars = len(texts[questions[0].doc_id])
     assert n_chars < len(TEXT_A) and early.inside(n_chars) and not late.inside(n_chars)  # past the cut
+    kept = {d["doc_id"]: d for d in art.manifest["questions"]["documents"]}
+    alpha = kept[questions[0].doc_id]
+    assert (alpha["n_questions"], alpha["n_evidence"], alpha["located"], alpha["inside_kept"]) == (3, 4, 3, 2)
+    assert alpha["n_tokens"] == 150 < alpha["n_source_tokens"] and alpha["n_chars"] == n_chars
     assert art.manifest["questions"]["source"] == Path(art.settings["corpus"]["loogle"]).name
     assert art.settings["corpus"]["tasks"] == ["shortdep_qa", "longdep_qa"]
 
@@ -132,12 +136,17 @@ def test_a_tampered_question_table_is_refused(loogle_artifact, tmp_path):
         ("span", "is not inside its source text"),
         ("exact", "not its evidence string"),
         ("order", "question_index"),
+        ("record", "says inside_kept is 3, the tables 2"),
     ):
         root = tmp_path / case
         shutil.copytree(loogle_artifact, root)
         evidence = pq.read_table(root / "evidence.parquet").to_pylist()
         if case == "hash":
             (root / "questions.parquet").write_bytes((root / "questions.parquet").read_bytes()[:-9])
+        elif case == "record":
+            manifest = json.loads((root / "manifest.json").read_text())
+            manifest["questions"]["documents"][0]["inside_kept"] += 1
+            (root / "manifest.json").write_text(json.dumps(manifest))
         elif case == "order":
             questions = pq.read_table(root / "questions.parquet")
             rewrite(root, "questions", pa.Table.from_pylist(questions.to_pylist()[::-1], questions.schema))

@@ -6,6 +6,8 @@ Checked on every load of an artifact that declares them (``load_artifact``), bes
 - the manifest's ``questions`` record is a mapping, and each table has the rows its ``files`` record;
 - questions: every ``doc_id`` a document of the artifact, rows grouped in document order,
   ``question_index`` 0, 1, ... within each document, ``source_id`` unique, ``n_evidence`` >= 0;
+- the record of what the cut keeps of each document (``kept_records``), where there is one, equal to
+  the documents table and to the counts recomputed from the tables;
 - evidence: every row names a question, in the questions' order; each question's ``evidence_index``
   0 .. ``n_evidence`` - 1, each with ``piece_index`` 0, 1, ...; an ``unlocated`` string has null offsets
   and one row, a located one ``0 <= char_start < char_end <= n_source_chars``; an ``exact`` span inside
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from pipeline.artifact.checks import FIX, ArtifactProblem
 from pipeline.artifact.schema import QUESTIONS, UNLOCATED, KeyTokenArtifact
@@ -97,6 +101,50 @@ def check_questions(artifact: KeyTokenArtifact) -> None:
     position = {doc: i for i, doc in enumerate(docs["doc_id"])}
     counts = check_question_rows(artifact.questions.to_pylist(), position, where)
     check_evidence_rows(artifact.evidence.to_pylist(), counts, docs, where)
+    check_kept(artifact, docs, where)
+
+
+def kept_records(qa: dict[str, pa.Table], documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the cut to ``max_tokens`` keeps of each document (``documents``: doc_id, n_tokens,
+    n_source_tokens, n_chars, n_source_chars) and of its evidence: the questions, the evidence strings,
+    those located, and those located entirely inside the kept characters (every span)."""
+    strings: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for row in qa["evidence"].to_pylist():
+        strings.setdefault((row["doc_id"], row["question_index"], row["evidence_index"]), []).append(row)
+    questions = qa["questions"]["doc_id"].to_pylist()
+    out = []
+    for doc in documents:
+        mine = [rows for key, rows in strings.items() if key[0] == doc["doc_id"]]
+        located = [rows for rows in mine if rows[0]["rule"] != UNLOCATED]
+        inside = [rows for rows in located if all(r["char_end"] <= doc["n_chars"] for r in rows)]
+        counts = {"n_questions": questions.count(doc["doc_id"]), "n_evidence": len(mine)}
+        out.append({**doc, **counts, "located": len(located), "inside_kept": len(inside)})
+    return out
+
+
+def check_kept(artifact: KeyTokenArtifact, docs: dict[str, list], where: str) -> None:
+    """The manifest's record of what the cut keeps, against the tables (when it has one)."""
+    recorded = artifact.manifest[QUESTIONS].get("documents")
+    if recorded is None:
+        return
+    keys = ("doc_id", "n_tokens", "n_chars", "n_source_chars")
+    rows = [dict(zip(keys, values, strict=True)) for values in zip(*(docs[k] for k in keys), strict=True)]
+    if not isinstance(recorded, list) or len(recorded) != len(rows):
+        raise ArtifactProblem(
+            f"{where}: the manifest's {QUESTIONS} record does not list every document; {FIX}"
+        )
+    sources = [r.get("n_source_tokens") if isinstance(r, dict) else None for r in recorded]
+    if any(not isinstance(n, int) or n < row["n_tokens"] for n, row in zip(sources, rows, strict=True)):
+        raise ArtifactProblem(f"{where}: a document's n_source_tokens is fewer than it kept; {FIX}")
+    rows = [{**row, "n_source_tokens": n} for row, n in zip(rows, sources, strict=True)]
+    for found, expected in zip(recorded, kept_records(artifact.qa or {}, rows), strict=True):
+        if found != expected:
+            found = found if isinstance(found, dict) else {}
+            key = next(k for k in expected if found.get(k) != expected[k])
+            raise ArtifactProblem(
+                f"{where}: the manifest's {QUESTIONS} record of document '{expected['doc_id']}' says {key} "
+                f"is {found.get(key)!r}, the tables {expected[key]!r}; {FIX}"
+            )
 
 
 def check_question_rows(rows: list[dict[str, Any]], position: dict[str, int], where: str) -> dict:

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pipeline.artifact import lock
+from pipeline.artifact.qa import kept_records
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.writer import ArtifactWriter, OtherSettings
 from pipeline.errors import PipelineError
@@ -30,6 +31,7 @@ from pipeline.models.loading import LoadedModel, is_gguf, is_local_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
+from pipeline.text.tokenization import encode_with_offsets
 
 
 def run(settings: KeyTokenSettings) -> dict[str, Any]:
@@ -89,8 +91,8 @@ def locked_run(
         extra = manifest_extra(selection, devices, settings, resumed, time.time() - started)
         qa = None
         if questions is not None:
-            extra["questions"] = questions.record
             qa = questions.tables([p.doc.id for p in selection.prepared])
+            extra["questions"] = question_record(questions, qa, selection.prepared, lm)
         manifest = writer.finalize(range(len(selection.prepared)), extra, qa)
     ranks.barrier()  # rank 0 has finalized
     distributed.shutdown(ranks)
@@ -112,6 +114,24 @@ def finished_artifact(writer: ArtifactWriter, is_main: bool) -> dict[str, Any] |
     if problem is not None and is_main:
         print(f"note: the artifact there does not load, so it is computed anew ({problem})")
     return None
+
+
+def question_record(questions: LoogleCorpus, qa: dict, prepared: list[Prepared], lm: LoadedModel) -> dict:
+    """The manifest's ``questions`` record: where they came from, and what the cut keeps of each
+    document and its evidence (a truncated text's source tokenized whole, as stage 1 first does)."""
+    documents = [
+        {
+            "doc_id": p.doc.id,
+            "n_tokens": len(p.ids),
+            "n_source_tokens": len(encode_with_offsets(lm.tokenizer, p.doc.text).ids)
+            if p.truncated
+            else len(p.ids),
+            "n_chars": len(p.text),
+            "n_source_chars": len(p.doc.text),
+        }
+        for p in prepared
+    ]
+    return {**questions.record, "documents": kept_records(qa, documents)}
 
 
 def wants_cuda(device: str) -> bool:
