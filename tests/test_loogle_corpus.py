@@ -190,3 +190,12 @@ def test_the_hub_corpus_is_pinned_and_offline_is_one_line(tiny_model_dir, tmp_pa
     message = str(caught.value)
     assert "\n" not in message and "bigainlco/LooGLE" in message and "corpus.loogle=DIR" in message
     assert not (tmp_path / "test").exists()
+
+
+def test_a_published_folder_keeps_the_questions(loogle_artifact, tmp_path):
+    from pipeline.sharing.publish import prepare_folder
+
+    out = prepare_folder(loogle_artifact, tmp_path / "publish", "someone/loogle-keytokens", "mit")
+    copy, original = load_artifact(out), load_artifact(loogle_artifact)
+    assert copy.questions.equals(original.questions) and copy.evidence.equals(original.evidence)
+    assert copy.contents == original.contents and "config_name: evidence" in (out / "README.md").read_text()

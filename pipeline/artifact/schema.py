@@ -162,6 +162,11 @@ def has_questions(manifest: dict[str, Any]) -> bool:
     return QUESTIONS in manifest
 
 
+def table_names(manifest: dict[str, Any], where: str | Path = "artifact") -> tuple[str, ...]:
+    """Every table an artifact has: those its kind declares, then the question tables if it has them."""
+    return declared_tables(manifest, where) + (tuple(QA_TABLES) if has_questions(manifest) else ())
+
+
 def artifact_kind(manifest: dict[str, Any], where: str | Path = "artifact") -> str:
     """The manifest's artifact kind (``per_token`` for manifests written before kinds existed)."""
     kind = manifest.get("kind", PER_TOKEN)
