@@ -81,9 +81,10 @@ def hub_rows(task: str, source: DataSource) -> list[dict[str, Any]]:
     import datasets
 
     if not source.revision:
+        key = "corpus.revision" if source.option.startswith("corpus.") else "revision"
         raise PipelineError(
-            f"data=hub needs the revision of {source.dataset} to read (revision=<commit>): unpinned, the "
-            "dataset could change under the same name"
+            f"{source.option}=hub needs the revision of {source.dataset} to read ({key}=<commit>): "
+            "unpinned, the dataset could change under the same name"
         )
     first: Exception | None = None
     for config in CONFIG_NAMES.get(task, (task,)):
