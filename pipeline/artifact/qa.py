@@ -18,6 +18,7 @@ A failure is one PipelineError naming the table, the row and what is wrong.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,16 +109,17 @@ def kept_records(qa: dict[str, pa.Table], documents: list[dict[str, Any]]) -> li
     """What the cut to ``max_tokens`` keeps of each document (``documents``: doc_id, n_tokens,
     n_source_tokens, n_chars, n_source_chars) and of its evidence: the questions, the evidence strings,
     those located, and those located entirely inside the kept characters (every span)."""
-    strings: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    strings: dict[str, dict[tuple[int, int], list[dict[str, Any]]]] = {}
     for row in qa["evidence"].to_pylist():
-        strings.setdefault((row["doc_id"], row["question_index"], row["evidence_index"]), []).append(row)
-    questions = qa["questions"]["doc_id"].to_pylist()
+        key = (row["question_index"], row["evidence_index"])
+        strings.setdefault(row["doc_id"], {}).setdefault(key, []).append(row)
+    questions = Counter(qa["questions"]["doc_id"].to_pylist())
     out = []
     for doc in documents:
-        mine = [rows for key, rows in strings.items() if key[0] == doc["doc_id"]]
+        mine = list(strings.get(doc["doc_id"], {}).values())
         located = [rows for rows in mine if rows[0]["rule"] != UNLOCATED]
         inside = [rows for rows in located if all(r["char_end"] <= doc["n_chars"] for r in rows)]
-        counts = {"n_questions": questions.count(doc["doc_id"]), "n_evidence": len(mine)}
+        counts = {"n_questions": questions[doc["doc_id"]], "n_evidence": len(mine)}
         out.append({**doc, **counts, "located": len(located), "inside_kept": len(inside)})
     return out
 
