@@ -36,7 +36,7 @@ def test_the_question_layout_gives_the_same_questions():
     documents = load_questions("longdep_qa", DataSource())
     rows = [
         {"title": q.doc_id, "context": q.context, "question": q.question, "answer": q.answer}
-        | {"evidence": list(q.evidence)}
+        | {"evidence": list(q.evidence), "type": q.kind}
         for q in documents
     ]
     assert questions_from_rows("longdep_qa", rows, "rows") == documents

@@ -21,15 +21,18 @@ import pyarrow.parquet as pq
 from pipeline import definition
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.inputs import check_against_inputs
+from pipeline.artifact.qa import check_questions
 from pipeline.artifact.schema import (
+    ALL_TABLES,
     MANIFEST,
     NEEDS_TOKEN_VALUES,
+    QA_TABLES,
     REQUIRED_SETTINGS,
     RUN_STATE,
     SCHEMA_VERSION,
-    TABLES,
     KeyTokenArtifact,
     declared_tables,
+    has_questions,
 )
 from pipeline.errors import PipelineError
 from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset, is_url
@@ -93,14 +96,19 @@ def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtif
     """Open an artifact: its manifest, schema version and kind, the file hashes, every content check
     (``pipeline.artifact.checks``), then the checks against its inputs where they are at hand
     (``pipeline.artifact.inputs``; skipped with the hashes when ``verify_hashes`` is False, right
-    after writing them). Any problem is a one-line PipelineError."""
+    after writing them); the question tables, when its manifest declares them (``artifact.qa``). Any
+    problem is a one-line PipelineError."""
     root = Path(root)
     manifest = read_manifest(root)
     tables: dict[str, pa.Table | None] = {"tokens": None}
     for name in declared_tables(manifest, root):
         tables[name] = read_table(root, name, manifest, verify_hashes)
     artifact = KeyTokenArtifact(root=root, manifest=manifest, **tables)
+    if has_questions(manifest):
+        artifact.qa = {name: read_table(root, name, manifest, verify_hashes) for name in QA_TABLES}
     check_artifact(artifact)
+    if artifact.qa is not None:
+        check_questions(artifact)
     if verify_hashes:
         artifact.checked = check_against_inputs(artifact)
     return artifact
@@ -158,7 +166,7 @@ def read_table(root: Path, name: str, manifest: dict[str, Any], verify_hash: boo
         raise PipelineError(
             f"{path} does not match the sha256 in its manifest (altered or corrupted): regenerate it"
         )
-    return read_parquet(path, TABLES[name], "regenerate it")
+    return read_parquet(path, ALL_TABLES[name], "regenerate it")
 
 
 def read_parquet(path: Path, schema: pa.Schema, fix: str) -> pa.Table:

@@ -13,6 +13,15 @@ An artifact is a directory ``artifacts/keytokens/<name>/`` holding:
     is_key (lsd > alpha and long > beta).
 ``spans.parquet`` (merged key-token character intervals)
     doc_id, span_index, char_start, char_end, n_tokens.
+``questions.parquet`` and ``evidence.parquet`` (optional: a corpus with questions, LooGLE's)
+    questions: doc_id, question_index (0, 1, ... within its document), task, source_id (the question's
+    id in its data, ``<title>#<index>``), type (null when the data gives none), question, answer (a
+    cloze answer as JSON), n_evidence. evidence (one row per located span; an unlocated evidence
+    string is one row with null offsets): doc_id, question_index, evidence_index, piece_index, rule
+    (how it was located, or ``unlocated``), char_start, char_end (of the full source text: the kept
+    text is its prefix), occurrences, ratio (the fuzzy rule's), text (the evidence string). The
+    manifest's ``questions`` (their source, revision and fingerprints, the alignment) declares them;
+    an artifact without it has none, and its files and bytes are those it always had.
 ``manifest.json``
     schema_version, kind (``KINDS``; absent: ``per_token``), fingerprint (``settings_fingerprint``),
     settings (evaluator and its file sha256 or revision, K, d, alpha, beta, gamma,
@@ -99,6 +108,37 @@ SPANS_SCHEMA = pa.schema(
     ]
 )
 TABLES = {"documents": DOCUMENTS_SCHEMA, "tokens": TOKENS_SCHEMA, "spans": SPANS_SCHEMA}
+QUESTIONS_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("question_index", pa.int32()),
+        ("task", pa.string()),
+        ("source_id", pa.string()),
+        ("type", pa.string()),
+        ("question", pa.large_string()),
+        ("answer", pa.large_string()),
+        ("n_evidence", pa.int32()),
+    ]
+)
+EVIDENCE_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("question_index", pa.int32()),
+        ("evidence_index", pa.int32()),
+        ("piece_index", pa.int32()),
+        ("rule", pa.string()),
+        ("char_start", pa.int32()),
+        ("char_end", pa.int32()),
+        ("occurrences", pa.int32()),
+        ("ratio", pa.float64()),
+        ("text", pa.large_string()),
+    ]
+)
+# The optional question tables, declared by the manifest's ``QUESTIONS`` record (``has_questions``).
+QA_TABLES = {"questions": QUESTIONS_SCHEMA, "evidence": EVIDENCE_SCHEMA}
+ALL_TABLES = {**TABLES, **QA_TABLES}
+QUESTIONS = "questions"
+UNLOCATED = "unlocated"
 
 # The kinds of artifact and the tables each declares (every column of a table, as in its schema
 # above). The manifest's ``kind`` names one; manifests written before kinds existed are ``per_token``.
@@ -115,6 +155,16 @@ NEEDS_TOKEN_VALUES = (
 )
 # What the manifest's settings must hold (the key-token definition the tables were made with).
 REQUIRED_SETTINGS = ("K", "d", "alpha", "beta", "gamma", "evaluator")
+
+
+def has_questions(manifest: dict[str, Any]) -> bool:
+    """Whether the manifest declares the question tables (a ``questions`` record)."""
+    return QUESTIONS in manifest
+
+
+def table_names(manifest: dict[str, Any], where: str | Path = "artifact") -> tuple[str, ...]:
+    """Every table an artifact has: those its kind declares, then the question tables if it has them."""
+    return declared_tables(manifest, where) + (tuple(QA_TABLES) if has_questions(manifest) else ())
 
 
 def artifact_kind(manifest: dict[str, Any], where: str | Path = "artifact") -> str:
@@ -163,7 +213,7 @@ def key_spans_identity(settings: dict[str, Any]) -> dict[str, Any]:
 def contents_sha256(tables: dict[str, pa.Table]) -> str:
     """The exact contents hash of an artifact's tables (in their kind's order), each cast to its schema
     (``identity.tables_sha256``)."""
-    return tables_sha256({name: table.cast(TABLES[name]) for name, table in tables.items()})
+    return tables_sha256({name: table.cast(ALL_TABLES[name]) for name, table in tables.items()})
 
 
 def table_from_columns(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
@@ -180,6 +230,7 @@ class KeyTokenArtifact:
     documents: pa.Table
     tokens: pa.Table | None  # None for a kind without a tokens table
     spans: pa.Table
+    qa: dict[str, pa.Table] | None = None  # the question tables (``QA_TABLES``), when it has them
     origin: dict[str, Any] = field(default_factory=dict)  # where it was read from (path or Hub commit)
     checked: dict[str, str] = field(default_factory=dict)  # checks against its inputs (``artifact.inputs``)
 
@@ -194,7 +245,8 @@ class KeyTokenArtifact:
     @cached_property
     def contents(self) -> str:
         """The contents hash of its tables (``contents_sha256``): with the fingerprint, its identity."""
-        return contents_sha256({name: getattr(self, name) for name in KINDS[self.kind]})
+        tables = {name: getattr(self, name) for name in KINDS[self.kind]}
+        return contents_sha256({**tables, **(self.qa or {})})
 
     @cached_property
     def identity(self) -> Identity:
@@ -205,6 +257,29 @@ class KeyTokenArtifact:
     def has_token_values(self) -> bool:
         """Whether per-token LCL, LSD and soft weights are here (LongPPL-soft, the alpha/beta grid)."""
         return "tokens" in KINDS[self.kind]
+
+    @property
+    def has_questions(self) -> bool:
+        return self.qa is not None
+
+    @property
+    def questions(self) -> pa.Table:
+        """The questions table (``questions.parquet``); one PipelineError when it has none."""
+        return self._qa("questions")
+
+    @property
+    def evidence(self) -> pa.Table:
+        """The located evidence (``evidence.parquet``); one PipelineError when it has no questions."""
+        return self._qa("evidence")
+
+    def _qa(self, name: str) -> pa.Table:
+        if self.qa is None:
+            corpus = (self.settings.get("corpus") or {}).get("name", "?")
+            raise PipelineError(
+                f"artifact {self.root} has no questions (its corpus '{corpus}' carries none): compute key "
+                'tokens on a corpus with questions, e.g. `make keytokens ARGS="corpus=loogle_sample"`'
+            )
+        return self.qa[name]
 
     def texts(self) -> dict[str, str]:
         return dict(

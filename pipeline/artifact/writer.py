@@ -29,6 +29,7 @@ from pipeline.artifact.schema import (
     MANIFEST,
     PARTS,
     PER_TOKEN,
+    QA_TABLES,
     RUN_STATE,
     SPANS_SCHEMA,
     TABLES,
@@ -143,8 +144,11 @@ class ArtifactWriter:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
 
-    def finalize(self, indices: Iterable[int], manifest_extra: dict[str, Any]) -> dict[str, Any]:
-        """Concatenate the parts in document order, write the tables, then the manifest, last."""
+    def finalize(
+        self, indices: Iterable[int], manifest_extra: dict[str, Any], qa: dict[str, pa.Table] | None = None
+    ) -> dict[str, Any]:
+        """Concatenate the parts in document order, write the tables (and the question tables ``qa``,
+        whose record ``manifest_extra`` holds), then the manifest, last."""
         indices = sorted(indices)
         tables = {}
         for name, schema in TABLES.items():
@@ -152,7 +156,7 @@ class ArtifactWriter:
             tables[name] = pa.concat_tables(pieces) if pieces else schema.empty_table()
         manifest = new_manifest(PER_TOKEN, self.fingerprint, self.settings, manifest_extra)
         with self.writing("the tables and the manifest"):
-            manifest = write_artifact(self.root, KeyTokenArtifact(self.root, manifest, **tables))
+            manifest = write_artifact(self.root, KeyTokenArtifact(self.root, manifest, **tables, qa=qa))
         shutil.rmtree(self.parts, ignore_errors=True)
         (self.root / RUN_STATE).unlink(missing_ok=True)
         return manifest
@@ -186,16 +190,17 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def write_artifact(root: Path, artifact: KeyTokenArtifact) -> dict[str, Any]:
-    """Write an artifact's tables (those its kind declares), then its manifest with every file's
-    sha256, size and rows, last; returns the manifest written."""
+    """Write an artifact's tables (those its kind declares, and its question tables when it has them),
+    then its manifest with every file's sha256, size and rows, last; returns the manifest written."""
     root.mkdir(parents=True, exist_ok=True)
     files = {}
-    for name in KINDS[artifact.kind]:
-        table = getattr(artifact, name)
+    tables = {name: (getattr(artifact, name), TABLES[name]) for name in KINDS[artifact.kind]}
+    tables |= {name: (artifact.qa[name], QA_TABLES[name]) for name in QA_TABLES} if artifact.qa else {}
+    for name, (table, schema) in tables.items():
         if table is None:
             raise ValueError(f"an artifact of kind {artifact.kind} has a {name} table")
         path = root / f"{name}.parquet"
-        write_table_atomic(path, table.cast(TABLES[name]))
+        write_table_atomic(path, table.cast(schema))
         files[path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": table.num_rows}
     manifest = {**artifact.manifest, "files": files}
     write_json_atomic(root / MANIFEST, manifest)

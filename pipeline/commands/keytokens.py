@@ -51,10 +51,26 @@ def print_summary(root: Path, manifest: dict[str, Any], seconds: float) -> None:
         f"checked     tokenizer: {art.checked['tokenizer']}; sources: {art.checked['sources']}",
     ]
     lines += [f"skipped     {skip['doc_id']}: {skip['reason']}" for skip in manifest.get("skipped", [])]
+    lines += question_lines(manifest)
     if n_key == 0:
         s = manifest["settings"]
         lines.append(f"note        no key token: {no_key_reason(s['alpha'], s['beta'], lsd)}")
     print("\n".join(lines))
+
+
+def question_lines(manifest: dict[str, Any]) -> list[str]:
+    """For an artifact with questions (LooGLE's), what the cut keeps of each document and of its
+    located evidence."""
+    out = []
+    for doc in (manifest.get("questions") or {}).get("documents", []):
+        share = doc["n_tokens"] / max(doc["n_source_tokens"], 1)
+        out.append(
+            f"questions   {doc['doc_id']}: {doc['n_questions']} questions; kept {doc['n_tokens']} of "
+            f"{doc['n_source_tokens']} evaluator tokens ({share:.1%}); "
+            f"evidence: {doc['n_evidence']} strings, "
+            f"{doc['located']} located, {doc['inside_kept']} inside the kept text"
+        )
+    return out
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pipeline.artifact import lock
+from pipeline.artifact.qa import kept_records
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.writer import ArtifactWriter, OtherSettings
 from pipeline.errors import PipelineError
@@ -25,10 +26,12 @@ from pipeline.keytokens import ranks as distributed
 from pipeline.keytokens.documents import Prepared, Selection, document_records, select
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
+from pipeline.loogle.corpus import LoogleCorpus, load_loogle_corpus
 from pipeline.models.loading import LoadedModel, is_gguf, is_local_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
-from pipeline.text.corpus import load_corpus
+from pipeline.text.corpus import CorpusSpec, Document, load_corpus
+from pipeline.text.tokenization import encode_with_offsets
 
 
 def run(settings: KeyTokenSettings) -> dict[str, Any]:
@@ -37,21 +40,34 @@ def run(settings: KeyTokenSettings) -> dict[str, Any]:
     started = time.time()
     offline_unless(settings.corpus.needs_network, not is_local_model(settings.evaluator.spec))
     settings.evaluator.check()
-    docs = load_corpus(settings.corpus)
+    docs, questions = corpus_documents(settings.corpus)
     if not docs:
         raise PipelineError(f"corpus '{settings.corpus.name}' has no documents: nothing to score")
     ranks = distributed.init_ranks(use_cuda=wants_cuda(settings.compute.device))
     with ExitStack() as stack:
         if ranks.is_main:
             stack.enter_context(lock.exclusive(settings.artifact_dir(), "keytokens run"))
-        return locked_run(settings, docs, ranks, started)
+        return locked_run(settings, docs, ranks, started, questions)
+
+
+def corpus_documents(spec: CorpusSpec) -> tuple[list[Document], LoogleCorpus | None]:
+    """The corpus's documents and, for a corpus with questions (LooGLE's), those questions."""
+    if spec.loogle:
+        loogle = load_loogle_corpus(spec)
+        return loogle.documents, loogle
+    return load_corpus(spec), None
 
 
 def locked_run(
-    settings: KeyTokenSettings, docs: list, ranks: distributed.Ranks, started: float
+    settings: KeyTokenSettings,
+    docs: list,
+    ranks: distributed.Ranks,
+    started: float,
+    questions: LoogleCorpus | None = None,
 ) -> dict[str, Any]:
     """The run, with the lock held: a finished artifact is left as it is, an unfinished one resumed;
-    a run that fails before its first document is written leaves nothing behind."""
+    a run that fails before its first document is written leaves nothing behind. The questions of a
+    corpus that has them go beside the tables, for the documents scored."""
     lm = load_evaluator(settings, ranks)
     selection = select(docs, lm, settings.definition, settings.documents, settings.corpus, settings.compute)
     writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
@@ -73,7 +89,11 @@ def locked_run(
     manifest = None
     if ranks.is_main:
         extra = manifest_extra(selection, devices, settings, resumed, time.time() - started)
-        manifest = writer.finalize(range(len(selection.prepared)), extra)
+        qa = None
+        if questions is not None:
+            qa = questions.tables([p.doc.id for p in selection.prepared])
+            extra["questions"] = question_record(questions, qa, selection.prepared, lm)
+        manifest = writer.finalize(range(len(selection.prepared)), extra, qa)
     ranks.barrier()  # rank 0 has finalized
     distributed.shutdown(ranks)
     return manifest or load_artifact(writer.root).manifest
@@ -94,6 +114,24 @@ def finished_artifact(writer: ArtifactWriter, is_main: bool) -> dict[str, Any] |
     if problem is not None and is_main:
         print(f"note: the artifact there does not load, so it is computed anew ({problem})")
     return None
+
+
+def question_record(questions: LoogleCorpus, qa: dict, prepared: list[Prepared], lm: LoadedModel) -> dict:
+    """The manifest's ``questions`` record: where they came from, and what the cut keeps of each
+    document and its evidence (a truncated text's source tokenized whole, as stage 1 first does)."""
+    documents = [
+        {
+            "doc_id": p.doc.id,
+            "n_tokens": len(p.ids),
+            "n_source_tokens": len(encode_with_offsets(lm.tokenizer, p.doc.text).ids)
+            if p.truncated
+            else len(p.ids),
+            "n_chars": len(p.text),
+            "n_source_chars": len(p.doc.text),
+        }
+        for p in prepared
+    ]
+    return {**questions.record, "documents": kept_records(qa, documents)}
 
 
 def wants_cuda(device: str) -> bool:

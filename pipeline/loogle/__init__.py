@@ -11,6 +11,8 @@
   the timeline-reorder metrics;
 - ``wordnet``: WordNet for nltk's METEOR from Debian's packages, offline;
 - ``evidence``: each question's evidence strings located in its document as character spans;
+- ``corpus``: its distinct documents as a key-token corpus (``corpus=loogle_sample``, ``corpus=loogle``),
+  with each document's questions and located evidence, which stage 1 writes beside the key tokens;
 - their commands are in ``pipeline.commands``: ``loogle`` (`make loogle`), ``loogle_metrics``
   (`make loogle-metrics`) and ``loogle_evidence`` (`make loogle-evidence`).
 

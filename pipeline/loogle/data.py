@@ -38,6 +38,7 @@ class Question:
     question: str
     answer: str | dict[str, str]
     evidence: tuple[str, ...] = ()
+    kind: str | None = None  # the question's type where the data gives one (longdep_qa's ``type``)
 
     @property
     def qid(self) -> str:
@@ -97,6 +98,11 @@ def evidence_of(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def kind_of(value: Any) -> str | None:
+    """A question's type (LooGLE's ``type``), or None when the data gives none."""
+    return str(value) if value not in (None, "") else None
+
+
 def document_questions(task: str, row: dict[str, Any], where: str) -> list[Question]:
     """The questions of one document row (``input``, ``title``, ``qa_pairs``, ``output``)."""
     doc_id, context = str(row.get("title") or where), row["input"]
@@ -112,6 +118,7 @@ def document_questions(task: str, row: dict[str, Any], where: str) -> list[Quest
             str(p["Q"]),
             answer_of(task, p["A"], f"{where} item {i}"),
             evidence_of(p.get("S"), f"{where} item {i}"),
+            kind_of(p.get("type")),
         )
         for i, p in enumerate(pairs)
     ]
@@ -130,7 +137,8 @@ def question_rows(task: str, rows: Iterable[dict[str, Any]], where: str) -> list
         question = row.get("question") or ""
         answer = answer_of(task, row["answer"], f"{where} row {number}")
         evidence = evidence_of(row.get("evidence"), f"{where} row {number}")
-        out.append(Question(task, doc_id, index, row["context"], str(question), answer, evidence))
+        kind = kind_of(row.get("type"))
+        out.append(Question(task, doc_id, index, row["context"], str(question), answer, evidence, kind))
     return out
 
 

@@ -21,11 +21,13 @@ CONFIG_NAMES = {"longdep_summarization": ("longdep_summarization", "summarizatio
 
 @dataclass(frozen=True)
 class DataSource:
-    """``data``: sample, hub or a directory; ``dataset`` and ``revision``: the Hub dataset (hub only)."""
+    """``data``: sample, hub or a directory; ``dataset`` and ``revision``: the Hub dataset (hub only);
+    ``option``: the setting that takes a local copy instead (named by the error when the Hub fails)."""
 
     data: str = "sample"
     dataset: str = "bigainlco/LooGLE"
     revision: str | None = None
+    option: str = "data"
 
     @property
     def label(self) -> str:
@@ -79,9 +81,10 @@ def hub_rows(task: str, source: DataSource) -> list[dict[str, Any]]:
     import datasets
 
     if not source.revision:
+        key = "corpus.revision" if source.option.startswith("corpus.") else "revision"
         raise PipelineError(
-            f"data=hub needs the revision of {source.dataset} to read (revision=<commit>): unpinned, the "
-            "dataset could change under the same name"
+            f"{source.option}=hub needs the revision of {source.dataset} to read ({key}=<commit>): "
+            "unpinned, the dataset could change under the same name"
         )
     first: Exception | None = None
     for config in CONFIG_NAMES.get(task, (task,)):
@@ -97,11 +100,11 @@ def hub_rows(task: str, source: DataSource) -> list[dict[str, Any]]:
 def hub_error(task: str, source: DataSource, exc: Exception | None) -> PipelineError:
     """One line: what failed, and the fix offline."""
     detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    lmeval = """ (lm-eval: --metadata '{"loogle_data": "DIR"}')""" if source.option == "data" else ""
     return PipelineError(
         f"could not load LooGLE's Hub dataset {source.dataset} ({task}, revision {source.revision}): "
         f"{detail}; offline, run `hf download {source.dataset} --repo-type dataset --revision "
-        f"{source.revision} --local-dir DIR` on a connected machine and pass data=DIR (lm-eval: --metadata "
-        """'{"loogle_data": "DIR"}')"""
+        f"{source.revision} --local-dir DIR` on a connected machine and pass {source.option}=DIR{lmeval}"
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.schema import KINDS, MANIFEST, KeyTokenArtifact, artifact_kind
+from pipeline.artifact.schema import MANIFEST, KeyTokenArtifact, artifact_kind, table_names
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import md_code
@@ -50,7 +50,7 @@ def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
                 "data_files": f"{name}.parquet",
                 **({"default": True} if name == "spans" else {}),
             }
-            for name in KINDS[artifact_kind(manifest)]
+            for name in table_names(manifest)
         ],
         "longppl": {
             "schema_version": manifest["schema_version"],
@@ -72,7 +72,7 @@ def dataset_card(artifact: KeyTokenArtifact, repo: str, license_id: str) -> str:
     s = manifest["settings"]
     evaluator = s["evaluator"]
     n_docs = manifest["files"]["documents.parquet"]["rows"]
-    tables = KINDS[artifact_kind(manifest)]
+    tables = table_names(manifest)
     front = yaml.safe_dump(front_matter(artifact, license_id), sort_keys=False, allow_unicode=True)
     definition = md_code(", ".join(f"{k}={s[k]}" for k in ("K", "d", "alpha", "beta", "gamma")))
     body = f"""
@@ -139,6 +139,8 @@ TABLE_TEXT = {
     "documents": "the exact texts scored, their sha256, evaluator token counts, truncation flags",
     "tokens": "per evaluator token: character span, long and short log-prob, LSD, weight, is_key",
     "spans": "merged key-token character intervals",
+    "questions": "each document's questions and answers (LooGLE's), with their task, id and type",
+    "evidence": "each question's evidence located as character spans, the rule used, or unlocated",
 }
 
 
@@ -167,7 +169,7 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     check_repo(repo)
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
-    names = [*(f"{t}.parquet" for t in KINDS[artifact.kind]), MANIFEST, CARD]
+    names = [*(f"{t}.parquet" for t in table_names(artifact.manifest)), MANIFEST, CARD]
     own_folder(out, artifact.root, names)
     for name in names[:-1]:
         (out / name).unlink(missing_ok=True)

@@ -74,6 +74,10 @@ class CorpusSpec:
     max_ids: Positive | None = None  # a negative one would cut ids off the end of every text
     limit: Positive | None = None  # a negative one would drop rows from the end
     too_few: Literal["keep", "longest"] = "keep"
+    # LooGLE's documents with their questions (``pipeline.loogle.corpus``): sample, hub (``dataset`` at
+    # ``revision``) or a folder of its task files; ``tasks``: the tasks whose documents are read.
+    loogle: str | None = None
+    tasks: tuple[str, ...] = ("shortdep_qa", "longdep_qa")
 
     @classmethod
     def parse(cls, node: Any) -> CorpusSpec:
@@ -84,6 +88,14 @@ class CorpusSpec:
     def record(self) -> dict[str, Any]:
         """Where the texts came from, as a keytokens manifest records it (and, for texts decoded from
         a pre-tokenized dataset, how they were selected and decoded)."""
+        if self.loogle:
+            return {
+                "name": self.name,
+                "loogle": self.loogle,
+                "dataset": self.dataset,
+                "revision": self.revision,
+                "tasks": list(self.tasks),
+            }
         keys = ("name", "path", "dataset", "split", "revision", "text_field")
         if self.tokenized_with:
             keys += ("tokenized_with", "tokenizer_revision", "min_tokenized_len", "max_ids", "limit")
@@ -92,12 +104,19 @@ class CorpusSpec:
 
     @property
     def needs_network(self) -> bool:
+        if self.loogle:
+            return self.loogle == "hub"
         remote = [x for x in (self.dataset, self.tokenized_with) if x is not None]
         return any(not Path(x).exists() for x in remote)
 
 
 def load_corpus(spec: CorpusSpec) -> list[Document]:
     """All documents of a corpus, in order, with unique ids."""
+    if spec.loogle:
+        raise PipelineError(
+            f"corpus '{spec.name}' holds LooGLE's documents with their questions: stage 1 reads it "
+            '(`make keytokens ARGS="corpus=loogle_sample"`); elsewhere pass its texts as corpus=local'
+        )
     if spec.path:
         path = Path(spec.path)
         if path.is_dir():
