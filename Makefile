@@ -28,7 +28,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -51,6 +51,7 @@ help:
 	@echo "  loogle                 the LooGLE benchmark with its protocol: MODEL= (ARGS=\"task=...\"), docs/loogle.md"
 	@echo "  loogle-metrics         LooGLE's metrics of a predictions file (ARGS=\"predictions=<file> task=<task>\")"
 	@echo "  loogle-evidence        LooGLE's evidence located in its documents, per task and rule (ARGS=\"data=<dir> task=...\")"
+	@echo "  loogle-keytokens       a LooGLE artifact's LSD and key tokens inside its evidence vs outside (ARGS=\"artifact=<dir>\")"
 	@echo "Studies"
 	@echo "  validate               do the paper's claims hold with the embedded models? -> docs/reports/validation.md"
 	@echo "  forgetting-curve       the forgetting curve of MODEL=: fine and coarse memory lengths"
@@ -134,6 +135,9 @@ loogle-metrics: $(LOOGLE_STAMP)
 
 loogle-evidence: $(STAMP)
 	$(BIN)/python -m pipeline.commands.loogle_evidence $(ARGS)
+
+loogle-keytokens: $(STAMP)
+	$(BIN)/python -m pipeline.commands.loogle_keytokens $(ARGS)
 
 # NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs).
 keytokens: $(STAMP)
