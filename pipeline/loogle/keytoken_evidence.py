@@ -41,6 +41,12 @@ from pipeline.artifact.reader import iter_documents
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 
+NULL = "each document's evidence mask shifted circularly over its scored tokens, offsets uniform per document"
+DISTANCE = (
+    "evaluator tokens from the first token of a question's earliest used evidence span to the first token "
+    "of its last one; mean_lsd over the last span's scored tokens"
+)
+
 
 @dataclass(frozen=True)
 class EvidenceSettings:
@@ -264,7 +270,9 @@ def analyse(artifact: KeyTokenArtifact, settings: EvidenceSettings) -> Analysis:
         "documents": [document_summary(d) for d in docs],
         "lsd": permutation_test([d.lsd for d in docs], masks, settings),
         "key_rate": permutation_test([d.is_key for d in docs], masks, settings),
+        "null": NULL,
         "dependency": {
+            "distance": DISTANCE,
             "K": artifact.settings.get("K"),
             "questions": rows,
             "no_scored_token_in_last_span": unscored,
