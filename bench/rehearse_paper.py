@@ -294,7 +294,7 @@ def compare_as_the_refresh_does(work: Path, art) -> dict[str, dict[str, float]]:
             values = {k: v * scale for k, v in expected[row["model_name"]].items()}
             models = [{"name": row["model_name"], "spec": "recorded", "expected": values}]
             settings = parse(refresh.Refresh, {**config, "artifact": str(art.root), "models": models})
-            problems = refresh.check_model(settings, settings.pinned()[0], row, {})
+            problems = refresh.check_model(settings, settings.pinned()[0], row, values)
             if (not problems) != passes:
                 raise RehearsalFailure(
                     f"the refresh's comparison of {row['model_name']}: {problems or 'passed'}"

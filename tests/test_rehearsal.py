@@ -96,3 +96,20 @@ def test_a_32768_token_text_fails_it(tokenizer):
         check_texts(texts(32768), rows, tokenizer, limit=3)
     with pytest.raises(RehearsalFailure, match="the artifact has 2 documents, the run's selection 3"):
         check_texts(dict(list(texts(32767).items())[:2]), rows, tokenizer, limit=3)
+
+
+def test_the_refresh_comparison_passes_the_official_values_and_fails_them_3_percent_off(tmp_path):
+    """`make rehearse-paper`'s last check: the recorded results in the official aggregation pass the
+    refresh's own comparison, and the same values 3% off fail it (before, the expected values were not
+    passed to it, so nothing was compared and the 3%-off case passed: the rehearsal always failed)."""
+    import json
+    from types import SimpleNamespace
+
+    from bench.rehearse_paper import compare_as_the_refresh_does
+    from tests.conftest import ROOT
+
+    row = json.loads((ROOT / "conf" / "refresh" / "recorded.jsonl").read_text().splitlines()[0])
+    row["settings"] |= {"add_bos": False, "dtype": "bfloat16"}  # as the official refresh scores
+    (tmp_path / "recorded.jsonl").write_text(json.dumps(row) + "\n")
+    expected = compare_as_the_refresh_does(tmp_path, SimpleNamespace(root=tmp_path / "artifact"))
+    assert set(expected) == {row["model_name"]} and expected[row["model_name"]]["ppl"] > 1
