@@ -20,7 +20,7 @@ def recorded(values: dict[str, Any]) -> dict[str, Any]:
 
 def run(cfg: Any) -> dict[str, Any]:
     """Every setting typed and checked before anything runs, then the experiment."""
-    values = plain(cfg)
+    values, defaults = plain(cfg), recorded(plain(compose("longce_demo")))
     settings = DemoSettings(
         options=parse(DemoOptions, values),
         model=ModelChoice.parse(values["model"]),
@@ -28,9 +28,7 @@ def run(cfg: Any) -> dict[str, Any]:
         compute=parse(Compute, values),
         progress=bool(values["progress"]),
         recorded=recorded(values),
-        changed={
-            k: v for k, v in recorded(values).items() if v != recorded(plain(compose("longce_demo")))[k]
-        },
+        changed={k: v for k, v in recorded(values).items() if v != defaults[k]},
     )
     return run_demo(settings)
 

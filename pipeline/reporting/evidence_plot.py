@@ -21,20 +21,14 @@ def draw_distributions(ax: Any, analysis: Analysis) -> None:
     both = np.concatenate([inside, outside])
     low, high = np.percentile(both, [0.5, 99.5]) if len(both) else (0.0, 1.0)
     bins = np.linspace(min(low, -0.5), max(high, 0.5), 60)
-    ax.hist(
-        np.clip(outside, bins[0], bins[-1]),
-        bins,
-        density=True,
-        alpha=0.5,
-        label=f"outside (n={len(outside)})",
-    )
-    ax.hist(
-        np.clip(inside, bins[0], bins[-1]),
-        bins,
-        density=True,
-        alpha=0.5,
-        label=f"in evidence (n={len(inside)})",
-    )
+    for values, name in ((outside, "outside"), (inside, "in evidence")):
+        ax.hist(
+            np.clip(values, bins[0], bins[-1]),
+            bins,
+            density=True,
+            alpha=0.5,
+            label=f"{name} (n={len(values)})",
+        )
     ax.set_yscale("log")
     test = analysis.report["lsd"]
     ax.set_title(

@@ -11,7 +11,6 @@ model per text), so a second evaluator costs no model time.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import time
@@ -179,8 +178,7 @@ def build_artifact(
     ]
     overrides += ["max_tokens=null", "min_tokens=0", "num_documents=null", "name=null"]
     overrides += [f"{k}={json.dumps(reference.settings[k])}" for k in REFERENCE_SETTINGS]
-    compute = dataclasses.asdict(v.compute) | {"progress": v.progress}
-    overrides += [f"{k}={json.dumps(compute[k])}" for k in COMPUTE_SETTINGS]
+    overrides += v.overrides(COMPUTE_SETTINGS)
     return build_keytokens(v.keytokens_for(overrides), v.options.fresh)
 
 

@@ -85,18 +85,12 @@ def run(v: ValidateSettings) -> dict[str, Any]:
     return write_results(v, json.loads(json.dumps(results)), timing, started, docs[0].id)
 
 
-def stage1_values(v: ValidateSettings) -> dict[str, Any]:
-    """The study's definition, compute settings and progress, as stage 1 takes them."""
-    values = dataclasses.asdict(v.definition) | dataclasses.asdict(v.compute) | {"progress": v.progress}
-    return {key: values[key] for key in STAGE1_KEYS}
-
-
 def keytokens_on(v: ValidateSettings, corpus: Path, work: Path) -> Path:
     """The keytokens stage on the synthetic corpus (a fresh artifact when ``fresh``), its settings
     composed from ``conf/keytokens.yaml`` with this study's evaluator and settings; its directory."""
     overrides = ["corpus=local", "corpus.name=longeval", f"corpus.path={json.dumps(str(corpus))}"]
     overrides += [f"output_dir={json.dumps(str(work / 'keytokens'))}", "max_tokens=null", "name=null"]
-    overrides += [f"{key}={json.dumps(value)}" for key, value in stage1_values(v).items()]
+    overrides += v.overrides(STAGE1_KEYS)
     settings = replace(v.keytokens_for(overrides), evaluator=v.evaluator)
     return family.build_keytokens(settings, v.options.fresh)
 

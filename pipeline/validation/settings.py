@@ -4,7 +4,8 @@ study reads, typed at the command's door (``pipeline.commands.validate``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,3 +52,9 @@ class ValidateSettings:
     progress: bool
     keytokens_for: Callable[[list[str]], KeyTokenSettings]
     model_for: Callable[[list[str]], ModelChoice]
+
+    def overrides(self, keys: Iterable[str]) -> list[str]:
+        """These settings of the study (definition, compute, progress) as a stage's ``key=value``."""
+        values = dataclasses.asdict(self.definition) | dataclasses.asdict(self.compute)
+        values["progress"] = self.progress
+        return [f"{key}={json.dumps(values[key])}" for key in keys]
