@@ -24,14 +24,20 @@ from pipeline.loogle.prompts import Prompt, prompt_for
 REPETITION_PENALTY = 2.0
 
 
+class PromptTooLong(PipelineError):
+    """Even the instruction and the question do not fit the token budget."""
+
+
 @dataclass(frozen=True)
 class Cut:
     """The prompt's token ids after the cut: ``prompt_tokens`` before it, ``cut_tokens`` removed from
-    the middle (0: the whole prompt fits)."""
+    the middle (0: the whole prompt fits); ``kept_chars``: the character ranges ``[start, end)`` of the
+    prompt the kept tokens cover (None: a tokenizer without offsets)."""
 
     ids: list[int]
     prompt_tokens: int
     cut_tokens: int
+    kept_chars: tuple[tuple[int, int], ...] | None = None
 
 
 def tokenize_prompt(tokenizer: Any, prompt: Prompt) -> tuple[list[int], list[tuple[int, int]] | None]:
@@ -45,19 +51,29 @@ def tokenize_prompt(tokenizer: Any, prompt: Prompt) -> tuple[list[int], list[tup
 
 def cut_prompt(tokenizer: Any, question: Question, max_length: int) -> Cut:
     """The prompt of ``question`` within ``max_length`` tokens: whole, or its first and last halves."""
-    prompt = prompt_for(question)
+    return cut_to(tokenizer, prompt_for(question), max_length, f"{question.task} {question.qid}")
+
+
+def cut_to(tokenizer: Any, prompt: Prompt, max_length: int, label: str) -> Cut:
+    """``prompt`` within ``max_length`` tokens: whole, or its first and last halves (``label`` names it
+    in the error when even its instruction and question do not fit)."""
     ids, spans = tokenize_prompt(tokenizer, prompt)
     if len(ids) <= max_length:
-        return Cut(ids, len(ids), 0)
+        return Cut(ids, len(ids), 0, None if spans is None else ((0, len(prompt.text)),))
     half = max_length // 2
     head_needed, tail_needed = framing_tokens(tokenizer, prompt, ids, spans)
     if head_needed > half or tail_needed > half:
-        raise PipelineError(
-            f"{question.task} {question.qid}: the prompt cannot fit even its instruction and question in "
+        raise PromptTooLong(
+            f"{label}: the prompt cannot fit even its instruction and question in "
             f"max_length={max_length} tokens (they need {head_needed} + {tail_needed} of the "
             f"{2 * half} kept): raise max_length"
         )
-    return Cut(ids[:half] + ids[-half:], len(ids), len(ids) - 2 * half)
+    kept = None
+    if spans is not None:
+        head_end = max((b for _, b in spans[:half]), default=0)
+        tail_start = min((a for a, b in spans[len(ids) - half :] if b > a), default=len(prompt.text))
+        kept = ((0, head_end), (tail_start, len(prompt.text)))
+    return Cut(ids[:half] + ids[len(ids) - half :], len(ids), len(ids) - 2 * half, kept)
 
 
 def framing_tokens(

@@ -35,10 +35,15 @@ class Prompt:
 
 
 def prompt_for(question: Question) -> Prompt:
-    """The prompt as LooGLE builds it: the task's template formatted with the text (``input``) and, for
-    a question task, the question (``Q``); braces in the text or question are kept as they are."""
-    template = templates()[check_task(question.task)]
+    """The prompt as LooGLE builds it for ``question`` (``build_prompt`` with its task, question and text)."""
+    return build_prompt(question.task, question.question, question.context)
+
+
+def build_prompt(task: str, question: str, context: str) -> Prompt:
+    """The task's template formatted with ``context`` (``input``) and, for a question task, the question
+    (``Q``); braces in the text or question are kept as they are."""
+    template = templates()[check_task(task)]
     before, _, after = template.partition(INPUT)
-    fields = {"Q": question.question}
+    fields = {"Q": question}
     head, tail = before.format(**fields), after.format(**fields)
-    return Prompt(head + question.context + tail, len(head), len(head) + len(question.context))
+    return Prompt(head + context + tail, len(head), len(head) + len(context))

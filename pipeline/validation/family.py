@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,9 +203,11 @@ def score_family(
     evals: list[Evaluator],
     load: Any,
     timing: dict[str, float],
+    loogle_part: Callable[[Member, Any, TargetScorer], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per member, each model loaded once (``load(choice) -> (lm, scorer)``); the seconds of
-    each member, and of its GovReport part, go to ``timing``."""
+    each member, and of its GovReport part, go to ``timing``. ``loogle_part(member, lm, scorer)``: each
+    row's ``loogle`` part (the second target), its seconds timed as ``member <label> LooGLE``."""
     rows: dict[str, dict[str, Any]] = {}
     choices = list(dict.fromkeys(m.choice for m in family))
     bar = tqdm(total=len(family), desc="model family", unit="member", disable=not v.progress)
@@ -213,8 +216,12 @@ def score_family(
         for m in (m for m in family if m.choice == choice):
             started = time.time()
             rows[m.label] = member_row(v.compute, m, lm, scorer, docs, evals)
-            timing[f"member {m.label}"] = time.time() - started
             timing[f"member {m.label} GovReport"] = rows[m.label].pop("govreport_seconds")
+            if loogle_part is not None:
+                part = time.time()
+                rows[m.label]["loogle"] = loogle_part(m, lm, scorer)
+                timing[f"member {m.label} LooGLE"] = time.time() - part
+            timing[f"member {m.label}"] = time.time() - started
             bar.update()
         del lm, scorer
     bar.close()

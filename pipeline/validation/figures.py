@@ -89,20 +89,48 @@ def family_pngs(
 
 
 def member_scatter(ax: Any, family: list[dict[str, Any]], metric: str, evaluator: str, colours: dict) -> None:
+    dependent = FAMILY_METRICS[metric][1]
+    points = [
+        (r, r["token_accuracy"], y, dependent and r["evaluators"][evaluator]["self_evaluation"])
+        for r in family
+        if (y := metric_value(r, metric, evaluator)) is not None
+    ]
+    scatter_points(ax, points, colours)
+
+
+def scatter_points(ax: Any, points: list[tuple[dict[str, Any], float, float, bool]], colours: dict) -> None:
+    """One point per member ``(row, x, y, self-evaluation)``: colour its model, a square self-evaluation,
+    labelled by its context limit."""
     seen = set()
-    for r in family:
-        y = metric_value(r, metric, evaluator)
-        if y is None:
-            continue
-        own = FAMILY_METRICS[metric][1] and r["evaluators"][evaluator]["self_evaluation"]
+    for r, x, y, own in points:
         legend = plot_text(r["model"]) + (" (self-evaluation)" if own else "")
-        ax.scatter(r["token_accuracy"], y, color=colours[r["model"]], marker="s" if own else "o", zorder=2,
+        ax.scatter(x, y, color=colours[r["model"]], marker="s" if own else "o", zorder=2,
                    edgecolors="k" if own else "none", label=None if legend in seen else legend)  # fmt: skip
         seen.add(legend)
         short = r["label"].removeprefix(r["model"]).strip() or r["label"]
-        ax.annotate(
-            plot_text(short), (r["token_accuracy"], y), xytext=(4, 4), textcoords="offset points", fontsize=7
-        )
+        ax.annotate(plot_text(short), (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7)
     ax.margins(x=0.2, y=0.1)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
+
+
+def loogle_png(family: list[dict[str, Any]], stats: dict[str, Any]) -> bytes:
+    """PPL, LongPPL and LongPPL-soft on LooGLE's documents against the mean answer gain, one point per
+    member with counted questions (self-evaluation: the member is the LooGLE artifact's evaluator)."""
+    models = list(dict.fromkeys(r["model"] for r in family))
+    colours = {m: f"C{i % 10}" for i, m in enumerate(models)}
+    fig = figure((15.6, 4.2))
+    for ax, row in zip(fig.subplots(1, len(stats["rows"])), stats["rows"], strict=True):
+        points = [
+            (r, r["loogle"]["gain_bits_per_byte"], r["loogle"][row["metric"]], r["loogle"]["self_evaluation"])
+            for r in family
+            if r["loogle"]["gain_bits_per_byte"] is not None
+        ]
+        scatter_points(ax, points, colours)
+        pearson = f"Pearson {fmt(row['pearson_r'], '+.2f')} (p {fmt(row['pearson_p'], '.2g')})"
+        spearman = f"Spearman {fmt(row['spearman_r'], '+.2f')} (p {fmt(row['spearman_p'], '.2g')})"
+        ax.set_title(f"{row['label']} on LooGLE, n={row['n']} members\n{pearson}, {spearman}", fontsize=9)
+        ax.set(xlabel="mean answer gain (bits/byte), long-dependency QA", ylabel=row["label"])
+        ax.set_yscale("log")
+    fig.tight_layout()
+    return png(fig)

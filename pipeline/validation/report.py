@@ -11,6 +11,7 @@ from typing import Any
 from pipeline.formats import fmt
 from pipeline.provenance import machine, run_stamp
 from pipeline.reporting.common import markdown_templates, md_table, pct
+from pipeline.validation import loogle_report
 from pipeline.validation.study import FAMILY_METRICS
 
 PAPER_ACCURACY = {"LSD": 0.856, "LSD and LCL": 0.982}  # paper Fig. 4b (Mixtral-8x7B evaluator on LongEval)
@@ -43,13 +44,20 @@ def render(
         "pictures": pictures,
         "view_page": view_page,
         "members_time": ", ".join(
-            f"{k.removeprefix('member ')} {v:.0f} s (GovReport {timing.get(f'{k} GovReport', 0.0):.0f} s)"
+            f"{k.removeprefix('member ')} {v:.0f} s ({member_parts(timing, k)})"
             for k, v in timing.items()
-            if k.startswith("member ") and not k.endswith(" GovReport")
+            if k.startswith("member ") and not k.endswith((" GovReport", " LooGLE"))
         ),
+        "loogle": loogle_report.context(results),
         **reading(results, grid),
     }
     return env.get_template(TEMPLATE).render(context)
+
+
+def member_parts(timing: dict[str, float], key: str) -> str:
+    """A member's seconds on GovReport, and on LooGLE where it ran."""
+    loogle = f", LooGLE {timing[f'{key} LooGLE']:.0f} s" if f"{key} LooGLE" in timing else ""
+    return f"GovReport {timing.get(f'{key} GovReport', 0.0):.0f} s{loogle}"
 
 
 def tables(results: dict[str, Any]) -> dict[str, Any]:

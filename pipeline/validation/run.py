@@ -5,6 +5,8 @@
 2. LongPPL against long-context ability: a family of models (both embedded models at several context
    limits, and fine-tuned checkpoints when given) scored against two evaluators' key tokens on the
    same GovReport documents (``pipeline.validation.family``, ``study.correlations``).
+3. A second ability target: LooGLE's long-dependency questions, the answer gain of each member, against
+   its PPL, LongPPL and LongPPL-soft on LooGLE's documents (``pipeline.validation.loogle_target``).
 
 Writes ``docs/reports/validation.md`` (``pipeline.validation.report``), ``docs/reports/validation/*.png``,
 the key-token page of one synthetic document and ``docs/reports/validation/results.json`` (every number;
@@ -32,7 +34,7 @@ from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.provenance import file_sha256
 from pipeline.reporting.keytoken_page import write_page
 from pipeline.settings import Compute, field_names
-from pipeline.validation import family, figures, report, study, synthetic
+from pipeline.validation import family, figures, loogle_target, report, study, synthetic
 from pipeline.validation.settings import ValidateSettings
 
 # The settings results.json records (the evaluator and model by their spec).
@@ -50,6 +52,9 @@ def run(v: ValidateSettings) -> dict[str, Any]:
     t = time.time()
     evals = family.evaluators(v, work)
     timing["evaluator artifacts"] = time.time() - t
+    t = time.time()
+    loogle = loogle_target.target(v, work)
+    timing["LooGLE artifact"] = time.time() - t
     docs = synthetic.make_corpus(
         o.seed, o.documents, n_lines=o.lines, n_questions=o.questions, min_gap_lines=o.min_gap_lines
     )
@@ -59,7 +64,12 @@ def run(v: ValidateSettings) -> dict[str, Any]:
     timing["stage 1 on the synthetic corpus"] = time.time() - t
     tokens, part1 = identification_part(v, artifact, docs, out)
     t = time.time()
-    rows = family.score_family(v, members, docs, evals, lambda choice: load(choice, v.compute), timing)
+    part = (
+        None
+        if loogle is None
+        else lambda m, lm, scorer: loogle_target.member_part(v.compute, m, lm, scorer, loogle)
+    )
+    rows = family.score_family(v, members, docs, evals, lambda choice: load(choice, v.compute), timing, part)
     timing["model family"] = time.time() - t
     t = time.time()
     evaluator = evaluator_retrieval(v, docs, members, rows)
@@ -82,6 +92,12 @@ def run(v: ValidateSettings) -> dict[str, Any]:
         "correlations": stats,
         "ranking": {label: study.ranking(stats[label]) for label in labels},
     }
+    if loogle is not None:
+        results["loogle"] = loogle_target.record(loogle, v.options.loogle)
+        results["loogle"]["correlations"] = loogle_target.correlations(rows)
+        write_bytes_atomic(
+            out / "loogle-gain.png", figures.loogle_png(rows, results["loogle"]["correlations"])
+        )
     return write_results(v, json.loads(json.dumps(results)), timing, started, docs[0].id)
 
 

@@ -17,6 +17,18 @@ from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, NonNegative
 
 
+@pydantic.dataclasses.dataclass(frozen=True, config=pydantic.ConfigDict(extra="forbid"))
+class LoogleTargetOptions:
+    """``conf/validate.yaml``'s ``loogle``: the second target (``pipeline.validation.loogle_target``)."""
+
+    enabled: bool = True
+    artifact: str | None = None  # a key-token artifact with questions; None: built with the settings below
+    corpus: str = "loogle_sample"
+    evaluator: str = "gemma3-270m"
+    max_tokens: Positive | None = 16384
+    tasks: list[str] = dataclasses.field(default_factory=lambda: ["longdep_qa"])
+
+
 @pydantic.dataclasses.dataclass(frozen=True)
 class ValidateOptions:
     """``conf/validate.yaml``'s own settings (the definition, the grid, the compute settings and the
@@ -36,6 +48,7 @@ class ValidateOptions:
     report: str
     checkpoints: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     fresh: bool = True
+    loogle: LoogleTargetOptions = dataclasses.field(default_factory=LoogleTargetOptions)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,155 @@
+"""The answer gain of LooGLE questions (``pipeline.loogle.answer_gain``) and `make validate`'s LooGLE
+target (``pipeline.validation.loogle_target``): log-likelihoods equal to a direct float64 computation,
+questions counted only with their located evidence inside the kept context, exclusions counted with
+their reasons, the power of n members, and the report's section."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pipeline.artifact.qa import ArtifactQuestion, Evidence
+from pipeline.errors import PipelineError
+from pipeline.loogle import answer_gain
+from pipeline.loogle.generation import tokenize_prompt
+from pipeline.loogle.prompts import build_prompt
+from pipeline.models.logprobs import TargetScorer
+from pipeline.validation import loogle_report, loogle_target
+from pipeline.validation.settings import LoogleTargetOptions
+from tests.conftest import build_model
+from tests.test_loogle_corpus import loogle_artifact, loogle_dir  # noqa: F401 (fixtures)
+
+FILLER = "The committee met in the old hall and talked about the roads, the school and the harvest. "
+FIRST = "Gamma Mill was built in 1850 by the river."
+MIDDLE = "The mill burned in 1901 and was rebuilt in stone."
+LAST = "In 2010 the mill became a library for the town."
+TEXT = f"{FIRST} {FILLER * 2}{MIDDLE} {FILLER * 3}{LAST}"
+
+
+@pytest.fixture(scope="module")
+def scorer(tokenizer) -> TargetScorer:
+    model = build_model("llama", len(tokenizer), max_positions=512).to(torch.float64)
+    return TargetScorer(model, head_chunk=7, vocab_tile=64)
+
+
+def question(*evidence: str | None, answer: str = "a library", kind: str = "computation") -> ArtifactQuestion:
+    """A question about TEXT whose evidence strings are located where they occur (None: unlocated)."""
+    found = tuple(
+        Evidence("?", "unlocated", (), 0, None)
+        if e is None
+        else Evidence(e, "exact", ((TEXT.index(e), TEXT.index(e) + len(e)),), 1, None)
+        for e in evidence
+    )
+    return ArtifactQuestion(
+        "doc", 0, "longdep_qa", "longdep_qa/q", kind, "What is the mill now?", answer, found
+    )
+
+
+def test_the_answer_log_likelihood_is_a_direct_computation(scorer, tokenizer):
+    prompt, _ = tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))
+    answer = tokenizer("a library", add_special_tokens=False)["input_ids"]
+    seq = torch.tensor([prompt + answer])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(scorer.model(seq).logits[0].double(), dim=-1)
+    direct = sum(float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+    assert answer_gain.answer_logprob(scorer, prompt, answer) == pytest.approx(direct, abs=1e-10)
+
+
+def test_a_question_counts_only_with_its_evidence_inside_the_kept_context(scorer, tokenizer):
+    texts = {"doc": TEXT}
+    gains = answer_gain.answer_gains(
+        tokenizer,
+        scorer,
+        [question(MIDDLE), question(FIRST, LAST, None), question(None)],
+        texts,
+        [500, 200, 40],
+    )
+    whole, ends, none = gains[:3]
+    assert (whole.excluded, ends.excluded, none.excluded) == (None, None, answer_gain.NO_EVIDENCE)
+    assert ends.unlocated == 1 and whole.prompt_tokens == len(
+        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))[0]
+    )
+    assert whole.nats == whole.with_document - whole.question_only
+    assert whole.bits_per_byte == pytest.approx(whole.nats / math.log(2) / len(b"a library"))
+    middle, first_last = gains[3:5]  # cut to 200 tokens: the first and last halves keep both ends only
+    assert middle.excluded == answer_gain.OUTSIDE and first_last.excluded is None
+    assert first_last.question_only == ends.question_only  # one computation per question
+    assert first_last.prompt_tokens == 2 * ((200 - whole.answer_tokens) // 2)
+    assert all(g.excluded == answer_gain.NO_ROOM for g in gains[6:8])  # 40 tokens: not even the question
+    (row,) = [r for r in answer_gain.summary(gains) if r["limit"] == 200 and r["type"] == "all"]
+    assert (row["n_questions"], row["n_counted"], row["n_no_evidence"], row["n_outside"]) == (3, 1, 1, 1)
+    assert row["gain_nats"] == first_last.nats and row["counted_unlocated_evidence"] == 1
+
+
+def test_evidence_past_the_artifacts_text_is_outside(scorer, tokenizer):
+    kept = TEXT[: TEXT.index(LAST)]  # the artifact kept the text up to the last sentence
+    (gain,) = answer_gain.answer_gains(tokenizer, scorer, [question(LAST)], {"doc": kept}, [500])
+    assert gain.excluded == answer_gain.OUTSIDE and gain.to_dict()["gain_nats"] is None
+
+
+def test_an_empty_answer_is_an_error(scorer, tokenizer):
+    with pytest.raises(PipelineError, match="its answer is empty"):
+        answer_gain.answer_gains(tokenizer, scorer, [question(FIRST, answer="")], {"doc": TEXT}, [500])
+
+
+def test_power_of_n_members():
+    assert loogle_target.critical_r(8) == pytest.approx(0.7067, abs=1e-4)  # the textbook table's 0.707
+    assert loogle_target.critical_r(2) is None
+
+
+def target_row(label: str, gain: float | None, ppl: float, longppl: float) -> dict:
+    counted = 0 if gain is None else 3
+    counts = {"n_counted": counted, "n_questions": 4}
+    part = {"gain_bits_per_byte": gain, "gain_bits_per_byte_se": 0.01, "gain_nats": gain, **counts,
+            "n_no_evidence": 1, "n_outside": 3 - counted, "n_no_room": 0, "positive": counted,
+            "ppl": ppl, "longppl": longppl, "longppl_soft": longppl, "n_key_tokens": 5, "n_truncated": 0,
+            "self_evaluation": label == "m2", "limit": 64,
+            "by_type": [{"type": "computation", "gain_bits_per_byte": gain, **counts}]}  # fmt: skip
+    return {"label": label, "model": label, "loogle": part}
+
+
+def test_correlations_rank_against_the_answer_gain_and_the_report_says_so():
+    rows = [target_row("m1", 0.1, 10.0, 30.0), target_row("m2", 0.2, 9.0, 20.0),
+            target_row("m3", 0.3, 11.0, 10.0), target_row("m4", None, 8.0, 5.0)]  # fmt: skip
+    stats = loogle_target.correlations(rows)
+    assert stats["members"] == 3 and stats["members_without_questions"] == ["m4"]
+    by = {r["metric"]: r for r in stats["rows"]}
+    assert by["longppl"]["spearman_r"] == pytest.approx(-1.0) and by["ppl"]["spearman_r"] == pytest.approx(
+        0.5
+    )
+    assert stats["ranking"] == {"best": ["longppl", "longppl_soft"], "best_spearman": pytest.approx(-1.0),
+                                "longppl_vs_ppl": "better"}  # fmt: skip
+    results = {"family": rows, "loogle": {"correlations": stats}}
+    tables = loogle_report.context(results)["tables"]
+    assert "| m2 (self) | 64 | 3 / 4 | 1 / 0 / 0 | +0.200 | +0.2000 (± 0.010) | 3 of 3 |" in tables["members"]
+    assert "| m1 | +0.1000 (3 of 4) |" in tables["types"]
+    assert "| LongPPL | -1.000 |" in tables["correlations"]
+
+
+def test_an_artifact_without_questions_is_one_error(tiny_artifact, tmp_path):
+    v = SimpleNamespace(options=SimpleNamespace(loogle=LoogleTargetOptions(artifact=str(tiny_artifact))))
+    with pytest.raises(PipelineError, match="has no questions: give an artifact of corpus=loogle_sample"):
+        loogle_target.target(v, tmp_path)
+    v.options.loogle = LoogleTargetOptions(enabled=False)
+    assert loogle_target.target(v, tmp_path) is None
+
+
+def test_the_target_reads_an_artifacts_questions(loogle_artifact, tmp_path):  # noqa: F811
+    options = LoogleTargetOptions(artifact=str(loogle_artifact), tasks=["longdep_qa"])
+    t = loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), tmp_path)
+    assert [q.task for q in t.questions] == [
+        "longdep_qa"
+    ] * 3  # the shortdep_qa question left out and set(t.texts) == {q.doc_id for q in t.questions}
+    record = loogle_target.record(t, options)
+    assert record["questions"] == 3 and record["types"] == [
+        "comprehension_and_reasoning",
+        "computation",
+        "timeline_reorder",
+    ]
+    with pytest.raises(PipelineError, match="no question of the tasks shortdep_cloze"):
+        options = LoogleTargetOptions(artifact=str(loogle_artifact), tasks=["shortdep_cloze"])
+        loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), Path(tmp_path))
