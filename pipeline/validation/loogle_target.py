@@ -65,11 +65,11 @@ def target(v: ValidateSettings, work: Path) -> LoogleTarget | None:
 
 
 def build(v: ValidateSettings, o: LoogleTargetOptions, work: Path) -> Path:
-    """The keytokens stage on ``o.corpus`` with the evaluator group ``o.evaluator``, cut to
-    ``o.max_tokens``, computed with the study's compute settings."""
+    """The keytokens stage on ``o.corpus`` with the evaluator group ``o.evaluator`` and the preset
+    ``o.preset`` (its K and d), cut to ``o.max_tokens``, computed with the study's compute settings."""
     overrides = [f"corpus={o.corpus}", f"output_dir={json.dumps(str(work / 'keytokens'))}", "name=null"]
     overrides += [f"max_tokens={json.dumps(o.max_tokens)}", "num_documents=null"]
-    overrides += [f"evaluator={o.evaluator}"]
+    overrides += [f"evaluator={o.evaluator}", f"preset={o.preset}"]
     overrides += v.overrides(STAGE1_KEYS)
     return family.build_keytokens(v.keytokens_for(overrides), v.options.fresh)
 

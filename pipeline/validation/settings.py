@@ -25,6 +25,7 @@ class LoogleTargetOptions:
     artifact: str | None = None  # a key-token artifact with questions; None: built with the settings below
     corpus: str = "loogle_sample"
     evaluator: str = "gemma3-270m"
+    preset: str = "cpu"
     max_tokens: Positive | None = 16384
     tasks: list[str] = dataclasses.field(default_factory=lambda: ["longdep_qa"])
 
