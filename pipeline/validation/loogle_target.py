@@ -69,6 +69,7 @@ def build(v: ValidateSettings, o: LoogleTargetOptions, work: Path) -> Path:
     ``o.preset`` (its K and d), cut to ``o.max_tokens``, computed with the study's compute settings."""
     overrides = [f"corpus={o.corpus}", f"output_dir={json.dumps(str(work / 'keytokens'))}", "name=null"]
     overrides += [f"max_tokens={json.dumps(o.max_tokens)}", "num_documents=null"]
+    overrides += [f"corpus.tasks={json.dumps(list(o.tasks))}"]  # only the documents of the target's tasks
     overrides += [f"evaluator={o.evaluator}", f"preset={o.preset}"]
     overrides += v.overrides(STAGE1_KEYS)
     return family.build_keytokens(v.keytokens_for(overrides), v.options.fresh)
