@@ -21,7 +21,7 @@ from pipeline.models.logprobs import TargetScorer
 from pipeline.validation import loogle_report, loogle_target
 from pipeline.validation.settings import LoogleTargetOptions
 from tests.conftest import build_model
-from tests.test_loogle_corpus import loogle_artifact, loogle_dir  # noqa: F401 (fixtures)
+from tests.test_loogle_corpus import loogle_artifact, loogle_dir, whole_loogle_artifact  # noqa: F401 (fixtures)
 
 FILLER = "The committee met in the old hall and talked about the roads, the school and the harvest. "
 FIRST = "Gamma Mill was built in 1850 by the river."
@@ -153,3 +153,26 @@ def test_the_target_reads_an_artifacts_questions(loogle_artifact, tmp_path):  # 
     with pytest.raises(PipelineError, match="no question of the tasks shortdep_cloze"):
         options = LoogleTargetOptions(artifact=str(loogle_artifact), tasks=["shortdep_cloze"])
         loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), Path(tmp_path))
+
+
+def test_the_api_gives_each_questions_gain_on_a_model_in_memory(whole_loogle_artifact, tiny_model_dir):  # noqa: F811
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline import api
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float64)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    gains = api.answer_gains(model, tokenizer, whole_loogle_artifact, [512, 64])
+    assert [g.limit for g in gains] == [512] * 3 + [64] * 3
+    no_room, no_evidence = answer_gain.NO_ROOM, answer_gain.NO_EVIDENCE
+    assert [g.excluded for g in gains] == [None, no_evidence, None, no_room, no_evidence, no_room]
+    first = gains[0]
+    scorer = TargetScorer(model)
+    assert first.question_only == answer_gain.answer_logprob(
+        scorer,
+        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What came after the fire?", ""))[0],
+        tokenizer(first_answer := "a museum", add_special_tokens=False)["input_ids"],
+    )
+    assert first.answer_bytes == len(first_answer)
+    with pytest.raises(PipelineError, match="unknown setting 'K'"):
+        api.answer_gains(model, tokenizer, whole_loogle_artifact, [512], K=4)

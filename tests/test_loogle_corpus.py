@@ -63,10 +63,20 @@ def loogle_spec(folder: Path, tasks=("shortdep_qa", "longdep_qa")) -> CorpusSpec
 
 @pytest.fixture(scope="module")
 def loogle_artifact(tmp_path_factory, tiny_model_dir, loogle_dir) -> Path:
-    out = tmp_path_factory.mktemp("loogle-artifact")
-    overrides = keytokens_overrides(tiny_model_dir, "unused", out)
+    return build_loogle_artifact(tmp_path_factory.mktemp("loogle-artifact"), tiny_model_dir, loogle_dir)
+
+
+@pytest.fixture(scope="module")
+def whole_loogle_artifact(tmp_path_factory, tiny_model_dir, loogle_dir) -> Path:
+    """The same documents whole (the tiny model's 512 positions hold them)."""
+    out = tmp_path_factory.mktemp("whole-loogle-artifact")
+    return build_loogle_artifact(out, tiny_model_dir, loogle_dir, "max_tokens=null")
+
+
+def build_loogle_artifact(out: Path, model_dir: Path, folder: Path, *extra: str) -> Path:
+    overrides = keytokens_overrides(model_dir, "unused", out)
     overrides = [o for o in overrides if not o.startswith("corpus")]
-    run_keytokens(compose_keytokens([*overrides, "corpus=loogle_sample", f"corpus.loogle={loogle_dir}"]))
+    run_keytokens(compose_keytokens([*overrides, "corpus=loogle_sample", f"corpus.loogle={folder}", *extra]))
     return out / "test"
 
 

@@ -15,7 +15,7 @@ from pipeline.errors import PipelineError
 from pipeline.validation import family, synthetic
 from pipeline.validation.run import load
 from tests.conftest import compose_config, save_tiny_model
-from tests.test_loogle_corpus import loogle_artifact, loogle_dir  # noqa: F401 (fixtures)
+from tests.test_loogle_corpus import loogle_dir, whole_loogle_artifact  # noqa: F401 (fixtures)
 
 
 def validate_settings(tmp_path, *overrides):
@@ -141,7 +141,7 @@ def test_validate_runs_twice_with_equal_results(
     tiny_model_dir,
     other_model_dir,
     tokenizer,
-    loogle_artifact,  # noqa: F811
+    whole_loogle_artifact,  # noqa: F811
 ):
     """The whole `make validate` on tiny models: results.json, report and pictures; the second run
     rebuilds every artifact and compares equal. Its LooGLE target reads a tiny LooGLE artifact."""
@@ -162,7 +162,7 @@ def test_validate_runs_twice_with_equal_results(
         "min_gap_lines=3",
         "K=16",
         "d=16",
-        f"loogle.artifact='{loogle_artifact}'",
+        f"loogle.artifact='{whole_loogle_artifact}'",
     )
     first = run_validation(cfg)
     assert [(r["label"], r["checkpoint"]) for r in first["family"]] == [
@@ -184,5 +184,6 @@ def test_validate_runs_twice_with_equal_results(
     loogle = {r["label"]: r["loogle"] for r in first["family"]}
     assert (loogle["other-32"]["n_no_evidence"], loogle["other-32"]["n_no_room"]) == (1, 2)
     assert loogle["tiny-full"]["self_evaluation"] and loogle["tiny-full"]["limit"] == 512
+    assert loogle["tiny-full"]["n_counted"] == 2 and loogle["tiny-full"]["gain_nats"] is not None
     assert first["loogle"]["questions"] == 3 and (docs / "loogle-gain.png").exists()
     assert "## 4. A second target: LooGLE's long-dependency questions" in text

@@ -13,7 +13,8 @@ as an artifact). Settings are keyword arguments named as the commands' settings 
 ``context_limit=4096``, ``head_chunk=512``), or whole ``KeyTokenDefinition``, ``Compute`` and
 ``ScoreSettings`` objects; bad values are a PipelineError, as on the command line. Also here:
 ``compute_longppl`` (the drop-in for the official package, ``pipeline.api.dropin``),
-``LongPPLCallback`` (``pipeline.api.callback``) and ``load_model``.
+``LongPPLCallback`` (``pipeline.api.callback``), ``load_model``, and ``answer_gains`` (LooGLE's
+long-dependency target, on an artifact with questions).
 
 Layer: api. May import: every layer below (foundation, settings, inputs, contract, stages) and the api
 layer (``api``, ``lmeval``); never a report.
@@ -43,6 +44,8 @@ from pipeline.errors import PipelineError
 from pipeline.keytokens.documents import Selection, document_records, select
 from pipeline.keytokens.settings import STAGE_COMPUTE, Documents
 from pipeline.keytokens.tables import keytoken_tables
+from pipeline.loogle import answer_gain
+from pipeline.loogle.answer_gain import AnswerGain
 from pipeline.models.loading import eval_mode, in_memory, load_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
@@ -55,11 +58,13 @@ from pipeline.settings import Compute, ScoreSettings, field_names, parse
 from pipeline.text.corpus import CorpusSpec, Document, check_unicode
 
 __all__ = [
+    "AnswerGain",
     "Compute",
     "KeyTokenDefinition",
     "LongPPLCallback",
     "ScoreResult",
     "ScoreSettings",
+    "answer_gains",
     "compute_longppl",
     "find_key_tokens",
     "load_model",
@@ -108,9 +113,7 @@ def score(
         else lines.check_writable(as_path(results_file, "results_file"), "results_file")
     )
     lm = in_memory(model, tokenizer, model_name)  # before the artifact opens (a download, a check)
-    artifact = open_artifact(
-        keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens")
-    )
+    artifact = opened(keytokens)
     result = engine.score(artifact, lm, settings, compute, documents=documents, progress=progress)
     if path is not None:  # a run on part of the documents records them (no leaderboard entry)
         name = context_name(lm.source.spec, settings.context_limit)
@@ -153,6 +156,30 @@ def find_key_tokens(
     return in_memory_artifact(selection, parts)
 
 
+def answer_gains(
+    model: Any,
+    tokenizer: Any,
+    keytokens: KeyTokens,
+    limits: Sequence[int],
+    *,
+    tasks: Sequence[str] = ("longdep_qa",),
+    model_name: str | None = None,
+    compute: Compute | None = None,
+    **options: Any,
+) -> list[AnswerGain]:
+    """The answer gain of each LooGLE question of an artifact with questions (``corpus=loogle_sample``
+    or ``corpus=loogle``) at each context limit in tokens, as `make validate`'s LooGLE target computes
+    it (``pipeline.loogle.answer_gain``): log P(answer | document, question) - log P(answer | question),
+    a question counted only with its located evidence inside the kept context. ``answer_gain.summary``
+    of the list gives the means per limit and question type. ``options``: fields of ``Compute``."""
+    (compute,) = with_options(options, compute or Compute())
+    lm = in_memory(model, tokenizer, model_name)
+    artifact = opened(keytokens)
+    questions, texts = answer_gain.questions_of(artifact, tasks)
+    with eval_mode(model):
+        return answer_gain.answer_gains(lm.tokenizer, scorer_for(lm, compute), questions, texts, list(limits))
+
+
 def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
     """Write an artifact held in memory (``find_key_tokens``) as an artifact directory that `make score`
     reads; returns the directory."""
@@ -162,6 +189,13 @@ def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
     write_artifact(root, artifact)
     load_artifact(root)  # verifies as any artifact
     return root
+
+
+def opened(keytokens: KeyTokens) -> KeyTokenArtifact:
+    """An artifact in memory as it is; a path or Hub address opened (and checked)."""
+    return open_artifact(
+        keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens")
+    )
 
 
 def as_path(value: Any, name: str) -> Any:

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.artifact.qa import ArtifactQuestion
+from pipeline.artifact.qa import ArtifactQuestion, artifact_questions
+from pipeline.artifact.reader import iter_documents
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.loogle.generation import Cut, PromptTooLong, cut_to, tokenize_prompt
 from pipeline.loogle.prompts import build_prompt
@@ -142,6 +144,23 @@ def question_gain(
 
 def _excluded(base: AnswerGain, reason: str, prompt_tokens: int = 0) -> AnswerGain:
     return AnswerGain(**{**base.__dict__, "excluded": reason, "prompt_tokens": prompt_tokens})
+
+
+def questions_of(
+    artifact: KeyTokenArtifact, tasks: Iterable[str]
+) -> tuple[list[ArtifactQuestion], dict[str, str]]:
+    """An artifact's questions of ``tasks`` and the text of each of its documents, by id; an artifact
+    without questions, or without one of those tasks, is one PipelineError."""
+    if artifact.qa is None:
+        raise PipelineError(
+            f"artifact {artifact.root} has no questions: give an artifact of corpus=loogle_sample or "
+            'corpus=loogle (make keytokens ARGS="corpus=loogle_sample")'
+        )
+    tasks = list(tasks)
+    questions = [q for q in artifact_questions(artifact) if q.task in tasks]
+    if not questions:
+        raise PipelineError(f"artifact {artifact.root} has no question of the tasks {', '.join(tasks)}")
+    return questions, {d.doc_id: d.text for d in iter_documents(artifact)}
 
 
 def answer_gains(

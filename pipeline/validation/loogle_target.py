@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifact.qa import ArtifactQuestion, artifact_questions
-from pipeline.artifact.reader import iter_documents, open_artifact
+from pipeline.artifact.qa import ArtifactQuestion
+from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.loogle import answer_gain
@@ -52,15 +52,7 @@ def target(v: ValidateSettings, work: Path) -> LoogleTarget | None:
     built = o.artifact is None
     path = build(v, o, work) if built else Path(o.artifact)
     artifact = open_artifact(path)
-    if artifact.qa is None:
-        raise PipelineError(
-            f"loogle.artifact={path} has no questions: give an artifact of corpus=loogle_sample or "
-            'corpus=loogle (make keytokens ARGS="corpus=loogle_sample"), or loogle.enabled=false'
-        )
-    questions = [q for q in artifact_questions(artifact) if q.task in o.tasks]
-    if not questions:
-        raise PipelineError(f"loogle.artifact={path} has no question of the tasks {', '.join(o.tasks)}")
-    texts = {d.doc_id: d.text for d in iter_documents(artifact)}
+    questions, texts = answer_gain.questions_of(artifact, o.tasks)
     return LoogleTarget(artifact, questions, texts, built)
 
 
