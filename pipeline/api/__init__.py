@@ -176,8 +176,10 @@ def answer_gains(
     lm = in_memory(model, tokenizer, model_name)
     artifact = opened(keytokens)
     questions, texts = answer_gain.questions_of(artifact, tasks)
+    scorer = scorer_for(lm, compute)
     with eval_mode(model):
-        return answer_gain.answer_gains(lm.tokenizer, scorer_for(lm, compute), questions, texts, list(limits))
+        scorer.check_against_full_forward()  # as every stage, before its first real pass
+        return answer_gain.answer_gains(lm.tokenizer, scorer, questions, texts, list(limits))
 
 
 def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:

@@ -4,9 +4,11 @@ The LooGLE documents' own key tokens: an artifact of ``corpus=loogle_sample`` (o
 given or built here by the keytokens stage with the study's evaluator settings; its questions, answers
 and located evidence travel with it. Per family member, at its context limit (the model's context when
 it has none): PPL, LongPPL and LongPPL-soft of the member on those documents (the score stage, against
-that artifact), and the answer gain of each question (``pipeline.loogle.answer_gain``). Then, over the
-members with counted questions, the Pearson and Spearman correlation of each metric with the mean
-answer gain in bits per byte, with p-values, and how large a correlation that many members could show.
+that artifact; a document longer than a whole-context member's context is scored on the prefix that
+fits, counted as truncated), and the answer gain of each question (``pipeline.loogle.answer_gain``).
+Then, over the members with counted questions, the Pearson and Spearman correlation of each metric
+with the mean answer gain in bits per byte, with p-values, and how large a correlation that many
+members could show.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def member_part(
     compute: Compute, m: family.Member, lm: Any, scorer: TargetScorer, t: LoogleTarget
 ) -> dict[str, Any]:
     """One member on the LooGLE documents: its scores against their key tokens and its answer gains."""
-    settings = ScoreSettings(context_limit=m.context_limit)
+    # A document longer than a whole-context member's context: the prefix that fits (flagged, counted).
+    settings = ScoreSettings(context_limit=m.context_limit, allow_truncation=m.context_limit is None)
     corpus = score_against([t.artifact], lm, settings, compute)[0].corpus
     limit = m.context_limit or lm.context_length
     if limit is None:
