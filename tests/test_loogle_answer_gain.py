@@ -105,14 +105,17 @@ def test_power_of_n_members():
     assert loogle_target.critical_r(2) is None
 
 
-def target_row(label: str, gain: float | None, ppl: float, longppl: float) -> dict:
+def target_row(label: str, gain: float | None, ppl: float, longppl: float, common: float = 0.0) -> dict:
     counted = 0 if gain is None else 3
     counts = {"n_counted": counted, "n_questions": 4}
     part = {"gain_bits_per_byte": gain, "gain_bits_per_byte_se": 0.01, "gain_nats": gain, **counts,
             "n_no_evidence": 1, "n_outside": 3 - counted, "n_no_room": 0, "positive": counted,
             "ppl": ppl, "longppl": longppl, "longppl_soft": longppl, "n_key_tokens": 5, "n_truncated": 0,
             "self_evaluation": label == "m2", "limit": 64,
-            "by_type": [{"type": "computation", "gain_bits_per_byte": gain, **counts}]}  # fmt: skip
+            "by_type": [{"type": "computation", "gain_bits_per_byte": gain, **counts}],
+            "questions": [{"source_id": q, "excluded": None if gain is not None else "x",
+                           "gain_bits_per_byte": gain + extra if gain is not None else None}
+                          for q, extra in (("q1", 0.0), ("q2", common))]}  # fmt: skip
     return {"label": label, "model": label, "loogle": part}
 
 
@@ -127,6 +130,11 @@ def test_correlations_rank_against_the_answer_gain_and_the_report_says_so():
     )
     assert stats["ranking"] == {"best": ["longppl", "longppl_soft"], "best_spearman": pytest.approx(-1.0),
                                 "longppl_vs_ppl": "better"}  # fmt: skip
+    assert stats["common"]["questions"] == ["q1", "q2"]  # both counted by every member with questions
+    rows[2]["loogle"]["questions"][1]["excluded"] = "outside"  # m3 does not count q2: q1 alone is common
+    rows[0]["loogle"]["questions"][1]["gain_bits_per_byte"] = 9.0  # and m1's q2 no longer matters
+    common = loogle_target.correlations(rows)["common"]
+    assert common["questions"] == ["q1"] and common["rows"][1]["spearman_r"] == pytest.approx(-1.0)
     results = {"family": rows, "loogle": {"correlations": stats}}
     tables = loogle_report.context(results)["tables"]
     assert "| m2 (self) | 64 | 3 / 4 | 1 / 0 / 0 | +0.200 | +0.2000 (± 0.010) | 3 of 3 |" in tables["members"]

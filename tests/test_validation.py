@@ -292,8 +292,10 @@ def test_a_report_names_the_commit_of_its_code_and_the_day(tmp_path):
 
 
 def run_lines_masked(page: str) -> str:
-    """A report without what belongs to one run: its wall time, machine, code and minutes."""
+    """A report without what belongs to one run: its wall time, machine, code, minutes and whether it
+    equals the run before it."""
     page = re.sub(r"^- \*\*Wall time\*\*.*?^- \*\*Code\*\*[^\n]*\n", "", page, flags=re.M | re.S)
+    page = re.sub(r"^- \*\*Determinism\*\*[^\n]*\n", "", page, flags=re.M)
     return re.sub(r"^(make validate +# )\d+ minutes", r"\1N minutes", page, flags=re.M)
 
 

@@ -14,18 +14,20 @@ def context(results: dict[str, Any]) -> dict[str, Any] | None:
     if loogle is None:
         return None
     family, stats = results["family"], loogle["correlations"]
-    by_metric = {r["metric"]: r for r in stats["rows"]}
     counted = stats["questions"]
     return {
         **loogle,
         "stats": stats,
-        "by_metric": by_metric,
+        "by_metric": {r["metric"]: r for r in stats["rows"]},
+        "by_metric_common": {r["metric"]: r for r in stats["common"]["rows"]},
         "fewest": min(counted, default=0),
         "most": max(counted, default=0),
+        "single": [r["label"] for r in family if r["loogle"]["n_counted"] == 1],
         "tables": {
             "members": members_table(family),
             "types": types_table(family),
             "correlations": correlation_table(stats["rows"]),
+            "common": correlation_table(stats["common"]["rows"]),
         },
     }
 

@@ -92,21 +92,41 @@ def member_part(
 
 def correlations(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Each metric against the mean answer gain (bits per byte) over the members with counted
-    questions; the smallest |r| that many members make significant at 5% (two-sided t test)."""
+    questions; the smallest |r| that many members make significant at 5% (two-sided t test); and the
+    same against the mean over only the questions every one of those members counts (``common``), so
+    that no member's mean rests on questions another's lacks."""
     usable = [r for r in rows if r["loogle"]["gain_bits_per_byte"] is not None]
-    gains = [r["loogle"]["gain_bits_per_byte"] for r in usable]
-    out = []
-    for metric, label in METRICS.items():
-        stats, note = correlate([r["loogle"][metric] for r in usable], gains)
-        out.append({"metric": metric, "label": label, "n": len(usable), **stats, "note": note})
+    common = common_questions(usable)
+    common_gains = [mean_gain(r, common) for r in usable] if common else []
     return {
         "members": len(usable),
         "members_without_questions": [r["label"] for r in rows if r not in usable],
         "questions": [r["loogle"]["n_counted"] for r in usable],
         "critical_r": critical_r(len(usable)),
-        "rows": out,
-        "ranking": ranking(out),
+        **against(usable, [r["loogle"]["gain_bits_per_byte"] for r in usable]),
+        "common": {"questions": common, **against(usable if common else [], common_gains)},
     }
+
+
+def against(members: list[dict[str, Any]], gains: list[float]) -> dict[str, Any]:
+    """Each metric of ``members`` correlated with ``gains``, and the ranking."""
+    out = []
+    for metric, label in METRICS.items():
+        stats, note = correlate([r["loogle"][metric] for r in members], gains)
+        out.append({"metric": metric, "label": label, "n": len(members), **stats, "note": note})
+    return {"rows": out, "ranking": ranking(out)}
+
+
+def common_questions(members: list[dict[str, Any]]) -> list[str]:
+    """The questions (source ids, in order) that every member counts."""
+    counted = [[q["source_id"] for q in r["loogle"]["questions"] if q["excluded"] is None] for r in members]
+    return [q for q in counted[0] if all(q in c for c in counted[1:])] if counted else []
+
+
+def mean_gain(row: dict[str, Any], questions: list[str]) -> float:
+    """A member's mean answer gain in bits per byte over ``questions``."""
+    values = [q["gain_bits_per_byte"] for q in row["loogle"]["questions"] if q["source_id"] in questions]
+    return sum(values) / len(values)
 
 
 def critical_r(n: int, level: float = 0.05) -> float | None:
