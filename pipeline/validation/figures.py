@@ -66,8 +66,7 @@ def family_pngs(
     """One picture per metric: the metric against the answer-token accuracy, one point per member
     (colour: its model; a square: self-evaluation), one panel per evaluator where the metric
     depends on the evaluator; perplexities on a log scale."""
-    models = list(dict.fromkeys(r["model"] for r in family))
-    colours = {m: f"C{i % 10}" for i, m in enumerate(models)}
+    colours = model_colours(family)
     out = {}
     for metric, (label, dependent) in FAMILY_METRICS.items():
         panels = evaluators if dependent else evaluators[:1]
@@ -86,6 +85,11 @@ def family_pngs(
         fig.tight_layout()
         out[metric] = png(fig)
     return out
+
+
+def model_colours(family: list[dict[str, Any]]) -> dict[str, str]:
+    """One matplotlib colour per model, in the family's order."""
+    return {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(r["model"] for r in family))}
 
 
 def member_scatter(ax: Any, family: list[dict[str, Any]], metric: str, evaluator: str, colours: dict) -> None:
@@ -117,8 +121,7 @@ def scatter_points(ax: Any, points: list[tuple[dict[str, Any], float, float, boo
 def loogle_png(family: list[dict[str, Any]], stats: dict[str, Any]) -> bytes:
     """PPL, LongPPL and LongPPL-soft on LooGLE's documents against the mean answer gain, one point per
     member with counted questions (self-evaluation: the member is the LooGLE artifact's evaluator)."""
-    models = list(dict.fromkeys(r["model"] for r in family))
-    colours = {m: f"C{i % 10}" for i, m in enumerate(models)}
+    colours = model_colours(family)
     fig = figure((15.6, 4.2))
     for ax, row in zip(fig.subplots(1, len(stats["rows"])), stats["rows"], strict=True):
         points = [

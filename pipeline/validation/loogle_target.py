@@ -28,7 +28,7 @@ from pipeline.models.logprobs import TargetScorer
 from pipeline.reporting.common import correlate
 from pipeline.score.engine import score_against
 from pipeline.settings import Compute, ScoreSettings
-from pipeline.validation import family
+from pipeline.validation import family, study
 from pipeline.validation.settings import LoogleTargetOptions, ValidateSettings
 
 # The metrics correlated with the answer gain (all against the LooGLE artifact's key tokens).
@@ -144,21 +144,7 @@ def ranking(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Which metric ranks the family best against the answer gain: the most negative Spearman rho
     (lower perplexity, larger gain); and LongPPL against PPL, whatever the answer."""
     rho = {r["metric"]: r["spearman_r"] for r in rows}
-    defined = {m: x for m, x in rho.items() if x is not None}
-    best = min(defined.values()) if defined else None
-    a, b = rho["longppl"], rho["ppl"]
-    versus = (
-        None
-        if a is None or b is None
-        else "tie"
-        if math.isclose(a, b, abs_tol=1e-12)
-        else ("better" if a < b else "worse")
-    )
-    return {
-        "best": [m for m, x in defined.items() if best is not None and math.isclose(x, best, abs_tol=1e-12)],
-        "best_spearman": best,
-        "longppl_vs_ppl": versus,
-    }
+    return {**study.best_by_spearman(rho), "longppl_vs_ppl": study.compare(rho["longppl"], rho["ppl"])}
 
 
 def record(t: LoogleTarget, o: LoogleTargetOptions) -> dict[str, Any]:

@@ -257,18 +257,22 @@ def ranking(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Which metric ranks the family best: the most negative Spearman rho with the accuracy (lower
     perplexity, higher accuracy); and LongPPL against PPL, key bits/byte against bits/byte."""
     rho = {r["metric"]: r["spearman_r"] for r in rows}
-    defined = {m: v for m, v in rho.items() if v is not None}
-    best_value = min(defined.values()) if defined else None
-    best = [m for m, v in defined.items() if math.isclose(v, best_value, abs_tol=1e-12)] if defined else []
     return {
-        "best": best,
-        "best_spearman": best_value,
-        "longppl_vs_ppl": _compare(rho["longppl"], rho["ppl"]),
-        "key_bpb_vs_bpb": _compare(rho["key_bpb"], rho["bpb"]),
+        **best_by_spearman(rho),
+        "longppl_vs_ppl": compare(rho["longppl"], rho["ppl"]),
+        "key_bpb_vs_bpb": compare(rho["key_bpb"], rho["bpb"]),
     }
 
 
-def _compare(a: float | None, b: float | None) -> str | None:
+def best_by_spearman(rho: dict[str, float | None]) -> dict[str, Any]:
+    """The metrics with the most negative Spearman rho (ties together), and that rho."""
+    defined = {m: v for m, v in rho.items() if v is not None}
+    best_value = min(defined.values()) if defined else None
+    best = [m for m, v in defined.items() if math.isclose(v, best_value, abs_tol=1e-12)] if defined else []
+    return {"best": best, "best_spearman": best_value}
+
+
+def compare(a: float | None, b: float | None) -> str | None:
     """'better', 'tie' or 'worse': whether rho ``a`` is more negative than ``b`` (None: undefined)."""
     if a is None or b is None:
         return None
