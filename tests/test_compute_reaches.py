@@ -12,6 +12,7 @@ import pytest
 from pipeline.models import loading, logprobs
 from pipeline.models.logprobs import TargetScorer
 from tests.conftest import compose_config, keytokens_overrides, run_keytokens
+from tests.test_loogle_corpus import loogle_dir, whole_loogle_artifact  # noqa: F401 (fixtures)
 
 COMPUTE = {"head_chunk": 7, "vocab_tile": 123, "window_batch_tokens": 321, "head_dtype": "float32"}
 
@@ -130,7 +131,15 @@ def test_finetune(spy, other_model_dir, write_corpus, tmp_path):
     check(spy)
 
 
-def test_validate(spy, tiny_artifact, tiny_model_dir, other_model_dir, tokenizer, tmp_path):
+def test_validate(
+    spy,
+    tiny_artifact,
+    tiny_model_dir,
+    other_model_dir,
+    tokenizer,
+    tmp_path,
+    whole_loogle_artifact,  # noqa: F811
+):
     from pipeline.commands.validate import run
     from tests.conftest import save_tiny_model
     from tests.test_validation_family import validate_config
@@ -145,6 +154,7 @@ def test_validate(spy, tiny_artifact, tiny_model_dir, other_model_dir, tokenizer
         "evaluator=local",
         f"evaluator.spec='{part1}'",
         *["documents=1", "lines=8", "questions=2", "min_gap_lines=3", "K=16", "d=16"],
+        f"loogle.artifact='{whole_loogle_artifact}'",
         *overrides(spy),
     )
     run(cfg)
