@@ -152,3 +152,58 @@ def run_keytokens(cfg) -> dict:
     from pipeline.commands.keytokens import run
 
     return run(cfg)
+
+
+# ----------------------------------------------------------------------------------------------
+# A tiny LooGLE folder and its key-token artifacts (cut to 150 tokens, and whole)
+
+TEXT_A = (
+    "Alpha Station opened in 1901 on the northern line. "
+    + "The station was rebuilt after a fire in 1923, and its hall has a painted ceiling. " * 3
+    + "In 1990 the line closed and the hall became a museum of the railway. " * 4
+)
+TEXT_B = "Beta Bridge crosses the river in three spans. " * 6 + "It was painted red in 2004. " * 3
+EARLY = "The station was rebuilt after a fire in 1923"
+LATE = "In 1990 the line closed and the hall became a museum of the railway."
+
+
+def pairs(*items: tuple[str, str, list[str], str | None]) -> str:
+    out = [{"Q": q, "A": a, "S": s} | ({"type": t} if t else {}) for q, a, s, t in items]
+    return repr(out)  # qa_pairs: a Python literal held as a string, as LooGLE publishes it
+
+
+@pytest.fixture(scope="session")
+def loogle_dir(tmp_path_factory) -> Path:
+    """A LooGLE folder of two tasks whose first document is in both (as the sample's article is)."""
+    folder = tmp_path_factory.mktemp("loogle")
+    short = {"title": "Alpha", "input": TEXT_A, "output": None}
+    short["qa_pairs"] = pairs(("When was it rebuilt?", "1923", [EARLY], None))
+    long_a = {"title": "Alpha", "input": TEXT_A, "output": None}
+    long_a["qa_pairs"] = pairs(
+        ("What came after the fire?", "a museum", [EARLY + "[6]", LATE], "comprehension_and_reasoning"),
+        ("Who painted it?", "nobody knows", ["An architect from Paris painted it."], "computation"),
+    )
+    long_b = {"title": "Beta", "input": TEXT_B, "output": None}
+    long_b["qa_pairs"] = pairs(("What colour?", "red", ["It was painted red in 2004."], "timeline_reorder"))
+    for name, rows in (("shortdep_qa", [short]), ("longdep_qa", [long_a, long_b])):
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def loogle_artifact(tmp_path_factory, tiny_model_dir, loogle_dir) -> Path:
+    return build_loogle_artifact(tmp_path_factory.mktemp("loogle-artifact"), tiny_model_dir, loogle_dir)
+
+
+@pytest.fixture(scope="session")
+def whole_loogle_artifact(tmp_path_factory, tiny_model_dir, loogle_dir) -> Path:
+    """The same documents whole (the tiny model's 512 positions hold them)."""
+    out = tmp_path_factory.mktemp("whole-loogle-artifact")
+    return build_loogle_artifact(out, tiny_model_dir, loogle_dir, "max_tokens=null")
+
+
+def build_loogle_artifact(out: Path, model_dir: Path, folder: Path, *extra: str) -> Path:
+    overrides = keytokens_overrides(model_dir, "unused", out)
+    overrides = [o for o in overrides if not o.startswith("corpus")]
+    run_keytokens(compose_keytokens([*overrides, "corpus=loogle_sample", f"corpus.loogle={folder}", *extra]))
+    return out / "test"

@@ -12,7 +12,6 @@ import pytest
 from pipeline.models import loading, logprobs
 from pipeline.models.logprobs import TargetScorer
 from tests.conftest import compose_config, keytokens_overrides, run_keytokens
-from tests.test_loogle_corpus import loogle_dir, whole_loogle_artifact  # noqa: F401 (fixtures)
 
 COMPUTE = {"head_chunk": 7, "vocab_tile": 123, "window_batch_tokens": 321, "head_dtype": "float32"}
 
@@ -138,7 +137,7 @@ def test_validate(
     other_model_dir,
     tokenizer,
     tmp_path,
-    whole_loogle_artifact,  # noqa: F811
+    whole_loogle_artifact,
 ):
     from pipeline.commands.validate import run
     from tests.conftest import save_tiny_model

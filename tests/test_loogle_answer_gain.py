@@ -21,7 +21,6 @@ from pipeline.models.logprobs import TargetScorer
 from pipeline.validation import loogle_report, loogle_target
 from pipeline.validation.settings import LoogleTargetOptions
 from tests.conftest import build_model
-from tests.test_loogle_corpus import loogle_artifact, loogle_dir, whole_loogle_artifact  # noqa: F401 (fixtures)
 
 FILLER = "The committee met in the old hall and talked about the roads, the school and the harvest. "
 FIRST = "Gamma Mill was built in 1850 by the river."
@@ -150,7 +149,7 @@ def test_an_artifact_without_questions_is_one_error(tiny_artifact, tmp_path):
     assert loogle_target.target(v, tmp_path) is None
 
 
-def test_the_target_reads_an_artifacts_questions(loogle_artifact, tmp_path):  # noqa: F811
+def test_the_target_reads_an_artifacts_questions(loogle_artifact, tmp_path):
     options = LoogleTargetOptions(artifact=str(loogle_artifact), tasks=["longdep_qa"])
     t = loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), tmp_path)
     assert [q.task for q in t.questions] == [
@@ -167,7 +166,7 @@ def test_the_target_reads_an_artifacts_questions(loogle_artifact, tmp_path):  # 
         loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), Path(tmp_path))
 
 
-def test_the_api_gives_each_questions_gain_on_a_model_in_memory(whole_loogle_artifact, tiny_model_dir):  # noqa: F811
+def test_the_api_gives_each_questions_gain_on_a_model_in_memory(whole_loogle_artifact, tiny_model_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pipeline import api
@@ -190,7 +189,7 @@ def test_the_api_gives_each_questions_gain_on_a_model_in_memory(whole_loogle_art
         api.answer_gains(model, tokenizer, whole_loogle_artifact, [512], K=4)
 
 
-def test_a_document_longer_than_a_whole_context_member_is_scored_truncated(whole_loogle_artifact, tokenizer):  # noqa: F811
+def test_a_document_longer_than_a_whole_context_member_is_scored_truncated(whole_loogle_artifact, tokenizer):
     from pipeline.models.loading import in_memory
     from pipeline.settings import Compute
 

@@ -20,64 +20,13 @@ from pipeline.errors import PipelineError
 from pipeline.loogle.corpus import load_loogle_corpus
 from pipeline.provenance import file_sha256, text_sha256
 from pipeline.text.corpus import CorpusSpec
-from tests.conftest import ROOT, compose_config, compose_keytokens, keytokens_overrides, run_keytokens
+from tests.conftest import EARLY, ROOT, TEXT_A, TEXT_B, compose_config, compose_keytokens, keytokens_overrides
 from tests.test_cli_errors import one_error, run_cli
-
-TEXT_A = (
-    "Alpha Station opened in 1901 on the northern line. "
-    + "The station was rebuilt after a fire in 1923, and its hall has a painted ceiling. " * 3
-    + "In 1990 the line closed and the hall became a museum of the railway. " * 4
-)
-TEXT_B = "Beta Bridge crosses the river in three spans. " * 6 + "It was painted red in 2004. " * 3
-EARLY = "The station was rebuilt after a fire in 1923"
-LATE = "In 1990 the line closed and the hall became a museum of the railway."
-
-
-def pairs(*items: tuple[str, str, list[str], str | None]) -> str:
-    out = [{"Q": q, "A": a, "S": s} | ({"type": t} if t else {}) for q, a, s, t in items]
-    return repr(out)  # qa_pairs: a Python literal held as a string, as LooGLE publishes it
-
-
-@pytest.fixture(scope="module")
-def loogle_dir(tmp_path_factory) -> Path:
-    """A LooGLE folder of two tasks whose first document is in both (as the sample's article is)."""
-    folder = tmp_path_factory.mktemp("loogle")
-    short = {"title": "Alpha", "input": TEXT_A, "output": None}
-    short["qa_pairs"] = pairs(("When was it rebuilt?", "1923", [EARLY], None))
-    long_a = {"title": "Alpha", "input": TEXT_A, "output": None}
-    long_a["qa_pairs"] = pairs(
-        ("What came after the fire?", "a museum", [EARLY + "[6]", LATE], "comprehension_and_reasoning"),
-        ("Who painted it?", "nobody knows", ["An architect from Paris painted it."], "computation"),
-    )
-    long_b = {"title": "Beta", "input": TEXT_B, "output": None}
-    long_b["qa_pairs"] = pairs(("What colour?", "red", ["It was painted red in 2004."], "timeline_reorder"))
-    for name, rows in (("shortdep_qa", [short]), ("longdep_qa", [long_a, long_b])):
-        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return folder
 
 
 def loogle_spec(folder: Path, tasks=("shortdep_qa", "longdep_qa")) -> CorpusSpec:
     node = compose_keytokens(["corpus=loogle_sample", f"corpus.loogle={folder}"])["corpus"]
     return dataclasses.replace(CorpusSpec.parse(node), tasks=tuple(tasks))
-
-
-@pytest.fixture(scope="module")
-def loogle_artifact(tmp_path_factory, tiny_model_dir, loogle_dir) -> Path:
-    return build_loogle_artifact(tmp_path_factory.mktemp("loogle-artifact"), tiny_model_dir, loogle_dir)
-
-
-@pytest.fixture(scope="module")
-def whole_loogle_artifact(tmp_path_factory, tiny_model_dir, loogle_dir) -> Path:
-    """The same documents whole (the tiny model's 512 positions hold them)."""
-    out = tmp_path_factory.mktemp("whole-loogle-artifact")
-    return build_loogle_artifact(out, tiny_model_dir, loogle_dir, "max_tokens=null")
-
-
-def build_loogle_artifact(out: Path, model_dir: Path, folder: Path, *extra: str) -> Path:
-    overrides = keytokens_overrides(model_dir, "unused", out)
-    overrides = [o for o in overrides if not o.startswith("corpus")]
-    run_keytokens(compose_keytokens([*overrides, "corpus=loogle_sample", f"corpus.loogle={folder}", *extra]))
-    return out / "test"
 
 
 def test_documents_are_distinct_texts_with_ids_from_their_hash(loogle_dir):

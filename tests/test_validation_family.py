@@ -15,7 +15,6 @@ from pipeline.errors import PipelineError
 from pipeline.validation import family, synthetic
 from pipeline.validation.run import load
 from tests.conftest import compose_config, save_tiny_model
-from tests.test_loogle_corpus import loogle_dir, whole_loogle_artifact  # noqa: F401 (fixtures)
 
 
 def validate_settings(tmp_path, *overrides):
@@ -141,7 +140,7 @@ def test_validate_runs_twice_with_equal_results(
     tiny_model_dir,
     other_model_dir,
     tokenizer,
-    whole_loogle_artifact,  # noqa: F811
+    whole_loogle_artifact,
 ):
     """The whole `make validate` on tiny models: results.json, report and pictures; the second run
     rebuilds every artifact and compares equal. Its LooGLE target reads a tiny LooGLE artifact."""

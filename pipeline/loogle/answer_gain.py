@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from pipeline.artifact.qa import ArtifactQuestion, artifact_questions
-from pipeline.artifact.reader import iter_documents
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.loogle.generation import Cut, PromptTooLong, cut_to, tokenize_prompt
@@ -138,12 +137,12 @@ def question_gain(
         alone, _ = tokenize_prompt(tokenizer, build_prompt(question.task, question.question, ""))
         question_only[question.source_id] = answer_logprob(scorer, alone, ids)
     with_document = answer_logprob(scorer, cut.ids, ids)
-    return AnswerGain(**{**base.__dict__, "prompt_tokens": len(cut.ids), "with_document": with_document,
-                         "question_only": question_only[question.source_id]})  # fmt: skip
+    return replace(base, prompt_tokens=len(cut.ids), with_document=with_document,
+                   question_only=question_only[question.source_id])  # fmt: skip
 
 
 def _excluded(base: AnswerGain, reason: str, prompt_tokens: int = 0) -> AnswerGain:
-    return AnswerGain(**{**base.__dict__, "excluded": reason, "prompt_tokens": prompt_tokens})
+    return replace(base, excluded=reason, prompt_tokens=prompt_tokens)
 
 
 def questions_of(
@@ -160,7 +159,7 @@ def questions_of(
     questions = [q for q in artifact_questions(artifact) if q.task in tasks]
     if not questions:
         raise PipelineError(f"artifact {artifact.root} has no question of the tasks {', '.join(tasks)}")
-    return questions, {d.doc_id: d.text for d in iter_documents(artifact)}
+    return questions, artifact.texts()
 
 
 def answer_gains(
@@ -179,13 +178,13 @@ def answer_gains(
     ]
 
 
-def summary(gains: list[AnswerGain], by_type: bool = True) -> list[dict[str, Any]]:
+def summary(gains: list[AnswerGain]) -> list[dict[str, Any]]:
     """Per limit (and per question type, then ``all``): the questions counted and excluded by reason,
     and the mean answer gain in nats and bits per byte over those counted (None when none is)."""
     rows = []
     for limit in dict.fromkeys(g.limit for g in gains):
         mine = [g for g in gains if g.limit == limit]
-        types = sorted({g.type or "untyped" for g in mine}) if by_type else []
+        types = sorted({g.type or "untyped" for g in mine})
         for name in [*types, "all"]:
             group = [g for g in mine if name == "all" or (g.type or "untyped") == name]
             rows.append({"limit": limit, "type": name, **aggregate(group)})

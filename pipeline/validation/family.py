@@ -112,8 +112,9 @@ def default_label(choice: ModelChoice, limit: int | None) -> str:
     return f"{name} {'full' if limit is None else f'W={limit}'}"
 
 
-def is_self_evaluation(m: Member, evaluator: Evaluator) -> bool:
-    """The member's model is the evaluator's model (same spec)."""
+def is_self_evaluation(m: Member, evaluator: Any) -> bool:
+    """The member's model is the evaluator's model (same spec; ``evaluator``: an ``Evaluator``, or
+    anything with its ``spec``, such as the LooGLE target)."""
     return m.choice.spec == evaluator.spec
 
 

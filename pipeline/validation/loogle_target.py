@@ -34,8 +34,8 @@ from pipeline.validation.settings import LoogleTargetOptions, ValidateSettings
 # The metrics correlated with the answer gain (all against the LooGLE artifact's key tokens).
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
 SCORE_VALUES = ("ppl", "longppl", "longppl_soft", "n_tokens", "n_key_tokens", "n_truncated")
-# What the build takes from `conf/keytokens.yaml` composed with the study's settings.
-STAGE1_KEYS = ("dtype", "device", "head_chunk", "vocab_tile", "progress")
+# What the build takes from the study's settings (the built evaluators' compute settings, and its dtype).
+STAGE1_KEYS = ("dtype", *family.COMPUTE_SETTINGS)
 
 
 @dataclass
@@ -44,6 +44,11 @@ class LoogleTarget:
     questions: list[ArtifactQuestion]  # those of the chosen tasks
     texts: dict[str, str]  # the artifact's text of each document
     built: bool
+
+    @property
+    def spec(self) -> str:
+        """The evaluator's spec, from the artifact's settings."""
+        return self.artifact.settings["evaluator"]["spec"]
 
 
 def target(v: ValidateSettings, work: Path) -> LoogleTarget | None:
@@ -82,7 +87,7 @@ def member_part(
     gains = answer_gain.answer_gains(lm.tokenizer, scorer, t.questions, t.texts, [limit])
     return {
         **{k: corpus[k] for k in SCORE_VALUES},
-        "self_evaluation": m.choice.spec == t.artifact.settings["evaluator"]["spec"],
+        "self_evaluation": family.is_self_evaluation(m, t),
         "limit": limit,
         **answer_gain.aggregate(gains),
         "by_type": answer_gain.summary(gains),
@@ -154,7 +159,7 @@ def record(t: LoogleTarget, o: LoogleTargetOptions) -> dict[str, Any]:
         "artifact": t.artifact.root.name,
         "fingerprint": t.artifact.manifest["fingerprint"],
         "built": t.built,
-        "evaluator": s["evaluator"]["spec"],
+        "evaluator": t.spec,
         **{k: s[k] for k in ("K", "d", "alpha", "beta", "gamma")},
         "tasks": list(o.tasks),
         "documents": [{"doc_id": d, "n_chars": len(text)} for d, text in t.texts.items()],
