@@ -175,7 +175,12 @@ def pairs(*items: tuple[str, str, list[str], str | None]) -> str:
 @pytest.fixture(scope="session")
 def loogle_dir(tmp_path_factory) -> Path:
     """A LooGLE folder of two tasks whose first document is in both (as the sample's article is)."""
-    folder = tmp_path_factory.mktemp("loogle")
+    return loogle_folder(tmp_path_factory.mktemp("loogle"))
+
+
+def loogle_folder(folder: Path) -> Path:
+    """``loogle_dir``'s files written into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
     short = {"title": "Alpha", "input": TEXT_A, "output": None}
     short["qa_pairs"] = pairs(("When was it rebuilt?", "1923", [EARLY], None))
     long_a = {"title": "Alpha", "input": TEXT_A, "output": None}

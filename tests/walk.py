@@ -1,0 +1,210 @@
+"""How straight a command's run is: its settings followed through the calls that pass them on.
+
+    python -m tests.walk score        # or keytokens, loogle; --show prints the walk itself
+
+The command runs on tiny random-weight models (built here, in a temporary folder) under a profiler.
+A call *passes the settings on* when one of its arguments, other than ``self``, is a settings object or
+one of its values: the command's Hydra config, its plain form, every pydantic dataclass (how the
+project types settings) and their fields' values that are text, paths or containers. The *walk* is the
+modules of those calls' functions in call order, repeats in a row merged. Counted on it:
+
+- ``modules``: the distinct modules it enters;
+- ``climbs``: the steps to a module of a higher layer than the step before (``tests.layout``'s layers);
+- ``returns``: the steps to a module it had already left; ``most returns``: the largest count of them
+  for one module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = str(ROOT / "pipeline")
+LIMITS = {"modules": 12, "climbs": 3, "most returns": 2}
+
+
+def module_of(filename: str) -> str | None:
+    if not filename.startswith(PIPELINE):
+        return None
+    return ".".join(Path(filename).relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def is_settings(value: Any) -> bool:
+    from omegaconf import DictConfig
+    from pydantic.dataclasses import is_pydantic_dataclass
+
+    return isinstance(value, DictConfig) or (
+        is_pydantic_dataclass(type(value)) and not isinstance(value, type)
+    )
+
+
+class Walk:
+    """The walk of one run (``trace``): the modules of the calls that pass the settings on."""
+
+    def __init__(self) -> None:
+        self.tracked: dict[int, Any] = {}  # id -> object (kept alive, so ids stay unique)
+        self.steps: list[str] = []
+
+    def track(self, value: Any, depth: int = 0) -> None:
+        if value is None or isinstance(value, (bool, int, float)) or id(value) in self.tracked:
+            return
+        self.tracked[id(value)] = value
+        if depth > 2:
+            return
+        if isinstance(value, dict):
+            for item in value.values():
+                self.track(item, depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                self.track(item, depth + 1)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for field in dataclasses.fields(value):
+                self.track(getattr(value, field.name), depth + 1)
+
+    def passes_settings(self, frame: Any) -> bool:
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        found = False
+        for i, name in enumerate(names):
+            value = frame.f_locals.get(name)
+            if i == 0 and name in ("self", "cls"):
+                continue
+            if is_settings(value):
+                self.track(value)
+            if id(value) in self.tracked and not isinstance(value, (str, bytes)) or (
+                isinstance(value, str) and id(value) in self.tracked and len(value) > 8
+            ):
+                found = True
+        return found
+
+    def profile(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "return" and frame.f_code.co_name in ("plain", "parse", "from_config", "to_container"):
+            if module_of(frame.f_code.co_filename) or frame.f_code.co_name == "to_container":
+                self.track(arg)
+            return
+        if event != "call":
+            return
+        module = module_of(frame.f_code.co_filename)
+        if module is None or frame.f_code.co_name.startswith("<"):
+            return
+        if self.passes_settings(frame) and (not self.steps or self.steps[-1] != module):
+            self.steps.append(module)
+
+    @contextmanager
+    def trace(self, cfg: Any) -> Iterator[None]:
+        self.track(cfg)
+        previous = sys.getprofile()
+        sys.setprofile(self.profile)
+        try:
+            yield
+        finally:
+            sys.setprofile(previous)
+
+    def counts(self, rank: Callable[[str], int]) -> dict[str, Any]:
+        seen: set[str] = set()
+        returns: Counter[str] = Counter()
+        climbs = 0
+        for before, step in zip([None, *self.steps], self.steps, strict=False):
+            if before is not None and rank(step) > rank(before):
+                climbs += 1
+            if step in seen:
+                returns[step] += 1
+            seen.add(step)
+        return {
+            "modules": len(seen),
+            "climbs": climbs,
+            "returns": sum(returns.values()),
+            "most returns": max(returns.values(), default=0),
+            "most returned to": returns.most_common(1)[0][0] if returns else None,
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# The runs, on tiny models
+
+
+def tiny_inputs(folder: Path) -> dict[str, Path]:
+    """A tiny evaluator and model (saved checkpoints), a corpus of three texts, a LooGLE folder."""
+    from tests.conftest import STAGE1_TEXTS, build_tokenizer, loogle_folder, save_tiny_model
+
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"doc-{i}", "text": t}) + "\n" for i, t in enumerate(STAGE1_TEXTS)))
+    return {
+        "evaluator": save_tiny_model(folder / "evaluator", build_tokenizer()),
+        "model": save_tiny_model(folder / "model", build_tokenizer(300), seed=1),
+        "corpus": corpus,
+        "loogle": loogle_folder(folder / "loogle"),
+        "out": folder,
+    }
+
+
+def keytokens_cfg(inputs: dict[str, Path]) -> Any:
+    from tests.conftest import compose_keytokens, keytokens_overrides
+
+    return compose_keytokens(keytokens_overrides(inputs["evaluator"], inputs["corpus"], inputs["out"]))
+
+
+def command_cfg(command: str, inputs: dict[str, Path]) -> Any:
+    from tests.conftest import compose_config
+
+    out = inputs["out"]
+    common = [f"model.spec={inputs['model']}", "dtype=float64", "device=cpu", "progress=false"]
+    if command == "score":
+        return compose_config("score", [*common, f"artifact={out / 'test'}", f"results={out / 's.jsonl'}"])
+    if command == "loogle":
+        return compose_config("loogle", [
+            *common, f"data={inputs['loogle']}", "task=shortdep_qa", "max_new_tokens=4", "max_length=200",
+            f"predictions_dir={out / 'predictions'}", f"results={out / 'l.jsonl'}", "bertscore=false",
+        ])  # fmt: skip
+    raise SystemExit(f"no walk for {command}: use keytokens, score or loogle")
+
+
+def walk(command: str) -> Walk:
+    """The walk of one command's run on tiny inputs."""
+    import importlib
+
+    from tests.conftest import run_keytokens
+
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = tiny_inputs(Path(tmp))
+        cfg = keytokens_cfg(inputs)
+        if command == "keytokens":
+            found = Walk()
+            with found.trace(cfg):
+                run_keytokens(cfg)
+            return found
+        run_keytokens(cfg)
+        cfg = command_cfg(command, inputs)
+        run = importlib.import_module(f"pipeline.commands.{command}").run
+        found = Walk()
+        with found.trace(cfg):
+            run(cfg)
+        return found
+
+
+def main() -> None:
+    from tests.test_layout import rank
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("commands", nargs="+")
+    parser.add_argument("--show", action="store_true", help="print the walk, one module a line")
+    args = parser.parse_args()
+    for command in args.commands:
+        found = walk(command)
+        counts = found.counts(rank)
+        print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        if args.show:
+            print("\n".join(f"  {step}" for step in found.steps))
+
+
+if __name__ == "__main__":
+    main()
