@@ -151,12 +151,12 @@ endif
 # a 128k-vocabulary evaluator in bfloat16 with the float32 head, the import and the official refresh):
 # every code path but the GPU kernels, with each step's time and peak memory (docs/gpu.md).
 rehearse-paper: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rehearse_paper $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m studies.rehearse_paper $(ARGS)
 
 # LongPPL at 128k tokens rehearsed on the CPU with tiny random-weight models: preset=long stage 1 on
 # texts of 131071 reference tokens, make score and make ladder, checked against the preset (docs/long.md).
 rehearse-long: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rehearse_long $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m studies.rehearse_long $(ARGS)
 
 # The paper's own key tokens (data/official-key-text) as key_spans artifacts; needs the Hub, or local
 # copies: ARGS="corpus.dataset=DIR corpus.tokenized_with=DIR official.tokenizer=DIR".
@@ -210,7 +210,7 @@ show: $(STAMP)
 # The paper's claims checked with the embedded models (docs/reports/validation.md); 21-22 minutes measured alone on
 # 2 cores (torch on 2 threads); a second run says whether results.json came out identical.
 validate: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pipeline.commands.validate $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m studies.validate $(ARGS)
 
 # Fine-tune with LongCE (or CE: ARGS=source=ce) on Hugging Face Trainer; NPROC=N: torchrun over N GPUs.
 finetune: $(STAMP)
@@ -222,7 +222,7 @@ endif
 
 # CE against LongCE on SmolLM2-135M, on CPU (docs/reports/longce-demo.md; needs `make keytokens` first).
 longce-demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pipeline.commands.longce_demo $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m studies.longce_demo $(ARGS)
 
 publish: $(STAMP)
 	$(BIN)/python -m pipeline.commands.publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
@@ -250,8 +250,8 @@ browser:
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check pipeline tests bench
-	$(BIN)/ruff format --check pipeline tests bench
+	$(BIN)/ruff check pipeline studies tests bench
+	$(BIN)/ruff format --check pipeline studies tests bench
 
 clean-venv:
 	rm -rf $(VENV)

@@ -63,8 +63,8 @@ def measure(implementation: str, tokens: int, device: str, math: bool = False) -
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from pipeline.models.random_weights import config as random_config
-    from pipeline.models.random_weights import random_model
+    from studies.random_models import config as random_config
+    from studies.random_models import random_model
 
     mask_sizes: list[int] = []
     register(mask_sizes)

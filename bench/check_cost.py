@@ -23,7 +23,7 @@ from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.identity import artifact_identity
 from pipeline.artifact.reader import read_manifest, read_table
 from pipeline.artifact.schema import KeyTokenArtifact, contents_sha256, declared_tables
-from pipeline.results.scores import read_lines
+from pipeline.results.score import read_lines
 
 
 def read_unchecked(root: Path) -> KeyTokenArtifact:

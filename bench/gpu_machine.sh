@@ -43,7 +43,7 @@ if [ "$phase" = prepare ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $WHEELS
   $V -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3  # an sdist only
-  $V -c "from pathlib import Path; from bench.rehearse_paper import embedded_tokenizer as t; t('smollm2-135m', Path('.gpu/a/tokenizer'))"
+  $V -c "from pathlib import Path; from studies.rehearse_paper import embedded_tokenizer as t; t('smollm2-135m', Path('.gpu/a/tokenizer'))"
   gguf=$($V -c "from pipeline.models.loading import EMBEDDED_MODELS as m; print(m['smollm2-135m'].gguf_path())")
   gzip -1 -c "$gguf" >/tmp/smollm2.gguf.gz
   head -c $PART_A /tmp/smollm2.gguf.gz >.gpu/a/gguf.gz.part-a

@@ -3,7 +3,7 @@
 ``build`` makes, under ``--work``, a random-weight evaluator of Llama-3.1-8B's exact shape (built from
 its config on the GPU, bfloat16, saved once) and a copy of ``emozilla/govreport-test-tokenized`` in its
 format whose texts exceed ``--tokens`` reference tokens (the shipped sample's reports joined;
-``bench.rehearse_paper.build_dataset``). ``measure`` then runs, each alone in its own process
+``studies.rehearse_paper.build_dataset``). ``measure`` then runs, each alone in its own process
 (``bench.gpu_child``), on the same texts:
 
 - stage 1, ``preset=paper`` (K=4096, d=1024, bfloat16, float32 head), against the official
@@ -33,8 +33,8 @@ from pathlib import Path
 
 from bench.gpu_child import command_line
 from bench.harness import ROOT, machine, nvml_reader, run_measured, slug
-from pipeline.models import random_weights
-from pipeline.models.random_weights import LLAMA3_ROPE, LLAMA31_SHAPES
+from studies import random_models as random_weights
+from studies.random_models import LLAMA3_ROPE, LLAMA31_SHAPES
 
 WORK = Path("/tmp/longppl-bench-gpu")
 SHAPES = LLAMA31_SHAPES
@@ -54,7 +54,7 @@ def build(work: Path, texts: int, tokens: int, shape: str, device: str, tokenize
     """The evaluator (once per work folder) and the dataset of ``texts`` rows above ``tokens``."""
     from transformers import AutoTokenizer
 
-    from bench.rehearse_paper import build_dataset, embedded_tokenizer
+    from studies.rehearse_paper import build_dataset, embedded_tokenizer
 
     p = paths(work, tokens)
     started = time.perf_counter()

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.harness import ROOT, PeakMemory, arguments, child, default_artifact, run, timed_command
-from pipeline.results.scores import read_lines
+from pipeline.results.score import read_lines
 
 MODEL = "smollm2-135m"
 METRICS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bpb": "bits_per_byte",

@@ -52,7 +52,7 @@ def tiny_checkpoint(path: Path, vocab: int = VOCAB, seed: int = 0) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from pipeline.models.random_weights import random_model, tiny_config
+    from studies.random_models import random_model, tiny_config
 
     config = tiny_config("llama", vocab, MAX_POSITIONS, **SHAPE)
     random_model(config, seed=seed).save_pretrained(path)

@@ -1,4 +1,4 @@
-"""LooGLE's generation (``pipeline.loogle.generation.generate``: greedy, repetition_penalty=2.0) by a model
+"""LooGLE's generation (``pipeline.loogle.generation.decoding.generate``: greedy, repetition_penalty=2.0) by a model
 of Llama-3.1-8B's shape with random bfloat16 weights on one GPU: the prefill of a 32,000-token prompt and
 the time per new token (docs/loogle.md).
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from bench.harness import synced
-from pipeline.models.random_weights import LLAMA31_SHAPES as SHAPES
+from studies.random_models import LLAMA31_SHAPES as SHAPES
 
 
 class Tokenizer:
@@ -29,8 +29,8 @@ class Tokenizer:
 
 
 def random_model(shape: str, attn: str, device: str):
-    from pipeline.models.random_weights import config as random_config
-    from pipeline.models.random_weights import random_model
+    from studies.random_models import config as random_config
+    from studies.random_models import random_model
 
     config = random_config(
         "llama", max_position_embeddings=131072, rope_theta=500000.0, bos_token_id=128000, **SHAPES[shape]
@@ -42,7 +42,7 @@ def random_model(shape: str, attn: str, device: str):
 
 
 def main() -> None:
-    from pipeline.loogle.generation import Cut, generate
+    from pipeline.loogle.generation.decoding import Cut, generate
     from pipeline.models import attention
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.models.random_weights import random_model, tiny_config
+from studies.random_models import random_model, tiny_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from transformers.masking_utils import (
 )
 
 from pipeline.models import attention
-from pipeline.models.random_weights import tiny_config
+from studies.random_models import tiny_config
 from tests.conftest import build_model
 
 

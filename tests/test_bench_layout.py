@@ -16,10 +16,10 @@ BENCH = ROOT / "bench"
 LAYERS = [
     # measuring (peak memory, watched child processes, the machine), the runner, the report pages,
     # the GPU child and its device sampler, the rehearsals' checks
-    ("base", {"harness", "report", "gpu_child", "rehearsal_checks"}),
+    ("base", {"harness", "report", "gpu_child"}),
     # cases whose parts other cases build on: the rehearsal's models, tokenizers and data sets
     # (rehearse_long, gpu_paper), the drop-in comparison (compare_official)
-    ("builders", {"rehearse_paper", "compare_dropin"}),
+    ("builders", {"compare_dropin"}),
     ("gpu work folder", {"gpu_paper"}),  # its evaluator and texts are gpu_levers'
     ("cases", set()),
     ("renderers", {"gpu_report"}),  # renders the GPU cases' JSON into one page

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.artifact import reader as artifacts
 from pipeline.models.loading import load_model
-from pipeline.results.scores import RESULTS_VERSION
+from pipeline.results.score import RESULTS_VERSION
 from pipeline.score import bpb
 from tests.conftest import ROOT, build_tokenizer, compose_config, save_tiny_model
 from tests.test_score import direct_logprobs, score

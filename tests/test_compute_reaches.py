@@ -139,7 +139,7 @@ def test_validate(
     tmp_path,
     whole_loogle_artifact,
 ):
-    from pipeline.commands.validate import run
+    from studies.validate import run
     from tests.conftest import save_tiny_model
     from tests.test_validation_family import validate_config
 
@@ -161,7 +161,7 @@ def test_validate(
 
 
 def test_longce_demo(spy, tiny_artifact, other_model_dir, tmp_path):
-    from pipeline.commands import longce_demo
+    from studies import longce_demo
 
     cfg = compose_config(
         "longce_demo",

@@ -22,9 +22,9 @@ from pipeline.forgetting import curve
 from pipeline.forgetting.samples import build_input, draw_samples, grid_lengths, special_tokens
 from pipeline.models.logprobs import TargetScorer
 from pipeline.reporting import leaderboard
-from pipeline.reporting.forgetting_plot import forgetting_png
+from pipeline.reporting.forgetting import forgetting_png
 from pipeline.results import forgetting as forgetting_results
-from pipeline.results.scores import read_scores
+from pipeline.results.score import read_scores
 from tests.conftest import STAGE1_TEXTS, TRAINING_TEXT, build_model, build_tokenizer, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,10 +12,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.errors import PipelineError
-from pipeline.models import attention, random_weights
+from pipeline.models import attention
 from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.precision import full_precision_reductions
+from studies import random_models as random_weights
 from tests.conftest import build_model
 from tests.test_numeric_causes import bound
 

@@ -22,7 +22,7 @@ from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import keytoken_page, leaderboard
-from pipeline.results.scores import read_scores
+from pipeline.results.score import read_scores
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from tests.conftest import compose_config
 from tests.test_score import score

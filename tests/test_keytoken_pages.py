@@ -11,7 +11,7 @@ import pytest
 from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
 from pipeline.reporting import keytoken_page
-from pipeline.sharing import publish
+from pipeline.sharing import hub_dataset as publish
 from tests.test_artifact_checks import craft
 from tests.test_cli_errors import cli, error_lines
 

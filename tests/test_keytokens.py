@@ -339,7 +339,7 @@ def test_a_non_finite_logprob_names_its_token(tokenizer, which, bos):
     """A model whose final hidden state is NaN at position 20 of the long pass (or of each short
     window): the error names the first token whose log-prob reads it, in the text's tokens."""
     from pipeline.definition import KeyTokenDefinition
-    from pipeline.keytokens.documents import Prepared
+    from pipeline.keytokens.selection import Prepared
     from pipeline.keytokens.tables import keytoken_tables
     from pipeline.models.logprobs import TargetScorer
     from pipeline.text.corpus import Document

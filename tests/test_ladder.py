@@ -216,7 +216,7 @@ def png_height(data: bytes) -> int:
 def test_picture_alone_and_with_the_forgetting_curve(other_model_dir, tiny_artifact, tmp_path):
     from pathlib import Path
 
-    from pipeline.reporting.ladder_plot import ladder_png
+    from pipeline.reporting.ladder import ladder_png
 
     row = ladder(other_model_dir, tiny_artifact, tmp_path, "ladder=[16,64]", "documents=2")
     assert row["rungs"][-1]["corpus"]["n_documents"] == 2 and row["settings"]["documents"] == 2
@@ -242,7 +242,7 @@ def test_leaderboard_shows_the_effective_length(other_model_dir, tiny_model_dir,
     import csv
 
     from pipeline.reporting import leaderboard
-    from pipeline.results.scores import read_scores
+    from pipeline.results.score import read_scores
 
     score(other_model_dir, tiny_artifact, tmp_path)
     score(other_model_dir, tiny_artifact, tmp_path, "context_limit=16")

@@ -35,7 +35,7 @@ LAYERS = [
     ("stages", ("pipeline.official", "pipeline.ladder", "pipeline.loogle")),
     ("api", ("pipeline.api", "pipeline.lmeval")),
     ("reports", ("pipeline.reporting",)),
-    ("studies", ("pipeline.validation", "pipeline.sharing")),
+    ("sharing", ("pipeline.sharing",)),
     ("commands", ("pipeline.commands",)),
 ]
 RANKS = {name: rank for rank, name in enumerate(dict.fromkeys(name for name, _ in LAYERS))}

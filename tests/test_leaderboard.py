@@ -16,7 +16,7 @@ from scipy import stats
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import correlations, leaderboard
-from pipeline.results.scores import METRICS, RESULTS_VERSION, read_scores
+from pipeline.results.score import METRICS, RESULTS_VERSION, read_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACT = {"name": "govreport_sample--gemma3-270m--K1024-d1024-max4096", "fingerprint": "ab12cd34ef56" * 4}

@@ -21,11 +21,11 @@ from pipeline.lmeval.model import display_name
 from pipeline.models.loading import load_model
 from pipeline.reporting import board, leaderboard
 from pipeline.reporting.board import partial_notes, select
-from pipeline.reporting.forgetting_plot import forgetting_png
+from pipeline.reporting.forgetting import forgetting_png
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_results
 from pipeline.results.keys import context_name
-from pipeline.results.scores import read_lines, read_scores
+from pipeline.results.score import read_lines, read_scores
 from pipeline.settings import ScoreSettings
 from tests.conftest import (
     ROOT,

@@ -378,7 +378,7 @@ def test_the_documented_example_gives_the_numbers_and_the_result_id_of_make_scor
     short GovReport text from the embedded Gemma, SmolLM2 through lm-eval), then `make score` on its
     artifact: the same numbers, the same result id, one leaderboard entry."""
     from pipeline.commands.score import run
-    from pipeline.results.scores import read_scores
+    from pipeline.results.score import read_scores
 
     page = (ROOT / "docs" / "lm-eval.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(.*?)```", page.split("## The Python way", 1)[1], re.S)[1]

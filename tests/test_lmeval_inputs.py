@@ -119,7 +119,7 @@ def test_an_unknown_lm_eval_task_is_refused_before_the_task_index(tiny_artifact,
 def test_known_lm_eval_names_are_left_to_lm_eval(tiny_artifact, tmp_path):
     pytest.importorskip("lm_eval", reason="needs lm-eval: `make setup-lmeval`")
     from pipeline.lmeval.names import unknown_tasks_in
-    from pipeline.lmeval.tasks import task_directory, task_name
+    from pipeline.lmeval.task_files import task_directory, task_name
 
     ours = task_name(str(tiny_artifact))
     directory = task_directory([str(tiny_artifact)])

@@ -1,15 +1,15 @@
 """preset=long (LongPPL at 128k tokens): PG-19 books selected and cut in Llama-2 tokens as the paper's
 texts are, the paper's definition, a 128k evaluator; offline, a missing dataset is one line; the
-rehearsal's checks (`make rehearse-long`, bench/rehearse_long.py) fail on a broken setting."""
+rehearsal's checks (`make rehearse-long`, studies/rehearse_long.py) fail on a broken setting."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure
 from pipeline.errors import PipelineError
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.text.corpus import CorpusSpec, load_corpus
+from studies.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure
 from tests.conftest import compose_keytokens
 
 
@@ -41,7 +41,7 @@ def test_offline_a_missing_pg19_is_one_line_naming_it():
 
 
 def test_the_rehearsal_checks_the_preset():
-    from bench.rehearse_long import preflight
+    from studies.rehearse_long import preflight
 
     preflight([])
     assert LONG["corpus.max_ids"] == 131071 and LONG_CONFIG["corpus.min_tokenized_len"] == 131072

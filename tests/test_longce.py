@@ -449,7 +449,7 @@ def test_finetune_cli_errors_are_one_line(other_model_dir, stage1_corpus, tmp_pa
 def test_demo_documents_are_seeded_and_held_out_ones_are_new():
     from pipeline.commands.shell import plain
     from pipeline.settings import parse
-    from pipeline.validation import longce_demo
+    from studies.longce import experiment as longce_demo
 
     cfg = plain(compose_config("longce_demo", ["train_documents=3", "eval_documents=2"]))
     cfg = parse(longce_demo.DemoOptions, cfg)
@@ -461,7 +461,7 @@ def test_demo_documents_are_seeded_and_held_out_ones_are_new():
 
 
 def test_demo_report_has_the_numbers_and_a_relative_picture(tmp_path):
-    from pipeline.validation import longce_report
+    from studies.longce import longce_report
 
     def evaluation(acc):
         return {"token_accuracy": acc, "answer_exact_match": 0.25, "answer_ppl": 2.0, "other_ppl": 1.5,

@@ -11,10 +11,11 @@ import pytest
 
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
-from pipeline.loogle import generation, run
-from pipeline.loogle.data import SAMPLE_DIR, jsonl_rows, questions_from_rows
-from pipeline.loogle.sources import DataSource, fingerprint, load_questions
-from pipeline.reporting import loogle_board
+from pipeline.loogle.data.questions import SAMPLE_DIR, jsonl_rows, questions_from_rows
+from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
+from pipeline.loogle.generation import answering as run
+from pipeline.loogle.generation import decoding as generation
+from pipeline.reporting import loogle as loogle_board
 from pipeline.results import loogle as loogle_results
 from tests.conftest import compose_config
 from tests.test_cli_errors import cli, error_lines

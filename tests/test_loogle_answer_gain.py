@@ -1,5 +1,5 @@
-"""The answer gain of LooGLE questions (``pipeline.loogle.answer_gain``) and `make validate`'s LooGLE
-target (``pipeline.validation.loogle_target``): log-likelihoods equal to a direct float64 computation,
+"""The answer gain of LooGLE questions (``pipeline.loogle.evidence.answer_gain``) and `make validate`'s LooGLE
+target (``studies.validation.loogle_target``): log-likelihoods equal to a direct float64 computation,
 questions counted only with their located evidence inside the kept context, exclusions counted with
 their reasons, the power of n members, and the report's section."""
 
@@ -14,12 +14,12 @@ import torch
 
 from pipeline.artifact.qa import ArtifactQuestion, Evidence
 from pipeline.errors import PipelineError
-from pipeline.loogle import answer_gain
-from pipeline.loogle.generation import tokenize_prompt
-from pipeline.loogle.prompts import build_prompt
+from pipeline.loogle.data.prompts import build_prompt
+from pipeline.loogle.evidence import answer_gain
+from pipeline.loogle.generation.decoding import tokenize_prompt
 from pipeline.models.logprobs import TargetScorer
-from pipeline.validation import loogle_report, loogle_target
-from pipeline.validation.settings import LoogleTargetOptions
+from studies.validation import loogle_report, loogle_target
+from studies.validation.options import LoogleTargetOptions
 from tests.conftest import build_model
 
 FILLER = "The committee met in the old hall and talked about the roads, the school and the harvest. "

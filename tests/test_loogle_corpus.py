@@ -1,5 +1,5 @@
-"""LooGLE's documents as a key-token corpus (``pipeline.loogle.corpus``): distinct texts with stable
-ids, their questions and located evidence written beside the key tokens and checked on load
+"""LooGLE's documents as a key-token corpus (``pipeline.loogle.data.keytoken_corpus``): distinct texts with
+stable ids, their questions and located evidence written beside the key tokens and checked on load
 (``pipeline.artifact.qa``), an artifact without questions exactly as before, and the errors a user
 meets (no questions in an artifact; the Hub dataset offline)."""
 
@@ -17,7 +17,7 @@ from pipeline.artifact.identity import tables_sha256
 from pipeline.artifact.qa import artifact_questions
 from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
-from pipeline.loogle.corpus import load_loogle_corpus
+from pipeline.loogle.data.keytoken_corpus import load_loogle_corpus
 from pipeline.provenance import file_sha256, text_sha256
 from pipeline.text.corpus import CorpusSpec
 from tests.conftest import EARLY, ROOT, TEXT_A, TEXT_B, compose_config, compose_keytokens, keytokens_overrides
@@ -150,7 +150,7 @@ def test_the_hub_corpus_is_pinned_and_offline_is_one_line(tiny_model_dir, tmp_pa
 
 
 def test_a_published_folder_keeps_the_questions(loogle_artifact, tmp_path):
-    from pipeline.sharing.publish import prepare_folder
+    from pipeline.sharing.hub_dataset import prepare_folder
 
     out = prepare_folder(loogle_artifact, tmp_path / "publish", "someone/loogle-keytokens", "mit")
     copy, original = load_artifact(out), load_artifact(loogle_artifact)

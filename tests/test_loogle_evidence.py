@@ -1,5 +1,5 @@
-"""LooGLE's evidence located (``pipeline.loogle.evidence``): each rule on small strings, spans that map
-back to the original characters exactly, a paraphrase left unlocated, and the located counts of the
+"""LooGLE's evidence located (``pipeline.loogle.evidence.locating``): each rule on small strings, spans that
+map back to the original characters exactly, a paraphrase left unlocated, and the located counts of the
 embedded sample (and of LooGLE's whole test data where ``../shared/data/loogle`` is present), pinned."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import pytest
 
 from pipeline.commands.loogle_evidence import run
-from pipeline.loogle.evidence import Document, locate, normalise
-from pipeline.loogle.sources import DataSource, load_questions
+from pipeline.loogle.data.reading import DataSource, load_questions
+from pipeline.loogle.evidence.locating import Document, locate, normalise
 from tests.conftest import ROOT, compose_config
 
 SHARED = ROOT.parent / "shared" / "data" / "loogle"

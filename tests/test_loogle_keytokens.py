@@ -1,6 +1,6 @@
-"""Key tokens against LooGLE's evidence (``pipeline.loogle.keytoken_evidence``, ``make loogle-keytokens``):
-the circular-shift null on masks where the answer is known, tokens marked in evidence by character
-overlap, evidence beyond the kept text counted and left out, and the one-line errors."""
+"""Key tokens against LooGLE's evidence (``pipeline.loogle.evidence.keytoken_rates``,
+``make loogle-keytokens``): the circular-shift null on masks where the answer is known, tokens marked in
+evidence by character overlap, evidence beyond the kept text counted and left out, and the one-line errors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from pipeline.artifact.qa import ArtifactQuestion, Evidence
 from pipeline.artifact.reader import iter_documents, load_artifact
 from pipeline.errors import PipelineError
-from pipeline.loogle.keytoken_evidence import (
+from pipeline.loogle.evidence.keytoken_rates import (
     EvidenceSettings,
     overlap_mask,
     permutation_test,

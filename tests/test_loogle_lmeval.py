@@ -8,7 +8,7 @@ import pytest
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: make setup-lmeval")
 
 from pipeline.lmeval import LongPPLLM, task_manager  # noqa: E402
-from pipeline.loogle.data import jsonl_rows  # noqa: E402
+from pipeline.loogle.data.questions import jsonl_rows  # noqa: E402
 from tests.conftest import compose_config  # noqa: E402
 
 

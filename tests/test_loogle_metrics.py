@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import PipelineError
-from pipeline.loogle import metrics, reorder
-from pipeline.loogle.evaluate import evaluate
-from pipeline.loogle.predictions import Scored, official_pairs, read_lines
-from pipeline.loogle.scoring import score_task
-from pipeline.loogle.sources import DataSource
+from pipeline.loogle.data.reading import DataSource
+from pipeline.loogle.generation.predictions import Scored, official_pairs, read_lines
+from pipeline.loogle.metrics import reorder
+from pipeline.loogle.metrics import similarity as metrics
+from pipeline.loogle.metrics.evaluation import evaluate
+from pipeline.loogle.metrics.task_scores import score_task
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "loogle"
@@ -110,7 +111,7 @@ def test_text_tasks_refuse_a_cloze_answer():
 
 
 def test_wordnet_lexnames_from_the_manual_page(tmp_path):
-    from pipeline.loogle.wordnet import LEXICOGRAPHER_FILES, LEXNAMES_PAGE, lexnames, page_names
+    from pipeline.loogle.metrics.wordnet import LEXICOGRAPHER_FILES, LEXNAMES_PAGE, lexnames, page_names
 
     if not Path(LEXNAMES_PAGE).is_file():
         pytest.skip(
@@ -129,7 +130,7 @@ def test_bertscore_equals_bert_scores_own_call_with_the_same_model(tmp_path, mon
     import torch
     from transformers import RobertaConfig, RobertaModel
 
-    from pipeline.loogle import scoring
+    from pipeline.loogle.metrics import task_scores as scoring
     from tests.conftest import build_tokenizer
 
     tokenizer = build_tokenizer()

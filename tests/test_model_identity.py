@@ -13,7 +13,7 @@ import pytest
 from pipeline import api
 from pipeline.models.loading import load_model
 from pipeline.reporting.board import select
-from pipeline.results.scores import read_lines, read_scores
+from pipeline.results.score import read_lines, read_scores
 from tests.conftest import (
     STAGE1_TEXTS,
     compose_keytokens,

@@ -89,7 +89,7 @@ def test_a_gpu_run_records_its_gpus(monkeypatch):
 def test_the_default_artifacts_fingerprint_is_unchanged():
     """The settings record of `make keytokens` (the embedded evaluator on the shipped sample, CPU,
     float32) gives the fingerprint conf/refresh/embedded.yaml pins, without scoring a token."""
-    from pipeline.keytokens.documents import select
+    from pipeline.keytokens.selection import select
     from pipeline.keytokens.settings import KeyTokenSettings
     from pipeline.text.corpus import load_corpus
 

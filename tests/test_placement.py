@@ -137,7 +137,7 @@ def test_what_does_not_fit_the_gpus_goes_to_host_memory_not_disk():
     from accelerate import infer_auto_device_map, init_empty_weights
     from transformers import AutoModelForCausalLM
 
-    from pipeline.models.random_weights import tiny_config
+    from studies.random_models import tiny_config
 
     with init_empty_weights():
         model = AutoModelForCausalLM.from_config(tiny_config("llama", 4000))

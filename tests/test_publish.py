@@ -12,7 +12,7 @@ import pytest
 from pipeline.artifact.reader import load_artifact
 from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
-from pipeline.sharing import publish
+from pipeline.sharing import hub_dataset as publish
 from tests.conftest import compose_config
 from tests.test_score import score
 

@@ -1,4 +1,4 @@
-"""The one builder of random-weight models (``pipeline.models.random_weights``) that the tests and the
+"""The one builder of random-weight models (``studies.random_models``) that the tests and the
 benchmarks share: seeded, so that their numbers stay the same run after run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 import pytest
 import torch
 
-from pipeline.models.random_weights import LLAMA31_8B, SMALL, config, random_model, tiny_config
+from studies.random_models import LLAMA31_8B, SMALL, config, random_model, tiny_config
 from tests.conftest import build_model
 
 

@@ -1,4 +1,4 @@
-"""The rehearsal of the paper's run (`make rehearse-paper`, bench/rehearse_paper.py) fails when a paper
+"""The rehearsal of the paper's run (`make rehearse-paper`, studies/rehearse_paper.py) fails when a paper
 setting is broken: its checks on the configs, an artifact's settings and its texts, run here on small
 inputs (the rehearsal itself takes minutes and is its own make target)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from bench.rehearsal_checks import (
+from studies.rehearsal_checks import (
     OFFICIAL_SCORING,
     PAPER,
     PAPER_CONFIG,
@@ -24,7 +24,7 @@ def composed(name: str, overrides: list[str]) -> dict:
 
 
 def test_the_configs_are_the_paper_run():
-    from bench.rehearse_paper import preflight
+    from studies.rehearse_paper import preflight
 
     preflight([])
 
@@ -40,7 +40,7 @@ def test_the_configs_are_the_paper_run():
     ],
 )
 def test_a_broken_preset_setting_fails_the_rehearsal(override, problem):
-    from bench.rehearse_paper import preflight
+    from studies.rehearse_paper import preflight
 
     with pytest.raises(
         RehearsalFailure,
@@ -105,7 +105,7 @@ def test_the_refresh_comparison_passes_the_official_values_and_fails_them_3_perc
     import json
     from types import SimpleNamespace
 
-    from bench.rehearse_paper import compare_as_the_refresh_does
+    from studies.rehearse_paper import compare_as_the_refresh_does
     from tests.conftest import ROOT
 
     row = json.loads((ROOT / "conf" / "refresh" / "recorded.jsonl").read_text().splitlines()[0])

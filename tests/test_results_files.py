@@ -22,7 +22,7 @@ from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import leaderboard
 from pipeline.results import lines
-from pipeline.results.scores import read_lines, read_scores
+from pipeline.results.score import read_lines, read_scores
 from tests.conftest import ROOT, compose_config
 from tests.test_cli_errors import cli, error_lines, job, messages
 from tests.test_leaderboard import base_rows, write_lines

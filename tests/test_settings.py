@@ -115,12 +115,12 @@ def test_finetune_bad_settings(other_model_dir, tmp_path):
 
 
 def test_validate_and_demo_bad_settings(tmp_path):
-    validate = bad_settings("pipeline.commands.validate", tmp_path / "v", "documents=0,x")
+    validate = bad_settings("studies.validate", tmp_path / "v", "documents=0,x")
     assert validate == {
         "setting documents=0: Input should be greater than 0",
         "setting documents='x': Input should be a valid integer, unable to parse string as an integer",
     }
-    demo = bad_settings("pipeline.commands.longce_demo", tmp_path / "d", "learning_rate=-1,abc")
+    demo = bad_settings("studies.longce_demo", tmp_path / "d", "learning_rate=-1,abc")
     assert demo == {
         "setting learning_rate=-1: Input should be greater than 0",
         "setting learning_rate='abc': Input should be a valid number, unable to parse string as a number",
@@ -223,7 +223,7 @@ def test_finetune_that_would_train_plain_ce_and_names_outside_the_output(
 def test_validate_family_members_with_unknown_keys(tiny_model_dir, tmp_path):
     spec = str(tiny_model_dir)
     done = cli(
-        "pipeline.commands.validate", "--multirun",
+        "studies.validate", "--multirun",
         f"checkpoints=[{{spec: '{spec}', contextlimit: 5}}],[{{spec: '{spec}', context_limit: abc}}]",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )  # fmt: skip

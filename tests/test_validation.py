@@ -18,7 +18,7 @@ from scipy import stats as scipy_stats
 from pipeline.models.logprobs import TargetScorer, context_limited_logprobs
 from pipeline.models.top1 import context_limited_top1
 from pipeline.text.corpus import CorpusSpec, load_corpus
-from pipeline.validation import figures, report, study, synthetic
+from studies.validation import figures, report, study, synthetic
 from tests.conftest import ROOT, build_model
 
 # ----------------------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def test_the_committed_reports_are_their_results_rendered():
     from omegaconf import OmegaConf
 
     from pipeline.settings import ScoreSettings, parse
-    from pipeline.validation import longce_report
+    from studies.longce import longce_report
 
     folder, page = ROOT / "docs/reports/validation", ROOT / "docs/reports/validation.md"
     grid = list(parse(ScoreSettings, {"grid": OmegaConf.load(ROOT / "conf/validate.yaml").grid}).grid)

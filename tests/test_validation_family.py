@@ -9,11 +9,11 @@ import pytest
 
 from pipeline.commands.score import run as run_score
 from pipeline.commands.shell import plain
-from pipeline.commands.validate import run as run_validation
-from pipeline.commands.validate import settings
 from pipeline.errors import PipelineError
-from pipeline.validation import family, synthetic
-from pipeline.validation.run import load
+from studies.validate import run as run_validation
+from studies.validate import settings
+from studies.validation import family, synthetic
+from studies.validation.claims import load
 from tests.conftest import compose_config, save_tiny_model
 
 

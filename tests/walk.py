@@ -80,7 +80,7 @@ class Walk:
                 continue
             if is_settings(value):
                 self.track(value)
-            if id(value) in self.tracked and not isinstance(value, (str, bytes)) or (
+            if (id(value) in self.tracked and not isinstance(value, (str, bytes))) or (
                 isinstance(value, str) and id(value) in self.tracked and len(value) > 8
             ):
                 found = True
@@ -137,7 +137,9 @@ def tiny_inputs(folder: Path) -> dict[str, Path]:
     from tests.conftest import STAGE1_TEXTS, build_tokenizer, loogle_folder, save_tiny_model
 
     corpus = folder / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"doc-{i}", "text": t}) + "\n" for i, t in enumerate(STAGE1_TEXTS)))
+    corpus.write_text(
+        "".join(json.dumps({"id": f"doc-{i}", "text": t}) + "\n" for i, t in enumerate(STAGE1_TEXTS))
+    )
     return {
         "evaluator": save_tiny_model(folder / "evaluator", build_tokenizer()),
         "model": save_tiny_model(folder / "model", build_tokenizer(300), seed=1),

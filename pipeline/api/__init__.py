@@ -41,17 +41,17 @@ from pipeline.artifact.schema import DOCUMENTS_SCHEMA, MANIFEST, PER_TOKEN, KeyT
 from pipeline.artifact.writer import write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
-from pipeline.keytokens.documents import Selection, document_records, select
+from pipeline.keytokens.selection import Selection, document_records, select
 from pipeline.keytokens.settings import STAGE_COMPUTE, Documents
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.loogle import answer_gain
-from pipeline.loogle.answer_gain import AnswerGain
+from pipeline.loogle.evidence import answer_gain
+from pipeline.loogle.evidence.answer_gain import AnswerGain
 from pipeline.models.loading import eval_mode, in_memory, load_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
 from pipeline.results import lines
 from pipeline.results.keys import context_name
-from pipeline.results.scores import score_row
+from pipeline.results.score import score_row
 from pipeline.score import engine
 from pipeline.score.engine import ScoreResult
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
@@ -169,9 +169,10 @@ def answer_gains(
 ) -> list[AnswerGain]:
     """The answer gain of each LooGLE question of an artifact with questions (``corpus=loogle_sample``
     or ``corpus=loogle``) at each context limit in tokens, as `make validate`'s LooGLE target computes
-    it (``pipeline.loogle.answer_gain``): log P(answer | document, question) - log P(answer | question),
-    a question counted only with its located evidence inside the kept context. ``answer_gain.summary``
-    of the list gives the means per limit and question type. ``options``: fields of ``Compute``."""
+    it (``pipeline.loogle.evidence.answer_gain``): log P(answer | document, question)
+    - log P(answer | question), a question counted only with its located evidence inside the kept
+    context. ``answer_gain.summary`` of the list gives the means per limit and question type.
+    ``options``: fields of ``Compute``."""
     (compute,) = with_options(options, compute or Compute())
     lm = in_memory(model, tokenizer, model_name)
     artifact = opened(keytokens)

@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from pipeline.api import KeyTokens, score
 from pipeline.artifact.reader import open_artifact
 from pipeline.errors import PipelineError
-from pipeline.results.scores import METRICS
+from pipeline.results.score import METRICS
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import pydantic.dataclasses
 from pipeline.artifact.reader import ArtifactDocument
 from pipeline.definition import Finite, KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
-from pipeline.keytokens.documents import Prepared
+from pipeline.keytokens.selection import Prepared
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.models.loading import eval_mode, in_memory, load_model
 from pipeline.models.logprobs import TargetScorer

@@ -14,7 +14,7 @@ from pipeline.forgetting.run import CurveOptions, measure
 from pipeline.hub import offline_unless
 from pipeline.models.loading import ModelChoice, is_local_model
 from pipeline.models.logprobs import scorer_for
-from pipeline.reporting.forgetting_plot import plot_name, summary_text, write_plot
+from pipeline.reporting.forgetting import plot_name, summary_text, write_plot
 from pipeline.results import forgetting as results
 from pipeline.results.lines import check_writable
 from pipeline.settings import Compute, parse

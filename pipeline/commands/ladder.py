@@ -16,7 +16,7 @@ from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.ladder.run import ladder_line
 from pipeline.ladder.settings import LadderSettings
 from pipeline.models.loading import ModelChoice, is_local_model
-from pipeline.reporting.ladder_plot import summary_text, write_plot
+from pipeline.reporting.ladder import summary_text, write_plot
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as results
 from pipeline.results.keys import model_key

@@ -10,7 +10,7 @@ import pydantic.dataclasses
 
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.files import write_bytes_atomic
-from pipeline.reporting import loogle_board
+from pipeline.reporting import loogle as loogle_board
 from pipeline.reporting.board import other_contents, partial_notes, select
 from pipeline.reporting.leaderboard import read_all_results, render
 from pipeline.settings import Text, parse

@@ -1,13 +1,13 @@
 """`make loogle MODEL=...`: ``python -m pipeline.commands.loogle [key=value ...]`` (Hydra overrides of
 ``conf/loogle.yaml``): LooGLE's tasks with its protocol for one model, a predictions file per task (a
-killed run resumes it), then LooGLE's metrics of each, printed (``pipeline.loogle.benchmark``)."""
+killed run resumes it), then LooGLE's metrics of each, printed (``pipeline.loogle.generation.benchmark``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.loogle.benchmark import LoogleOptions, run_benchmark
+from pipeline.loogle.generation.benchmark import LoogleOptions, run_benchmark
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, parse
 

@@ -10,8 +10,8 @@ from pipeline.commands.shell import hydra_main, plain
 from pipeline.files import write_json_atomic
 from pipeline.formats import file_slug
 from pipeline.hub import offline_unless
-from pipeline.loogle.evidence_report import report, settings, table_lines, tasks_of
-from pipeline.loogle.sources import DataSource, load_questions
+from pipeline.loogle.data.reading import DataSource, load_questions
+from pipeline.loogle.evidence.alignment_report import report, settings, table_lines, tasks_of
 from pipeline.results import lines
 
 

@@ -1,7 +1,7 @@
 """`make loogle-keytokens`: ``python -m pipeline.commands.loogle_keytokens [key=value ...]`` (Hydra
 overrides of ``conf/loogle_keytokens.yaml``): a LooGLE key-token artifact's LSD and key tokens inside
 its located evidence against outside, with a circular-shift null, and the LSD of each question's last
-evidence span against how far back its evidence lies (``pipeline.loogle.keytoken_evidence``)."""
+evidence span against how far back its evidence lies (``pipeline.loogle.evidence.keytoken_rates``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pipeline.artifact.reader import open_artifact
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.files import write_json_atomic
 from pipeline.formats import file_slug
-from pipeline.loogle.keytoken_evidence import EvidenceSettings, analyse, table_lines
-from pipeline.reporting.evidence_plot import write_evidence_plot
+from pipeline.loogle.evidence.keytoken_rates import EvidenceSettings, analyse, table_lines
+from pipeline.reporting.loogle_keytokens import write_evidence_plot
 from pipeline.results import lines
 
 

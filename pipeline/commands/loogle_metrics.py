@@ -8,8 +8,8 @@ from typing import Any
 
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.hub import offline_unless
-from pipeline.loogle.evaluate import evaluate, result_lines, source_of
-from pipeline.loogle.scoring import bertscore_mode
+from pipeline.loogle.metrics.evaluation import evaluate, result_lines, source_of
+from pipeline.loogle.metrics.task_scores import bertscore_mode
 
 
 def run(cfg: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pydantic.dataclasses
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.errors import PipelineError
 from pipeline.settings import Text, parse
-from pipeline.sharing.publish import check_repo, prepare_folder, upload
+from pipeline.sharing.hub_dataset import check_repo, prepare_folder, upload
 
 
 @pydantic.dataclasses.dataclass(frozen=True)

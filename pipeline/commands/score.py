@@ -18,7 +18,7 @@ from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import ModelChoice, is_local_model
 from pipeline.results import lines
 from pipeline.results.keys import context_name
-from pipeline.results.scores import score_row
+from pipeline.results.score import score_row
 from pipeline.score.engine import score
 from pipeline.settings import Compute, ScoreSettings, parse
 

@@ -1,12 +1,12 @@
 """`make setup-loogle`'s last step: ``python -m pipeline.commands.setup_loogle``, WordNet 3.0 put where
-nltk's METEOR reads it (``pipeline.loogle.wordnet``); a problem is one ``error:`` line, status 2."""
+nltk's METEOR reads it (``pipeline.loogle.metrics.wordnet``); a problem is one ``error:`` line, status 2."""
 
 from __future__ import annotations
 
 import sys
 
 from pipeline.errors import PipelineError
-from pipeline.loogle.wordnet import install, nltk_wordnet_dir
+from pipeline.loogle.metrics.wordnet import install, nltk_wordnet_dir
 
 
 def main() -> None:

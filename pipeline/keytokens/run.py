@@ -23,10 +23,10 @@ from pipeline.artifact.writer import ArtifactWriter, OtherSettings
 from pipeline.errors import PipelineError
 from pipeline.hub import offline_unless
 from pipeline.keytokens import ranks as distributed
-from pipeline.keytokens.documents import Prepared, Selection, document_records, select
+from pipeline.keytokens.selection import Prepared, Selection, document_records, select
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.loogle.corpus import LoogleCorpus, load_loogle_corpus
+from pipeline.loogle.data.keytoken_corpus import LoogleCorpus, load_loogle_corpus
 from pipeline.models.loading import LoadedModel, is_gguf, is_local_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions

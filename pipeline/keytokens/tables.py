@@ -14,7 +14,7 @@ from pipeline import definition
 from pipeline.artifact.schema import SPANS_SCHEMA, TOKENS_SCHEMA, table_from_columns
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
-from pipeline.keytokens.documents import Prepared
+from pipeline.keytokens.selection import Prepared
 from pipeline.models.logprobs import TargetScorer, long_and_short_logprobs
 from pipeline.models.precision import first_non_finite, non_finite_cause
 from pipeline.provenance import text_sha256

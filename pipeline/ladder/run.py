@@ -1,6 +1,6 @@
-"""One model's context ladder as a results line: the rungs' passes (``pipeline.ladder.engine``), the
+"""One model's context ladder as a results line: the rungs' passes (``pipeline.ladder.rungs``), the
 effective context length (``pipeline.ladder.effective``) and the provenance of ``make score``'s lines
-(``pipeline.results.scores.score_row`` of the full rung). The command (``python -m pipeline.commands.ladder``,
+(``pipeline.results.score.score_row`` of the full rung). The command (``python -m pipeline.commands.ladder``,
 ``conf/ladder.yaml``) adds the picture, the results file and the summary."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.ladder.effective import effective_length
-from pipeline.ladder.engine import LadderRun, run_ladder
+from pipeline.ladder.rungs import LadderRun, run_ladder
 from pipeline.ladder.settings import LadderSettings
 from pipeline.models.loading import LoadedModel
 from pipeline.results.ladder import ladder_row
-from pipeline.results.scores import score_row
+from pipeline.results.score import score_row
 from pipeline.settings import Compute, ScoreSettings
 
 

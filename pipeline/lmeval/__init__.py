@@ -2,14 +2,14 @@
 
 - ``LongPPLLM``: the model ``longppl`` (``pipeline.lmeval.model``): lm-eval's ``loglikelihood_rolling`` by
   the score engine, for any model `make score` loads, with its options;
-- ``LongPPLTask``: the task of one key-token artifact (``pipeline.lmeval.task``), metrics ``longppl``,
+- ``LongPPLTask``: the task of one key-token artifact (``pipeline.lmeval.longppl_task``), metrics ``longppl``,
   ``longppl_soft``, ``ppl``, ``bits_per_byte``, ``key_bits_per_byte`` pooled as `make score` pools them
   (``pipeline.lmeval.metrics``);
-- ``task_manager``: an lm-eval ``TaskManager`` with a task per artifact (``pipeline.lmeval.tasks``);
+- ``task_manager``: an lm-eval ``TaskManager`` with a task per artifact (``pipeline.lmeval.task_files``);
 - ``command_line``: lm-eval's command line with all of these (`make lm-eval`, ``pipeline.commands.lm_eval``);
 - ``schema_problems``: a results file against lm-eval's results schema (``pipeline.lmeval.results_schema``);
-- LooGLE's tasks (``pipeline.lmeval.loogle``, ``loogle_<task>``, tag ``loogle``): answered by `make loogle`'s
-  generation with the model ``longppl``, scored with its metrics.
+- LooGLE's tasks (``pipeline.lmeval.loogle_tasks``, ``loogle_<task>``, tag ``loogle``): answered by
+  `make loogle`'s generation with the model ``longppl``, scored with its metrics.
 
     import lm_eval
     from pipeline.lmeval import LongPPLLM, task_manager
@@ -34,9 +34,9 @@ INSTALL_HINT = "lm-eval is not installed: run `make setup-lmeval` (or pip instal
 LAZY = {
     "LongPPLLM": "pipeline.lmeval.model",
     "RollingLogLikelihood": "pipeline.lmeval.model",
-    "LongPPLTask": "pipeline.lmeval.task",
-    "task_directory": "pipeline.lmeval.tasks",
-    "task_manager": "pipeline.lmeval.task",
+    "LongPPLTask": "pipeline.lmeval.longppl_task",
+    "task_directory": "pipeline.lmeval.task_files",
+    "task_manager": "pipeline.lmeval.longppl_task",
     "schema_problems": "pipeline.lmeval.results_schema",
 }
 __all__ = sorted(LAZY)
@@ -54,5 +54,5 @@ def __getattr__(name: str) -> Any:
     if name not in LAZY:
         raise AttributeError(f"module 'pipeline.lmeval' has no attribute {name!r}")
     require_lm_eval()
-    importlib.import_module("pipeline.lmeval.task")  # the model, the metrics and the task class
+    importlib.import_module("pipeline.lmeval.longppl_task")  # the model, the metrics and the task class
     return getattr(importlib.import_module(LAZY[name]), name)

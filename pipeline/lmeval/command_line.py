@@ -4,7 +4,7 @@ lm-eval's own command line (``lm-eval run``, ``ls``, ``validate``), its flags un
 (``--tasks``, ``--model_args``, ``--output_path``, ``--log_samples``, ``--limit``, ``--batch_size``,
 ``--use_cache``, ...), with this project's model and tasks in it, since lm-eval 0.4.13 discovers no
 plugins: the model ``longppl`` is registered, and every ``TaskManager`` lm-eval makes also holds a
-task per key-token artifact (``pipeline.lmeval.tasks``; a user's ``--include_path`` is kept beside
+task per key-token artifact (``pipeline.lmeval.task_files``; a user's ``--include_path`` is kept beside
 them). ``--artifact`` (repeatable, ours) adds a task for an artifact outside ``artifacts/keytokens``.
 
 Two defaults differ from the ``lm-eval`` command, and only when the flag is absent (and no
@@ -26,7 +26,7 @@ from typing import Any
 from pipeline.errors import PipelineError
 from pipeline.lmeval import require_lm_eval
 from pipeline.lmeval.names import unknown_tasks_in
-from pipeline.lmeval.tasks import check_artifacts, task_directory
+from pipeline.lmeval.task_files import check_artifacts, task_directory
 
 ARTIFACT_FLAG = "--artifact"
 SUBCOMMANDS = ("run", "ls", "validate")
@@ -96,8 +96,8 @@ def longppl_tasks_need_longppl_model() -> Iterator[None]:
     import lm_eval.evaluator
     from lm_eval.api.model import CachingLM
 
+    from pipeline.lmeval.longppl_task import LongPPLTask
     from pipeline.lmeval.model import LongPPLLM
-    from pipeline.lmeval.task import LongPPLTask
 
     base = lm_eval.evaluator.evaluate
 
@@ -132,7 +132,9 @@ def run(args: list[str]) -> None:
     if unknown := unknown_tasks_in(rest, directory):  # before lm-eval's task index (seconds) loads
         raise PipelineError(unknown_tasks(f"Tasks not found: {', '.join(unknown)}", directory))
     require_lm_eval()
-    importlib.import_module("pipeline.lmeval.task")  # registers the model, the metrics, the task class
+    importlib.import_module(
+        "pipeline.lmeval.longppl_task"
+    )  # registers the model, the metrics, the task class
     from lm_eval.__main__ import cli_evaluate
 
     sys.argv = [f"{sys.executable} -m pipeline.commands.lm_eval", *with_defaults(rest)]

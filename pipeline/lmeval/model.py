@@ -32,7 +32,7 @@ from pipeline.models.loading import LoadedModel, ModelChoice, eval_mode, in_memo
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import json_sha256
 from pipeline.results.keys import context_name, model_identity
-from pipeline.results.scores import model_record
+from pipeline.results.score import model_record
 from pipeline.score.documents import ModelTokens, model_logprobs
 from pipeline.score.engine import settings_record
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
@@ -161,8 +161,8 @@ class LongPPLLM(LM):
         )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """LooGLE's questions (``pipeline.lmeval.loogle``) by `make loogle`'s generation; no other."""
-        from pipeline.lmeval.loogle import answer_requests, is_loogle
+        """LooGLE's questions (``pipeline.lmeval.loogle_tasks``) by `make loogle`'s generation; no other."""
+        from pipeline.lmeval.loogle_tasks import answer_requests, is_loogle
 
         if requests and all(is_loogle(r) for r in requests):
             with eval_mode(self.lm.model):

@@ -40,7 +40,7 @@ from pipeline.official.boundaries import (
     evaluator_offsets,
     require,
 )
-from pipeline.official.sources import Pinned, load_tokenizer, pin
+from pipeline.official.pinned_inputs import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
 from pipeline.provenance import file_sha256, json_sha256, library_versions
 from pipeline.settings import DirectoryName, Text, directory_name

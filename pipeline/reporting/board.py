@@ -15,7 +15,7 @@ from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256
 from pipeline.reporting.common import newest
 from pipeline.results.keys import context_name
-from pipeline.results.scores import BPB_METRICS, METRICS, SCORE_HINT, same_artifact
+from pipeline.results.score import BPB_METRICS, METRICS, SCORE_HINT, same_artifact
 
 ENTRY_KEY = ["name", "model", "settings"]  # what one entry is: its name, the model's identity, the settings
 # Two results of one entry on the same artifact whose numbers differ by more than this (relative; the

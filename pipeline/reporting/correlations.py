@@ -30,7 +30,7 @@ from pipeline.reporting.common import (
     plot_text,
     png,
 )
-from pipeline.results.scores import METRICS
+from pipeline.results.score import METRICS
 
 MISSING = {"", "nan", "na", "n/a", "null", "none"}
 SCHEMA: dict[str, Any] = {

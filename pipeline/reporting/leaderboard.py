@@ -1,6 +1,6 @@
 """The leaderboard (`make leaderboard`): tables and a plot of the score runs of one artifact.
 
-Reads the results file (``pipeline.results.scores``). One artifact is shown at a time (default: the one of
+Reads the results file (``pipeline.results.score``). One artifact is shown at a time (default: the one of
 the newest result); within it, a model scored several times with the same settings keeps its newest
 result. Writes, byte-identical for the same inputs:
 
@@ -10,7 +10,7 @@ result. Writes, byte-identical for the same inputs:
 ``correlations.md`` / ``correlations.csv`` / ``scatter-<benchmark>.png`` (with ``benchmarks=<csv>``)
     see ``pipeline.reporting.correlations``.
 ``loogle.md`` / ``loogle.csv`` (with ``loogle.jsonl`` beside the scores file)
-    the LooGLE table, beside LongPPL: see ``pipeline.reporting.loogle_board``.
+    the LooGLE table, beside LongPPL: see ``pipeline.reporting.loogle``.
 
 lm-eval results files with LongPPL tasks (`make lm-eval`, ``pipeline.results.lmeval``; ``lm-eval/``
 beside the scores file, or ``lmeval_results=<files or folders>``) are read too, so runs made either
@@ -30,7 +30,8 @@ import polars as pl
 
 from pipeline.files import write_bytes_atomic
 from pipeline.provenance import file_sha256
-from pipeline.reporting import correlations, ladder_plot
+from pipeline.reporting import correlations
+from pipeline.reporting import ladder as ladder_plot
 from pipeline.reporting.board import select
 from pipeline.reporting.common import (
     csv_text,
@@ -49,7 +50,7 @@ from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_results
 from pipeline.results.keys import score_key
 from pipeline.results.lmeval import read_lmeval_results
-from pipeline.results.scores import read_scores
+from pipeline.results.score import read_scores
 
 # The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
 COLUMNS: dict[str, str | None] = {

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per
 from pipeline.results.keys import ladder_key, ladder_partial
-from pipeline.results.scores import ArtifactRef, CorpusValues, result_id, same_artifact
+from pipeline.results.score import ArtifactRef, CorpusValues, result_id, same_artifact
 
 SCHEMA = "context-ladder/1"
 RUN_HINT = "run `make ladder MODEL=...` first"

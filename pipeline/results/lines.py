@@ -1,7 +1,7 @@
 """Results files: one strict-JSON object per line, appended whole and validated on read.
 
 Every results file of the pipeline (``scores.jsonl``, ``forgetting.jsonl``) is written and read here;
-each line's schema is a pydantic model in its own module (``pipeline.results.scores``,
+each line's schema is a pydantic model in its own module (``pipeline.results.score``,
 ``pipeline.results.forgetting``).
 """
 

@@ -5,7 +5,7 @@
 config its artifact (``configs.<task>.metadata``: ``longppl_fingerprint``, ``longppl_artifact_record``,
 ``longppl_unavailable``), and ``config`` the model and score settings (``longppl_model_name``,
 ``longppl_model``, ``longppl_settings``, from the model ``longppl``). ``read_lmeval_results`` gives one
-row per LongPPL task in the frame of ``pipeline.results.scores.read_scores`` (``FRAME_SCHEMA``;
+row per LongPPL task in the frame of ``pipeline.results.score.read_scores`` (``FRAME_SCHEMA``;
 ``line`` null, token counts null: lm-eval keeps only the metrics), validated the same way, so a
 leaderboard mixes runs made either way. The ``result_id`` is `make score`'s for the same model,
 settings and artifact.
@@ -32,7 +32,7 @@ from pipeline.artifact.identity import check_record
 from pipeline.errors import PipelineError
 from pipeline.results import lines
 from pipeline.results.keys import model_key
-from pipeline.results.scores import FRAME_SCHEMA, METRICS, Bits, Count, Perplexity, result_id
+from pipeline.results.score import FRAME_SCHEMA, METRICS, Bits, Count, Perplexity, result_id
 
 FILTER = "none"  # the tasks' only filter: lm-eval's metric keys are "<metric>,none"
 # The frame's column -> the task's metric in lm-eval

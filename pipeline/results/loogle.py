@@ -63,7 +63,7 @@ class LooGLELine(BaseModel):
 def loogle_row(
     model_name: str, model: dict[str, Any], result: dict[str, Any], settings: dict[str, Any], seconds: float
 ) -> dict[str, Any]:
-    """One line: a task's metrics (``pipeline.loogle.evaluate.evaluate``'s result) for the model
+    """One line: a task's metrics (``pipeline.loogle.metrics.evaluation.evaluate``'s result) for the model
     ``model`` (``scores.model_record``) run with ``settings``; ``seconds`` the task's wall time."""
     key = {
         "model": model,

@@ -55,7 +55,7 @@ Limit = int | None  # a context limit in tokens; None: full context
 @dataclass
 class ScoreResult:
     """A model's scores on an artifact: corpus values and per-document values, as in the results
-    file (``pipeline.results.scores``); ``corpus["unavailable"]`` says why a null metric is null."""
+    file (``pipeline.results.score``); ``corpus["unavailable"]`` says why a null metric is null."""
 
     artifact: str  # the artifact's name
     fingerprint: str

@@ -41,7 +41,7 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import conf_file
 from pipeline.models.loading import ModelChoice
-from pipeline.results import scores as results
+from pipeline.results import score as results
 from pipeline.results.keys import context_name, model_identity
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
 from pipeline.settings import Text, parse

@@ -74,8 +74,9 @@ class CorpusSpec:
     max_ids: Positive | None = None  # a negative one would cut ids off the end of every text
     limit: Positive | None = None  # a negative one would drop rows from the end
     too_few: Literal["keep", "longest"] = "keep"
-    # LooGLE's documents with their questions (``pipeline.loogle.corpus``): sample, hub (``dataset`` at
-    # ``revision``) or a folder of its task files; ``tasks``: the tasks whose documents are read.
+    # LooGLE's documents with their questions (``pipeline.loogle.data.keytoken_corpus``): sample, hub
+    # (``dataset`` at ``revision``) or a folder of its task files; ``tasks``: the tasks whose documents
+    # are read.
     loogle: str | None = None
     tasks: tuple[str, ...] = ("shortdep_qa", "longdep_qa")
 

@@ -1,0 +1,140 @@
+"""LooGLE's tasks in lm-evaluation-harness: ``loogle_shortdep_qa``, ``loogle_longdep_qa`` (the embedded
+sample), ``loogle_shortdep_cloze`` and ``loogle_longdep_summarization`` (the Hub dataset at its pinned
+revision), tagged ``loogle``.
+
+One engine, two shells: with the model ``longppl``, a request is answered by the generation of `make
+loogle` (``pipeline.loogle.generation.decoding``: its prompt, the first-and-last-halves cut, greedy
+decoding with ``repetition_penalty=2.0`` and the task's new tokens), and ``process_results`` scores it with
+``pipeline.loogle.metrics.similarity``; the aggregations average as LooGLE does (the cloze matches pooled over
+masks). BERTScore and the timeline-reorder deviations are `make loogle`'s only (docs/loogle.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import datasets
+import lm_eval.api.metrics  # noqa: F401  (lm-eval's own metrics and aggregations, registered first)
+import numpy as np
+from lm_eval.api.instance import Instance
+from lm_eval.api.registry import metric_registry, register_aggregation, register_metric
+from lm_eval.api.task import ConfigurableTask
+from tqdm.auto import tqdm
+
+from pipeline.loogle.data.prompts import max_new_tokens, prompt_for
+from pipeline.loogle.data.questions import Question
+from pipeline.loogle.data.reading import DataSource, load_questions
+from pipeline.loogle.generation.answering import prompt_limit
+from pipeline.loogle.generation.decoding import cut_prompt, generate
+from pipeline.loogle.metrics import similarity as metrics
+
+MEAN, RATIO = "loogle_mean", "loogle_pooled_ratio"
+SIMILARITY = ("bleu1", "bleu4", "rouge1", "rouge2", "rougeL", "meteor")
+MATCH = ("exact_match", "partial_match")
+
+
+@register_aggregation(MEAN)
+def loogle_mean(items: list[float | None]) -> float | None:
+    """The mean over questions (numpy's, as LooGLE's); None when the metric could not be computed."""
+    return None if any(item is None for item in items) else float(np.mean(items))
+
+
+@register_aggregation(RATIO)
+def loogle_pooled_ratio(items: list[tuple[int, int]]) -> float:
+    """Matched masks over all masks."""
+    return float(np.sum([m for m, _ in items]) / np.sum([n for _, n in items]))
+
+
+for _name in (*SIMILARITY, *MATCH):
+    if _name not in metric_registry:
+        register_metric(metric=_name, higher_is_better=True, aggregation=RATIO if _name in MATCH else MEAN)(
+            lambda items: items
+        )
+
+
+def question_of(doc: dict[str, Any]) -> Question:
+    """A task document back as the question `make loogle` asks."""
+    answer = json.loads(doc["answer"])
+    return Question(doc["loogle_task"], doc["doc_id"], doc["index"], doc["context"], doc["question"], answer)
+
+
+class LooGLETask(ConfigurableTask):
+    """One LooGLE task (``metadata.loogle_task``; ``loogle_data``: sample, hub or a folder;
+    ``loogle_max_length``: the prompt's token budget, `make loogle`'s ``max_length``; lm-eval's
+    ``--metadata`` sets them)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        cfg = copy.deepcopy(config or {})
+        cfg.pop("class", None)
+        meta = cfg.setdefault("metadata", {})
+        self.task = meta["loogle_task"]
+        self.source = DataSource(str(meta.get("loogle_data", "sample")), revision=meta.get("loogle_revision"))
+        names = SIMILARITY if self.task != "shortdep_cloze" else MATCH
+        defaults = {
+            "output_type": "generate_until",
+            "test_split": "test",
+            "doc_to_text": "",
+            "doc_to_target": "answer",
+            "generation_kwargs": {
+                "until": [],
+                "max_gen_toks": max_new_tokens()[self.task],
+                "do_sample": False,
+                "loogle_max_length": meta.get("loogle_max_length"),  # null: the context less the new tokens
+            },
+            "metric_list": [
+                {"metric": n, "aggregation": RATIO if n in MATCH else MEAN, "higher_is_better": True}
+                for n in names
+            ],
+        }
+        for key, value in defaults.items():
+            cfg.setdefault(key, value)
+        super().__init__(config=cfg)
+
+    def download(self, *args: Any, **kwargs: Any) -> None:
+        questions = load_questions(self.task, self.source)
+        columns = {
+            "loogle_task": [q.task for q in questions],
+            "qid": [q.qid for q in questions],
+            "doc_id": [q.doc_id for q in questions],
+            "index": [q.index for q in questions],
+            "context": [q.context for q in questions],
+            "question": [q.question for q in questions],
+            "answer": [json.dumps(q.answer, ensure_ascii=False) for q in questions],
+        }
+        self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_dict(columns)})
+
+    def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Instance:
+        """The request of one question: its LooGLE prompt (the model ``longppl`` cuts it in tokens)."""
+        for key in ("apply_chat_template", "chat_template"):
+            kwargs.pop(key, None)
+        arguments = (prompt_for(question_of(doc)).text, copy.deepcopy(self.config.generation_kwargs))
+        return Instance(request_type="generate_until", doc=doc, arguments=arguments, idx=0, **kwargs)
+
+    def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
+        (prediction,) = results
+        answer = json.loads(doc["answer"])
+        if self.task == "shortdep_cloze":
+            return {
+                "exact_match": metrics.exact_match(answer, prediction),
+                "partial_match": metrics.partial_match(answer, prediction),
+            }
+        return metrics.similarity(answer, prediction, metrics.wordnet_problem() is None)
+
+
+def answer_requests(lm: Any, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+    """The model's answers to LooGLE requests, by `make loogle`'s generation: the question's prompt cut
+    to ``loogle_max_length`` tokens (null: the model's context less the new tokens), ``max_gen_toks``
+    new tokens."""
+    out = []
+    for request in tqdm(requests, desc="questions", unit="question", disable=disable_tqdm):
+        question, options = question_of(request.doc), request.args[1]
+        new_tokens = int(options.get("max_gen_toks") or max_new_tokens()[question.task])
+        budget = prompt_limit(lm.context_length, options.get("loogle_max_length"), new_tokens, question.task)
+        out.append(generate(lm.model, lm.tokenizer, cut_prompt(lm.tokenizer, question, budget), new_tokens))
+    return out
+
+
+def is_loogle(request: Any) -> bool:
+    return isinstance(getattr(request, "doc", None), dict) and "loogle_task" in request.doc

@@ -1,0 +1,118 @@
+"""Where LooGLE's questions come from (``data=``): ``sample`` (the embedded Wikipedia sample in
+``data/loogle``), ``hub`` (the Hub dataset at its pinned revision, ``conf/loogle.yaml``), or a directory
+holding ``<task>.jsonl`` or ``<task>.parquet`` files in either layout (the repository's
+``LooGLE-testdata/``, or a ``hf download`` of the dataset). Each task's questions carry a fingerprint of
+their contents, which a predictions file records, so that it is never scored against other questions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import PipelineError
+from pipeline.loogle.data.questions import SAMPLE_DIR, Question, check_task, jsonl_rows, questions_from_rows
+
+# The Hub configs a task may have: later revisions name the summaries' config `summarization`.
+CONFIG_NAMES = {"longdep_summarization": ("longdep_summarization", "summarization")}
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """``data``: sample, hub or a directory; ``dataset`` and ``revision``: the Hub dataset (hub only);
+    ``option``: the setting that takes a local copy instead (named by the error when the Hub fails)."""
+
+    data: str = "sample"
+    dataset: str = "bigainlco/LooGLE"
+    revision: str | None = None
+    option: str = "data"
+
+    @property
+    def label(self) -> str:
+        if self.data == "hub":
+            return f"{self.dataset}@{(self.revision or '?')[:12]}"
+        return "sample" if self.data == "sample" else Path(self.data).name
+
+
+def load_questions(task: str, source: DataSource) -> list[Question]:
+    """The task's questions, in the data's order."""
+    check_task(task)
+    if source.data == "hub":
+        return questions_from_rows(task, hub_rows(task, source), f"{source.dataset} ({task})")
+    folder = SAMPLE_DIR if source.data == "sample" else Path(source.data)
+    if not folder.is_dir():
+        raise PipelineError(
+            f"setting data={source.data}: not a directory (sample, hub or a folder of <task>.jsonl)"
+        )
+    names = CONFIG_NAMES.get(task, (task,))  # in the folder or its data/ (a Hub download)
+    candidates = [
+        b / f"{n}{ext}"
+        for n in names
+        for b in (folder, folder / "data")
+        for ext in (".jsonl", ".parquet", "")
+    ]
+    path = next((p for p in candidates if p.is_file() or sorted(p.rglob("*.parquet"))), None)
+    if path is None and source.data == "sample":
+        raise PipelineError(
+            f"the embedded LooGLE sample has no {task}: its texts' licenses do not allow shipping them "
+            "(data/loogle/README.md); pass data=hub, or data=<folder with LooGLE's test files>"
+        )
+    if path is None:
+        raise PipelineError(
+            f"{folder} has no {task}.jsonl, {task}.parquet or {task}/ with Parquet files (nor its data/)"
+        )
+    return questions_from_rows(task, file_rows(path), str(path))
+
+
+def file_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file, a Parquet file, or a folder of Parquet files (a Hub download)."""
+    import pyarrow.parquet as pq
+
+    if path.is_dir():
+        return [row for part in sorted(path.rglob("*.parquet")) for row in pq.read_table(part).to_pylist()]
+    return pq.read_table(path).to_pylist() if path.suffix == ".parquet" else jsonl_rows(path)
+
+
+def hub_rows(task: str, source: DataSource) -> list[dict[str, Any]]:
+    """The task's test split of the Hub dataset at its pinned revision; offline or unreachable, one line
+    naming the dataset and the fix."""
+    import datasets
+
+    if not source.revision:
+        key = "corpus.revision" if source.option.startswith("corpus.") else "revision"
+        raise PipelineError(
+            f"{source.option}=hub needs the revision of {source.dataset} to read ({key}=<commit>): "
+            "unpinned, the dataset could change under the same name"
+        )
+    first: Exception | None = None
+    for config in CONFIG_NAMES.get(task, (task,)):
+        try:
+            return datasets.load_dataset(
+                source.dataset, config, split="test", revision=source.revision
+            ).to_list()
+        except Exception as exc:  # datasets raises many types for a missing or unreachable dataset
+            first = first or exc
+    raise hub_error(task, source, first) from first
+
+
+def hub_error(task: str, source: DataSource, exc: Exception | None) -> PipelineError:
+    """One line: what failed, and the fix offline."""
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    lmeval = """ (lm-eval: --metadata '{"loogle_data": "DIR"}')""" if source.option == "data" else ""
+    return PipelineError(
+        f"could not load LooGLE's Hub dataset {source.dataset} ({task}, revision {source.revision}): "
+        f"{detail}; offline, run `hf download {source.dataset} --repo-type dataset --revision "
+        f"{source.revision} --local-dir DIR` on a connected machine and pass {source.option}=DIR{lmeval}"
+    )
+
+
+def fingerprint(questions: list[Question]) -> str:
+    """A hash of the questions, their texts and answers (12 hex digits): the same on any machine."""
+    digest = hashlib.sha256()
+    for q in questions:
+        record = [q.task, q.doc_id, q.index, q.question, q.answer]
+        digest.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode())
+        digest.update(hashlib.sha256(q.context.encode()).digest())
+    return digest.hexdigest()[:12]

@@ -1,0 +1,97 @@
+"""One task of LooGLE for a loaded model: every question's prompt cut and checked first (a prompt that
+cannot hold its question stops the run before anything is written), then a prediction per question,
+each written at once (the file rewritten whole and atomically), so a killed run resumes where it
+stopped. ``predict_task`` is the call both shells make (`make loogle`, the lm-eval tasks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from pipeline.errors import PipelineError
+from pipeline.loogle.data.prompts import max_new_tokens as task_max_new_tokens
+from pipeline.loogle.data.questions import Question
+from pipeline.loogle.generation.decoding import REPETITION_PENALTY, cut_prompt, generate
+from pipeline.loogle.generation.predictions import resumed, write_lines
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a predictions file was made with: every line records it, and a resumed run must match it."""
+
+    task: str
+    data: str
+    fingerprint: str
+    model: str
+    max_length: int
+    max_new_tokens: int
+    limit: int | None
+
+    def record(self) -> dict[str, Any]:
+        return {**self.__dict__, "repetition_penalty": REPETITION_PENALTY}
+
+
+def prompt_limit(context_length: int | None, max_length: int | None, new_tokens: int, task: str) -> int:
+    """The prompt's token budget: ``max_length`` when given, else the model's context less the task's
+    new tokens (the whole sequence then fits the context the model was trained for)."""
+    if max_length is not None:
+        if max_length < 2:
+            raise PipelineError(f"setting max_length={max_length}: at least 2 tokens")
+        return max_length
+    if context_length is None:
+        raise PipelineError("the model's config does not say its context length: pass max_length=<tokens>")
+    if context_length <= new_tokens + 1:
+        raise PipelineError(
+            f"the model's context ({context_length} tokens) leaves no room for a prompt before {task}'s "
+            f"{new_tokens} new tokens: pass max_new_tokens= or max_length="
+        )
+    return context_length - new_tokens
+
+
+def new_tokens_for(task: str, max_new_tokens: int | None) -> int:
+    """LooGLE's generation length for the task, unless ``max_new_tokens`` is given."""
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise PipelineError(f"setting max_new_tokens={max_new_tokens}: at least 1")
+    return max_new_tokens if max_new_tokens is not None else task_max_new_tokens()[task]
+
+
+def line_for(question: Question, settings: RunSettings, cut: Any, prediction: str) -> dict[str, Any]:
+    return {
+        **settings.record(),
+        "doc_id": question.doc_id,
+        "index": question.index,
+        "qid": question.qid,
+        "prompt_tokens": cut.prompt_tokens,
+        "cut_tokens": cut.cut_tokens,
+        "kept_tokens": len(cut.ids),
+        "prediction": prediction,
+    }
+
+
+def check_prompts(tokenizer: Any, questions: list[Question], max_length: int) -> None:
+    """Every question's prompt can be cut to ``max_length`` tokens keeping its question (else an error)."""
+    for question in questions:
+        cut_prompt(tokenizer, question, max_length)
+
+
+def predict_task(
+    lm: Any, questions: list[Question], settings: RunSettings, path: Path, progress: bool = True
+) -> list[dict[str, Any]]:
+    """A prediction per question in ``path`` (resumed when it holds part of this run); its lines."""
+    done = {row["qid"]: row for row in resumed(path, settings.record())}
+    todo = [q for q in questions if q.qid not in done]
+    cuts = {q.qid: cut_prompt(lm.tokenizer, q, settings.max_length) for q in todo}
+    bar = tqdm(
+        total=len(questions), initial=len(done), desc=settings.task, unit="question", disable=not progress
+    )
+    for question in todo:
+        cut = cuts[question.qid]
+        prediction = generate(lm.model, lm.tokenizer, cut, settings.max_new_tokens)
+        done[question.qid] = line_for(question, settings, cut, prediction)
+        write_lines(path, [done[q.qid] for q in questions if q.qid in done])
+        bar.update(1)
+    bar.close()
+    return [done[q.qid] for q in questions]
