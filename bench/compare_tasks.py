@@ -69,8 +69,8 @@ def worker(job: dict) -> dict:
 
 def stage1_ours(lm, text, job):
     from pipeline.commands.shell import compose, plain
+    from pipeline.jobs.keytokens import KeyTokenSettings
     from pipeline.keytokens.selection import Prepared
-    from pipeline.keytokens.settings import KeyTokenSettings
     from pipeline.keytokens.tables import keytoken_tables
     from pipeline.models.logprobs import scorer_for
     from pipeline.text.corpus import Document

@@ -80,7 +80,7 @@ def load_parts() -> list[tuple]:
 def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.artifact.writer import ArtifactWriter
     from pipeline.commands import keytokens as command
-    from pipeline.keytokens import run
+    from pipeline.jobs import keytokens as run
     from pipeline.models.logprobs import TargetScorer
 
     timed = [
@@ -91,25 +91,27 @@ def stage1(events: Events, overrides: list[str]) -> None:
         (TargetScorer, "check_against_full_forward", "self-check"),
         (run, "keytoken_tables", "text"),
         (ArtifactWriter, "finalize", "finalize"),
-        (command, "print_summary", "summary"),
-        (command, "write_views", "pages"),
+        (run, "statistics", "summary"),
+        (run, "write_views", "pages"),
     ]
     run_command(events, command, "pipeline.commands.keytokens", timed, overrides)
 
 
 def stage2(events: Events, overrides: list[str]) -> None:
     from pipeline.commands import score as command
+    from pipeline.jobs import score as job
     from pipeline.models.loading import ModelChoice
     from pipeline.models.logprobs import TargetScorer
+    from pipeline.results import score as lines
     from pipeline.score import engine
 
     timed = [
         *load_parts(),
-        (command, "open_artifact", "artifact"),
+        (job, "open_artifact", "artifact"),
         (ModelChoice, "load", "model load"),
         (TargetScorer, "check_against_full_forward", "self-check"),
-        (engine, "model_logprobs", "text"),
-        (command, "score_row", "result"),
+        (engine, "sequence_logprobs", "text"),
+        (lines, "score_row", "result"),
     ]
     run_command(events, command, "pipeline.commands.score", timed, overrides)
 

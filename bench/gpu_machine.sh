@@ -67,7 +67,7 @@ if [ "$phase" = 1 ]; then
    echo "exit status $?" >>"$OUT/test-gpu.log") &
   tests=$!
   echo "== importtime -> importtime.txt" >>"$log"  # not a step: a step sends stderr to the log
-  $PY -X importtime -c "import bench.gpu_child, pipeline.commands.keytokens, pipeline.keytokens.run" 2>"$OUT/importtime.txt"
+  $PY -X importtime -c "import bench.gpu_child, pipeline.commands.keytokens, pipeline.jobs.keytokens" 2>"$OUT/importtime.txt"
   step build $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
   step build-long $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
   wait $tests

@@ -112,7 +112,8 @@ def official_keys(reference: Path, device: str, K: int, d: int) -> tuple[set, in
     from longppl.longppl import find_key_token
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.models.loading import EMBEDDED_MODELS, convert_gguf
+    from pipeline.models.gguf import convert_gguf
+    from pipeline.models.sources import EMBEDDED_MODELS
 
     checkpoint, _ = convert_gguf(EMBEDDED_MODELS["smollm2-135m"].gguf_path())
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -90,7 +90,8 @@ def measure(kind: str, tokens: int) -> dict:
     """One model's loglikelihood_rolling of the document, in its own process."""
     from lm_eval.api.instance import Instance
 
-    from pipeline.models.loading import EMBEDDED_MODELS, convert_gguf
+    from pipeline.models.gguf import convert_gguf
+    from pipeline.models.sources import EMBEDDED_MODELS
 
     text = document(tokens)
     if kind == "hf":

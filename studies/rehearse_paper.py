@@ -60,7 +60,8 @@ def embedded_tokenizer(name: str, out: Path):
     """The tokenizer of an embedded model (its GGUF converted once into the cache), saved to ``out``."""
     from transformers import AutoTokenizer
 
-    from pipeline.models.loading import EMBEDDED_MODELS, convert_gguf
+    from pipeline.models.gguf import convert_gguf
+    from pipeline.models.sources import EMBEDDED_MODELS
 
     checkpoint, _ = convert_gguf(EMBEDDED_MODELS[name].gguf_path())
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

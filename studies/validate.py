@@ -9,7 +9,7 @@ from typing import Any
 
 from pipeline.commands.shell import compose, hydra_main, plain
 from pipeline.definition import KeyTokenDefinition
-from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokenSettings
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, ScoreSettings, parse
 from studies.validation.claims import run as validate

@@ -293,8 +293,7 @@ BARRIERS: list[int] = []
 def test_ranks_wait_for_rank_0_only_for_a_gguf_evaluator(monkeypatch, tiny_model_dir, spec, waits):
     """A checkpoint loads on every rank at once; a GGUF file (its one-time conversion into the cache)
     on rank 0 first, the other ranks once it is done: one barrier each, met by all."""
-    from pipeline.keytokens.run import load_evaluator
-    from pipeline.keytokens.settings import KeyTokenSettings
+    from pipeline.jobs.keytokens import KeyTokenSettings, load_evaluator
     from pipeline.models.loading import ModelChoice
     from tests.conftest import compose_keytokens
 

@@ -29,7 +29,7 @@ from pipeline.commands import compare_artifacts
 from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import leaderboard
-from pipeline.reporting.board import other_contents
+from pipeline.results.entries import other_contents
 from pipeline.results.score import RESULTS_VERSION, read_lines, read_scores, same_artifact
 from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 from tests.test_artifact_checks import cell, craft, first_plain_row

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -273,7 +274,7 @@ def test_leaderboard_shows_the_effective_length(other_model_dir, tiny_model_dir,
 
 
 def test_yaml_defaults_are_the_types_defaults():
-    from pipeline.ladder.settings import LadderSettings
+    from pipeline.ladder.rungs import LadderSettings
     from pipeline.settings import ScoreSettings, parse
 
     cfg = compose_config("ladder", [])
@@ -286,8 +287,9 @@ def test_embedded_smollm2_rungs_equal_make_score(write_corpus, tmp_path):
     """SmolLM2 against a short SmolLM2 artifact: every rung is the score call of `make score
     MODEL=smollm2-135m ... context_limit=W` to every digit (one model load for both)."""
     from pipeline.artifact.reader import open_artifact
-    from pipeline.ladder.run import ladder_line
-    from pipeline.ladder.settings import LadderSettings
+    from pipeline.jobs.ladder import ladder_line
+    from pipeline.ladder.rungs import LadderSettings
+    from pipeline.ladder.rungs import run_ladder as ladder_passes
     from pipeline.models.loading import ModelChoice
     from pipeline.score.engine import score as score_call
     from pipeline.settings import Compute, ScoreSettings
@@ -307,7 +309,8 @@ def test_embedded_smollm2_rungs_equal_make_score(write_corpus, tmp_path):
     artifact, compute = open_artifact(str(tmp_path / "smol")), Compute(device="cpu")
     lm = ModelChoice(spec="smollm2-135m").load(compute)
     settings = LadderSettings(ladder=(16, 64), bootstrap=100)
-    row = ladder_line(artifact, lm, settings, ScoreSettings(), compute, model_name="smollm2-135m")
+    passes = ladder_passes(artifact, lm, settings, ScoreSettings(), compute)
+    row = ladder_line(passes, settings, "smollm2-135m", lm, time.time())
     assert [r["context_limit"] for r in row["rungs"]] == [16, 64, None]
     assert row["rungs"][0]["n_key_limited"] == row["rungs"][0]["corpus"]["n_key_tokens"] > 0
     for rung in row["rungs"]:

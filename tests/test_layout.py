@@ -31,10 +31,11 @@ LAYERS = [
     ("settings", ("pipeline.definition", "pipeline.settings")),
     ("inputs", ("pipeline.text", "pipeline.models")),
     ("contract", ("pipeline.artifact", "pipeline.results")),
+    ("reports", ("pipeline.reporting",)),
     ("stages", ("pipeline.keytokens", "pipeline.score", "pipeline.forgetting", "pipeline.training")),
     ("stages", ("pipeline.official", "pipeline.ladder", "pipeline.loogle")),
+    ("jobs", ("pipeline.jobs",)),
     ("api", ("pipeline.api", "pipeline.lmeval")),
-    ("reports", ("pipeline.reporting",)),
     ("sharing", ("pipeline.sharing",)),
     ("commands", ("pipeline.commands",)),
 ]

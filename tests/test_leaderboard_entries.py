@@ -19,11 +19,12 @@ from pipeline.errors import PipelineError
 from pipeline.forgetting import curve
 from pipeline.lmeval.model import display_name
 from pipeline.models.loading import load_model
-from pipeline.reporting import board, leaderboard
-from pipeline.reporting.board import partial_notes, select
+from pipeline.reporting import leaderboard
 from pipeline.reporting.forgetting import forgetting_png
+from pipeline.results import entries as board
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_results
+from pipeline.results.entries import partial_notes, select
 from pipeline.results.keys import context_name
 from pipeline.results.score import read_lines, read_scores
 from pipeline.settings import ScoreSettings

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.score.engine import Text
+
 lm_eval = pytest.importorskip("lm_eval", reason="needs lm-eval: `make setup-lmeval` (make test installs it)")
 
 from lm_eval.utils import handle_non_serializable  # noqa: E402
@@ -138,7 +140,7 @@ def test_every_compute_setting_reaches_the_model(spy, tiny_model_dir):  # noqa: 
     model = LongPPLLM(
         str(tiny_model_dir), device="cpu", dtype="float64", cache_dir=spy["cache_dir"], **COMPUTE
     )
-    model.token_logprobs("The committee reported the bill.", "doc")
+    model.token_logprobs([Text("doc", "The committee reported the bill.")])
     check(spy)
     assert {k: model.get_model_info()["longppl_settings"][k] for k in ("head_chunk", "vocab_tile")} == {
         "head_chunk": 7,
@@ -149,7 +151,7 @@ def test_every_compute_setting_reaches_the_model(spy, tiny_model_dir):  # noqa: 
 def test_the_answer_is_a_float_that_carries_the_tokens_and_pickles(tiny_lm):
     import pickle
 
-    value = tiny_lm.token_logprobs("The committee reported the bill.", "doc")
+    (value,) = tiny_lm.token_logprobs([Text("doc", "The committee reported the bill.")])
     again = pickle.loads(pickle.dumps(value))  # --use_cache keeps answers in sqlite, pickled
     assert isinstance(again, float) and float(again) == float(value) == np.nansum(value.tokens.logprobs)
     assert np.array_equal(again.tokens.offsets, value.tokens.offsets) and str(value) == str(float(value))

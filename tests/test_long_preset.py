@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import PipelineError
-from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokenSettings
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from studies.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure
 from tests.conftest import compose_keytokens

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import api
 from pipeline.models.loading import load_model
-from pipeline.reporting.board import select
+from pipeline.results.entries import select
 from pipeline.results.score import read_lines, read_scores
 from tests.conftest import (
     STAGE1_TEXTS,
@@ -140,8 +140,8 @@ def test_a_local_models_identity_covers_its_config_and_remote_code(tiny_model_di
 
 
 def test_a_model_in_memorys_identity_covers_its_config(tiny_model_dir, tokenizer):
+    from pipeline.models.identity import identify_in_memory
     from pipeline.models.loading import in_memory, load_model
-    from pipeline.models.sources import identify_in_memory
     from pipeline.results.keys import model_key
 
     model = load_model(str(tiny_model_dir), dtype="float64", device="cpu").model
@@ -159,7 +159,7 @@ def test_a_hub_models_remote_code_is_hashed_where_it_ran(tmp_path):
     name another repo's code, at that repo's newest commit) is hashed by its path there."""
     import importlib.util
 
-    from pipeline.models.sources import remote_code_sha256
+    from pipeline.models.identity import remote_code_sha256
 
     folder = tmp_path / "transformers_modules" / "org" / "code_repo" / "abc123"
     folder.mkdir(parents=True)

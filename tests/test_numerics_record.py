@@ -89,8 +89,8 @@ def test_a_gpu_run_records_its_gpus(monkeypatch):
 def test_the_default_artifacts_fingerprint_is_unchanged():
     """The settings record of `make keytokens` (the embedded evaluator on the shipped sample, CPU,
     float32) gives the fingerprint conf/refresh/embedded.yaml pins, without scoring a token."""
+    from pipeline.jobs.keytokens import KeyTokenSettings
     from pipeline.keytokens.selection import select
-    from pipeline.keytokens.settings import KeyTokenSettings
     from pipeline.text.corpus import load_corpus
 
     settings = KeyTokenSettings.from_config(compose_keytokens([]))

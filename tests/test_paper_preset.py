@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokenSettings
 from tests.conftest import compose_keytokens, run_keytokens
 
 TEXTS = [

@@ -138,12 +138,13 @@ def test_context_limit_names_the_row(other_model_dir, tiny_artifact, tmp_path):
 
 
 def test_several_limits_in_one_call_are_each_limits_score(other_model_dir, tiny_artifact):
-    """``score_limits`` without full context (the ladder's tests always have it): each limit's result
-    is ``score``'s at that ``context_limit`` to every digit; its own checks are `make score`'s."""
+    """``score_texts`` at several limits without full context (the ladder's tests always have it): each
+    limit's result is ``score``'s at that ``context_limit`` to every digit; its own checks are `make
+    score`'s."""
     from dataclasses import replace
 
     from pipeline.score.engine import score as score_call
-    from pipeline.score.engine import score_limits, tokenize
+    from pipeline.score.engine import score_texts, texts_of
     from pipeline.settings import Compute, ScoreSettings
 
     lm = load_model(str(other_model_dir), dtype="float64", device="cpu")
@@ -152,20 +153,22 @@ def test_several_limits_in_one_call_are_each_limits_score(other_model_dir, tiny_
         Compute(head_chunk=16),
         ScoreSettings(),
     )
-    texts = tokenize(artifact, lm, settings, documents=2)
+    texts = texts_of([artifact], lm, settings, documents=2)
     for limits in [(16,), (32, 500)]:  # windows only (aligned on the windows' log-probs); a limit all fit
-        scored = score_limits(texts, lm, compute, limits)
-        for limit, got in zip(limits, scored.results, strict=True):
+        scored = score_texts(texts, lm, compute, limits)
+        for limit, got in zip(limits, scored.results[0], strict=True):
             want = score_call(artifact, lm, replace(settings, context_limit=limit), compute, documents=2)
             assert (got.corpus, got.documents, got.settings) == (want.corpus, want.documents, want.settings)
-    assert scored.copied == [0, 2] and scored.key_limited[:, 1].tolist() == [0, 0]
-    assert (scored.key_limited[:, 0] > 0).all() and scored.key_n.tolist() == [
-        d["n_key_tokens"] for d in scored.results[0].documents
+    limited, key_n = scored.key_limited[0], scored.key_n[0]
+    assert scored.copied == [0, 2] and limited[:, 1].tolist() == [0, 0]
+    assert (limited[:, 0] > 0).all() and key_n.tolist() == [
+        d["n_key_tokens"] for d in scored.results[0][0].documents
     ]
     with pytest.raises(PipelineError, match=r"^context_limit=600 exceeds .*: set context_limit<=511$"):
-        score_limits(texts, lm, compute, (16, 600))
+        score_texts(texts, lm, compute, (16, 600))
+    truncating = texts_of([artifact], lm, replace(settings, allow_truncation=True), documents=2)
     with pytest.raises(PipelineError, match=r"^several context limits score whole documents"):
-        tokenize(artifact, lm, replace(settings, context_limit=16))
+        score_texts(truncating, lm, compute, (16, 32))
 
 
 def test_document_longer_than_the_model(tiny_artifact, tmp_path):

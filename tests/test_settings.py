@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
-from pipeline.keytokens.settings import STAGE_COMPUTE
+from pipeline.keytokens.selection import STAGE_COMPUTE
 from pipeline.settings import Compute, ScoreSettings, parse
 from tests.conftest import ROOT, STAGE1_TEXTS, compose_config, keytokens_overrides
 from tests.test_cli_errors import cli, error_lines, job, messages, one_error

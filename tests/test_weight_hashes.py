@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from pipeline.models import weight_hashes
-from pipeline.models.sources import ModelSource
+from pipeline.models.identity import ModelSource
 from pipeline.models.weight_hashes import RECORD, WeightHashing, local_weight_hashing
 from pipeline.provenance import file_sha256
 

@@ -3,10 +3,13 @@
     python -m tests.walk score        # or keytokens, loogle; --show prints the walk itself
 
 The command runs on tiny random-weight models (built here, in a temporary folder) under a profiler.
-A call *passes the settings on* when one of its arguments, other than ``self``, is a settings object or
-one of its values: the command's Hydra config, its plain form, every pydantic dataclass (how the
-project types settings) and their fields' values that are text, paths or containers. The *walk* is the
-modules of those calls' functions in call order, repeats in a row merged. Counted on it:
+A call *passes the settings on* when one of its arguments, other than ``self``, is a settings object:
+the command's Hydra config, its plain form (and the mappings and lists in it), what ``parse`` or a
+``from_config`` makes of them (typed settings, a job), the settings objects those hold, and any object
+of a settings type the command parsed (``replace(settings, context_limit=w)``: the settings at one
+limit). A value taken out of the settings (a model's spec, a path, a number) is not the settings: a
+function that gets one uses a value, and is not handed the settings. The *walk* is the modules of
+those calls' functions in call order, repeats in a row merged. Counted on it:
 
 - ``modules``: the distinct modules it enters;
 - ``climbs``: the steps to a module of a higher layer than the step before (``tests.layout``'s layers);
@@ -38,13 +41,11 @@ def module_of(filename: str) -> str | None:
     return ".".join(Path(filename).relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
-def is_settings(value: Any) -> bool:
-    from omegaconf import DictConfig
+def is_settings_object(value: Any) -> bool:
+    """A typed settings object: a pydantic dataclass instance (how the project types settings)."""
     from pydantic.dataclasses import is_pydantic_dataclass
 
-    return isinstance(value, DictConfig) or (
-        is_pydantic_dataclass(type(value)) and not isinstance(value, type)
-    )
+    return is_pydantic_dataclass(type(value)) and not isinstance(value, type)
 
 
 class Walk:
@@ -52,23 +53,28 @@ class Walk:
 
     def __init__(self) -> None:
         self.tracked: dict[int, Any] = {}  # id -> object (kept alive, so ids stay unique)
+        self.types: set[type] = set()  # the settings types tracked
         self.steps: list[str] = []
 
-    def track(self, value: Any, depth: int = 0) -> None:
-        if value is None or isinstance(value, (bool, int, float)) or id(value) in self.tracked:
+    def track(self, value: Any) -> None:
+        """A settings object, and the settings inside it: the mappings and lists of a mapping or list,
+        the typed settings held by a job or settings type."""
+        if id(value) in self.tracked or value is None or isinstance(value, (str, bytes, int, float, Path)):
             return
         self.tracked[id(value)] = value
-        if depth > 2:
-            return
+        if is_settings_object(value):
+            self.types.add(type(value))
         if isinstance(value, dict):
-            for item in value.values():
-                self.track(item, depth + 1)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                self.track(item, depth + 1)
+            children = list(value.values())
+        elif isinstance(value, list):
+            children = value
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            for field in dataclasses.fields(value):
-                self.track(getattr(value, field.name), depth + 1)
+            children = [getattr(value, f.name) for f in dataclasses.fields(value)]
+        else:
+            children = []
+        for item in children:
+            if isinstance(item, (dict, list)) or is_settings_object(item):
+                self.track(item)
 
     def passes_settings(self, frame: Any) -> bool:
         code = frame.f_code
@@ -78,11 +84,9 @@ class Walk:
             value = frame.f_locals.get(name)
             if i == 0 and name in ("self", "cls"):
                 continue
-            if is_settings(value):
-                self.track(value)
-            if (id(value) in self.tracked and not isinstance(value, (str, bytes))) or (
-                isinstance(value, str) and id(value) in self.tracked and len(value) > 8
-            ):
+            if is_settings_object(value) and type(value) in self.types:
+                self.track(value)  # the settings at one limit, say: of a type the command parsed
+            if id(value) in self.tracked:
                 found = True
         return found
 

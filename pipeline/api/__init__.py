@@ -26,9 +26,8 @@ import dataclasses
 import importlib
 import numbers
 import os
-import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +40,16 @@ from pipeline.artifact.schema import DOCUMENTS_SCHEMA, MANIFEST, PER_TOKEN, KeyT
 from pipeline.artifact.writer import write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
-from pipeline.keytokens.selection import Selection, document_records, select
-from pipeline.keytokens.settings import STAGE_COMPUTE, Documents
+from pipeline.jobs import recipe
+from pipeline.jobs.recipe import Job, JobResult
+from pipeline.jobs.score import ScoreJob
+from pipeline.keytokens.selection import STAGE_COMPUTE, Documents, Selection, document_records, select
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.loogle.evidence import answer_gain
 from pipeline.loogle.evidence.answer_gain import AnswerGain
-from pipeline.models.loading import eval_mode, in_memory, load_model
+from pipeline.models.loading import HeldModel, eval_mode, in_memory, load_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
-from pipeline.results import lines
-from pipeline.results.keys import context_name
-from pipeline.results.score import score_row
-from pipeline.score import engine
 from pipeline.score.engine import ScoreResult
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
 from pipeline.text.corpus import CorpusSpec, Document, check_unicode
@@ -60,6 +57,8 @@ from pipeline.text.corpus import CorpusSpec, Document, check_unicode
 __all__ = [
     "AnswerGain",
     "Compute",
+    "Job",
+    "JobResult",
     "KeyTokenDefinition",
     "LongPPLCallback",
     "ScoreResult",
@@ -68,6 +67,7 @@ __all__ = [
     "compute_longppl",
     "find_key_tokens",
     "load_model",
+    "run",
     "save_key_tokens",
     "score",
 ]
@@ -84,6 +84,13 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(LAZY[name]), name)
 
 
+def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
+    """Run a job (``pipeline.jobs``: ``ScoreJob``, ``LadderJob``, ``CurveJob``, ``LoogleJob``), as every
+    command does: the project's ``simple_evaluate``. ``warn`` says each warning (default: a
+    ``warning:`` line on stderr)."""
+    return recipe.run(job, warn)
+
+
 def score(
     model: Any,
     tokenizer: Any,
@@ -98,29 +105,29 @@ def score(
     **options: Any,
 ) -> ScoreResult:
     """PPL, LongPPL and LongPPL-soft of an in-memory model against a key-token artifact, per document
-    and over the corpus: `make score`'s numbers. ``options``: fields of ``ScoreSettings``
-    (``add_bos``, ``context_limit``, ``allow_truncation``, ``grid``) and of ``Compute`` (``head_dtype``,
-    ``head_chunk``, ``vocab_tile``, ``window_batch_tokens``). ``documents``: score only the first N,
-    or these ids; ``results_file``: also append the result line there, as `make score` does
-    (``model_name`` names the model on the leaderboard; the line records the model's identity, a hash
-    of its parameters and tokenizer, and the documents when they are not all of the artifact's)."""
-    started = time.time()
+    and over the corpus: `make score`'s numbers (its job, ``pipeline.jobs.score.ScoreJob``). ``options``:
+    fields of ``ScoreSettings`` (``add_bos``, ``context_limit``, ``allow_truncation``, ``grid``) and of
+    ``Compute`` (``head_dtype``, ``head_chunk``, ``vocab_tile``, ``window_batch_tokens``).
+    ``documents``: score only the first N, or these ids; ``results_file``: also append the result line
+    there, as `make score` does (``model_name`` names the model on the leaderboard; the line records
+    the model's identity, a hash of its parameters and tokenizer, and the documents when they are not
+    all of the artifact's)."""
     settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
-    documents = checked_documents(documents)
-    path = (
-        None
-        if results_file is None
-        else lines.check_writable(as_path(results_file, "results_file"), "results_file")
+    job = ScoreJob(
+        model=HeldModel(model, tokenizer, model_name),
+        artifact=keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens"),
+        settings=settings,
+        compute=compute,
+        results=None if results_file is None else Path(as_path(results_file, "results_file")),
+        documents=checked_documents(documents),
+        progress=progress,
+        results_setting="results_file",
     )
-    lm = in_memory(model, tokenizer, model_name)  # before the artifact opens (a download, a check)
-    artifact = opened(keytokens)
-    result = engine.score(artifact, lm, settings, compute, documents=documents, progress=progress)
-    if path is not None:  # a run on part of the documents records them (no leaderboard entry)
-        name = context_name(lm.source.spec, settings.context_limit)
-        lines.append(path, score_row(name, lm, result, time.time() - started))
-    for warning in result.warnings:
-        warnings.warn(warning, stacklevel=2)
-    return result
+    return run(job, python_warning).value
+
+
+def python_warning(text: str) -> None:
+    warnings.warn(text, stacklevel=4)
 
 
 def find_key_tokens(

@@ -39,7 +39,7 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
 from pipeline.models.gguf import SOURCE_RECORD, check_conversion, default_cache_dir, gguf_cache_path
-from pipeline.models.loading import EMBEDDED_MODELS
+from pipeline.models.sources import EMBEDDED_MODELS
 from pipeline.provenance import json_sha256
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.text.tokenization import Encoding, encode_truncated, encode_with_offsets

@@ -1,25 +1,17 @@
-"""`make finetune`: ``python -m pipeline.commands.finetune [key=value ...]`` (Hydra overrides of
-``conf/finetune.yaml``): the settings typed, then one fine-tuning run (``pipeline.training.run``)."""
+"""`make finetune` (``conf/finetune.yaml``): one causal LM fine-tuned with LongCE or CE on Hugging Face
+Trainer (``pipeline.jobs.finetune``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.definition import KeyTokenDefinition
-from pipeline.models.loading import ModelChoice
-from pipeline.settings import Compute, parse
-from pipeline.text.corpus import CorpusSpec
-from pipeline.training.run import Finetune
-from pipeline.training.run import run as finetune_run
+from pipeline.jobs.finetune import FinetuneJob
+from pipeline.jobs.finetune import run as finetune
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    values = plain(cfg)
-    choice, options = ModelChoice.parse(values["model"]), parse(Finetune, values)
-    definition, compute = parse(KeyTokenDefinition, values), parse(Compute, values)
-    corpus = CorpusSpec.parse(values["corpus"])
-    return finetune_run(choice, options, definition, compute, corpus, values["training"], values)
+    return finetune(FinetuneJob.from_config(plain(cfg)))
 
 
 def main() -> None:

@@ -1,25 +1,17 @@
-"""`make import-official EVALUATOR=<name>`: ``python -m pipeline.commands.import_official [key=value ...]``
-(Hydra overrides of ``conf/import_official.yaml``): the paper's own key spans as a ``key_spans`` artifact."""
+"""`make import-official EVALUATOR=<name>` (``conf/import_official.yaml``): the paper's own key spans as
+a ``key_spans`` artifact (``pipeline.jobs.import_official``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.definition import KeyTokenDefinition
-from pipeline.official.run import ImportOptions, OfficialSpans
-from pipeline.official.run import run as import_spans
-from pipeline.settings import parse
-from pipeline.text.corpus import CorpusSpec
+from pipeline.jobs.import_official import ImportJob
+from pipeline.jobs.import_official import run as import_spans
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    """The settings typed (an unknown key of the ``official`` group is a typo), then the import."""
-    values = plain(cfg)
-    options = parse(ImportOptions, values)
-    parse(OfficialSpans, values["official"], prefix="official.", strict=True)
-    definition = parse(KeyTokenDefinition, {**values, "short_window_bos": False})
-    return import_spans(options, definition, CorpusSpec.parse(values["corpus"]))
+    return import_spans(ImportJob.from_config(plain(cfg)))
 
 
 def main() -> None:

@@ -1,22 +1,20 @@
-"""`make loogle MODEL=...`: ``python -m pipeline.commands.loogle [key=value ...]`` (Hydra overrides of
-``conf/loogle.yaml``): LooGLE's tasks with its protocol for one model, a predictions file per task (a
-killed run resumes it), then LooGLE's metrics of each, printed (``pipeline.loogle.generation.benchmark``)."""
+"""`make loogle MODEL=...` (``conf/loogle.yaml``): LooGLE's tasks for one model, a predictions file, its
+metrics and a results line per task (``pipeline.jobs.loogle``), printed."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pipeline import api
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.loogle.generation.benchmark import LoogleOptions, run_benchmark
-from pipeline.models.loading import ModelChoice
-from pipeline.settings import Compute, parse
+from pipeline.jobs.loogle import LoogleJob
+from pipeline.reporting.loogle import run_summary
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    values = plain(cfg)
-    return run_benchmark(
-        ModelChoice.parse(values["model"]), parse(Compute, values), parse(LoogleOptions, values)
-    )
+    result = api.run(LoogleJob.from_config(plain(cfg)))
+    print(run_summary(result.value, result.path))
+    return result.value
 
 
 def main() -> None:

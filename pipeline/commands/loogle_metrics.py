@@ -1,22 +1,18 @@
-"""`make loogle-metrics`: ``python -m pipeline.commands.loogle_metrics predictions=<file> task=<task>`` (Hydra
-overrides of ``conf/loogle_metrics.yaml``): LooGLE's automatic metrics of a predictions file."""
+"""`make loogle-metrics ARGS="predictions=<file> task=<task>"` (``conf/loogle_metrics.yaml``): LooGLE's
+automatic metrics of a predictions file (``pipeline.loogle.metrics.evaluation``), printed."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.hub import offline_unless
-from pipeline.loogle.metrics.evaluation import evaluate, result_lines, source_of
-from pipeline.loogle.metrics.task_scores import bertscore_mode
+from pipeline.loogle.metrics.evaluation import MetricsOptions, evaluate_file
+from pipeline.reporting.loogle import result_lines
+from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    values = plain(cfg)
-    source = source_of(values)
-    offline_unless(source.data == "hub", bertscore_mode(values["bertscore"]) == "true")
-    result = evaluate(Path(str(values["predictions"])), str(values["task"]), source, str(values["bertscore"]))
+    result = evaluate_file(parse(MetricsOptions, plain(cfg)))
     print("\n".join(result_lines(result)))
     return result
 

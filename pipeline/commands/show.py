@@ -1,42 +1,20 @@
-"""`make show`: ``python -m pipeline.commands.show [key=value ...]`` (Hydra overrides of
-``conf/show.yaml``): an artifact's key-token pages, one document's or every document's, with the index."""
+"""`make show` (``conf/show.yaml``): an artifact's key-token pages, one document's or every document's,
+with the index (``pipeline.reporting.keytoken_page``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pydantic.dataclasses
-
-from pipeline.artifact.reader import load_artifact
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.reporting.keytoken_page import page_name, write_page, write_views
-from pipeline.settings import Text, parse
-
-
-@pydantic.dataclasses.dataclass(frozen=True)
-class ShowOptions:
-    artifact: str
-    doc_id: Text | None = None  # None: the first document
-    all: bool = False  # every document's page
-    out: str | None = None  # that one page to this file instead (no index)
+from pipeline.reporting.keytoken_page import ShowOptions, show
+from pipeline.settings import parse
 
 
 def run(cfg: Any) -> Path:
-    """``out`` given: that one page there. Otherwise into ``<artifact>/views``: the page of
-    ``doc_id`` (null: the first document; ``all=true``: every document) and the index."""
-    options = parse(ShowOptions, plain(cfg))
-    artifact = Path(options.artifact)
-    if options.out:
-        path = write_page(artifact, Path(options.out), options.doc_id)
-    else:
-        art = load_artifact(artifact)
-        doc_id = options.doc_id or art.documents["doc_id"][0].as_py()
-        index = write_views(art, None if options.all else [doc_id])
-        path = index.parent / page_name(doc_id)
-        print(f"wrote {index}")
-    print(f"wrote {path}")
-    return path
+    written = show(parse(ShowOptions, plain(cfg)))
+    print("\n".join(f"wrote {path}" for path in written))
+    return written[-1]
 
 
 def main() -> None:

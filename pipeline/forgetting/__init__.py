@@ -23,9 +23,10 @@ least 1 point above LM accuracy), as the paper's Table 3. Conventions, as the re
   and the run goes on, then ends with an error (the reference stops at the first exception).
 
 The package: ``samples`` (the grid, special tokens, text, seeded samples, inputs, scored positions;
-no model runs there), ``curve`` (accuracies, statistics, memory lengths), ``results`` (the results
-file's schema), ``run`` (one measurement; its command is ``pipeline.commands.forgetting_curve``,
-``conf/forgetting/``).
+no model runs there), ``curve`` (accuracies, statistics, memory lengths). One run (its settings
+resolved against the model, the picture, the results line ``pipeline.results.forgetting``) is the job
+``pipeline.jobs.forgetting``; its command is ``pipeline.commands.forgetting_curve``
+(``conf/forgetting/``).
 
 Layer: stages. May import: the foundation, settings, inputs (``text``, ``models``) and contract
 (``artifact``, ``results``) layers and the other stages; never the API, a report or a command.

@@ -4,21 +4,36 @@ settings record (the manifest's ``settings``) and fingerprint they give."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings_dataclass
 
 from pipeline.artifact.schema import settings_fingerprint
-from pipeline.definition import KeyTokenDefinition
+from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
-from pipeline.keytokens.settings import Documents
 from pipeline.models.loading import LoadedModel, dtype_name, resolve_head_dtype
 from pipeline.models.placement import gpu_record
 from pipeline.provenance import library_versions, text_sha256
 from pipeline.settings import Compute
 from pipeline.text.corpus import CorpusSpec, Document
 from pipeline.text.tokenization import encode_truncated
+
+# The stage's compute defaults (``conf/keytokens.yaml``): the head in float32 on CUDA, since LSD near
+# alpha decides which tokens are key.
+STAGE_COMPUTE = Compute(head_dtype="auto")
+
+
+@settings_dataclass(frozen=True)
+class Documents:
+    """Which documents a run scores and how the evaluator reads them."""
+
+    max_tokens: Positive | None = None  # truncate longer documents (recorded per document)
+    min_tokens: Annotated[int, Field(ge=0)] = 0  # skip shorter documents (recorded)
+    num_documents: Positive | None = None  # the first N eligible documents; None: all
+    add_bos: bool = True  # BOS before the long pass
 
 
 @dataclass

@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.ladder.settings import TOLERANCES
-
+TOLERANCES = (0.01, 0.05, 0.1, 0.25)  # the console's and the results line's table of tolerances
 Rung = int | None  # a context limit; None: full context
 
 

@@ -1,23 +1,63 @@
-"""The context ladder's passes: the score stage at each context limit of a ladder and at full context,
-per document and over the corpus, each rung exactly what ``make score ... context_limit=W`` computes.
+"""The context ladder's rungs: the context limits it scores at, each rung exactly what ``make score ...
+context_limit=W`` computes, and full context.
 
-The rungs come from one call of the score engine (``pipeline.score.engine.score_limits``), which
-shares the tokenization, the alignment and the full pass across them; the ladder chooses the rungs
-(``default_ladder``), checks them against the model (``check_rungs``) and gathers the key tokens' sums
-(``pipeline.ladder.effective.LadderSums``).
+The ladder only picks the rungs (``default_ladder``) and checks them against the model
+(``check_rungs``); one call of the score engine (``pipeline.score.engine.score_texts``) scores them
+all, sharing the tokenization, the alignment and the full pass, and ``run_ladder`` gathers the key
+tokens' sums (``pipeline.ladder.effective.LadderSums``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+from pydantic.dataclasses import dataclass as settings_dataclass
 
 from pipeline.artifact.schema import KeyTokenArtifact
+from pipeline.definition import NotBool, Positive
 from pipeline.errors import PipelineError
 from pipeline.ladder.effective import LadderSums, Rung
-from pipeline.ladder.settings import LadderSettings
 from pipeline.models.loading import LoadedModel
-from pipeline.score.engine import ScoreResult, Tokenized, score_limits, tokenize
+from pipeline.score.engine import ScoreResult, Texts, score_texts, texts_of
 from pipeline.settings import Compute, ScoreSettings
+
+# The most bootstrap resamples: each holds one count per document (8 bytes) and one sum per rung, so
+# 100000 resamples of 50 documents take 40 MB; percentile intervals need a few thousand.
+MAX_BOOTSTRAP = 100_000
+
+
+def _distinct(rungs: tuple[int, ...]) -> tuple[int, ...]:
+    if len(set(rungs)) < len(rungs):
+        raise ValueError("every rung must be a different context limit")
+    return tuple(sorted(rungs))
+
+
+RungSetting = Annotated[int, NotBool, Field(ge=2)]
+Rungs = Annotated[tuple[RungSetting, ...], Field(min_length=1), AfterValidator(_distinct)]
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+@settings_dataclass(frozen=True)
+class LadderSettings:
+    """Which context limits (rungs) to score at, and how the effective context length is read."""
+
+    # Context limits in tokens (the score stage's context_limit), full context always added; None:
+    # powers of two from the artifact's K/2 while shorter than its longest document.
+    ladder: Rungs | None = None
+    # A rung is within tolerance when its LongPPL is at most (1 + tolerance) x the full-context LongPPL.
+    tolerance: Annotated[float, Field(gt=0), AfterValidator(_finite)] = 0.05
+    bootstrap: Annotated[int, NotBool, Field(gt=0, le=MAX_BOOTSTRAP)] = 2000  # resamples of the documents
+    seed: Annotated[int, NotBool, Field(ge=0)] = 0  # the resamples' numpy.random.default_rng seed
+    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95  # the interval's coverage
+    documents: Positive | None = None  # the first N documents of the artifact; None: all
 
 
 @dataclass
@@ -46,7 +86,7 @@ def default_ladder(artifact: KeyTokenArtifact, longest: int) -> tuple[int, ...]:
     return tuple(rungs)
 
 
-def check_rungs(lm: LoadedModel, rungs: tuple[int, ...], texts: Tokenized) -> None:
+def check_rungs(lm: LoadedModel, rungs: tuple[int, ...], texts: Texts) -> None:
     """Every rung and every whole document must fit the model's context (the full rung needs them)."""
     context = lm.context_length
     if context is None or not texts.docs:
@@ -59,7 +99,7 @@ def check_rungs(lm: LoadedModel, rungs: tuple[int, ...], texts: Tokenized) -> No
             + (" (with the BOS)" if n_prefix else "")
             + f": use rungs of at most {context - n_prefix} tokens"
         )
-    for doc_id, length in zip(texts.doc_ids, texts.lengths, strict=True):
+    for doc_id, length in zip((d.doc_id for d in texts.docs[0]), texts.lengths, strict=True):
         if length > context:
             raise PipelineError(
                 f"document '{doc_id}' has {length} tokens for {lm.source.spec}, more than its "
@@ -80,11 +120,10 @@ def run_ladder(
     """``lm`` against ``artifact`` at every rung of the ladder and at full context."""
     if settings.context_limit is not None or settings.allow_truncation:
         raise PipelineError("the ladder sets context_limit per rung and scores whole documents")
-    texts = tokenize(artifact, lm, settings, documents=ladder.documents)
+    texts = texts_of([artifact], lm, settings, documents=ladder.documents)
     proper = ladder.ladder or default_ladder(artifact, max(texts.lengths))
     check_rungs(lm, proper, texts)
     rungs: tuple[Rung, ...] = (*proper, None)
-    scored = score_limits(texts, lm, compute, rungs, progress=progress)
-    sums = LadderSums(rungs, key_nll=scored.key_nll, key_n=scored.key_n, limited=scored.key_limited)
-    seconds = [r.seconds for r in scored.results]
-    return LadderRun(rungs, scored.results, sums, seconds, scored.copied)
+    scored = score_texts(texts, lm, compute, rungs, progress=progress)
+    sums = LadderSums(rungs, key_nll=scored.key_nll[0], key_n=scored.key_n[0], limited=scored.key_limited[0])
+    return LadderRun(rungs, scored.results[0], sums, scored.seconds, scored.copied)

@@ -3,8 +3,8 @@
 Each document contributes its sums (``pipeline.score.sums.Sums``): the NLL and the token count (or
 soft weight) of a token subset for a perplexity, the NLL and the UTF-8 bytes for bits per byte. The
 corpus value is the exponential of the summed NLL over the summed count (bits per byte: summed NLL in
-bits over summed bytes), by the same ``Sums.merge`` and ``perplexity``/``bits_per_byte`` as
-``corpus_summary``: the numbers of `make score`, in the same order of additions. A ``None`` item means
+bits over summed bytes), pooled by the score engine's own ``pool`` (``pipeline.score.sums``) and its
+``perplexity``/``bits_per_byte``: the numbers of `make score`. A ``None`` item means
 the metric does not exist for this artifact (LongPPL-soft on key spans alone): the value is then null.
 
 Registering the metric names keeps lm-eval from looking them up in Hugging Face ``evaluate`` (a
@@ -20,7 +20,7 @@ from typing import Any
 import lm_eval.api.metrics  # noqa: F401  (lm-eval's own metrics and aggregations, registered first)
 from lm_eval.api.registry import metric_registry, register_aggregation, register_metric
 
-from pipeline.score.sums import DocumentScore, Sums
+from pipeline.score.sums import DocumentScore, Sums, pool
 
 PERPLEXITY = "longppl_pooled_perplexity"
 BITS_PER_BYTE = "longppl_pooled_bits_per_byte"
@@ -36,13 +36,10 @@ Item = tuple[float, float] | None  # (NLL sum, count or bytes) of one document; 
 
 
 def pooled(items: Sequence[Item], denominator: str) -> Sums | None:
-    """The documents' sums added up (``Sums.merge``, in document order); None if any is None."""
+    """The documents' sums pooled as `make score` pools them (``sums.pool``); None if any is None."""
     if any(item is None for item in items):
         return None
-    total = Sums()
-    for nll, count in items:
-        total.merge(Sums(nll=nll, **{denominator: count}))
-    return total
+    return pool(Sums(nll=nll, **{denominator: count}) for nll, count in items)
 
 
 @register_aggregation(PERPLEXITY)

@@ -1,10 +1,11 @@
 """The model ``longppl`` for lm-evaluation-harness: lm-eval's ``loglikelihood_rolling`` computed by the
 score engine, exactly as `make score` scores a document.
 
-Every request's text goes through ``pipeline.score.documents.model_logprobs``: the model's tokens of the
-exact text with character offsets, the model's BOS before them (``add_bos``), one forward pass of the
-body and the output head in blocks (full-vocabulary logits never exist), or windows of
-``context_limit`` tokens. A text longer than the model's context is an error that names
+The requests go through the one recipe every job does (``pipeline.jobs.recipe``), as a texts job
+(``pipeline.jobs.texts``) run by the score engine's one loop: the model's tokens of each exact text
+with character offsets, the model's BOS before them (``add_bos``), one forward pass of the body and
+the output head in blocks (full-vocabulary logits never exist), or windows of ``context_limit``
+tokens. A text longer than the model's context is an error that names
 ``context_limit=`` and ``allow_truncation=true``, never a silent cut. The answer to a request is a
 float, the text's log-likelihood (what lm-eval's perplexity tasks sum), that also carries the tokens
 and their log-probs (``RollingLogLikelihood``), from which a LongPPL task computes its key-token sums.
@@ -18,23 +19,23 @@ directory, a ``.gguf`` file or a Hub id; ``revision``, ``device_map``, ``trust_r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import lm_eval.models  # noqa: F401  (lm-eval's own models first: it loads them only while its registry is empty)
 import numpy as np
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
-from tqdm.auto import tqdm
 
 from pipeline.errors import PipelineError
+from pipeline.jobs.recipe import run
+from pipeline.jobs.texts import TextsJob
 from pipeline.models.loading import LoadedModel, ModelChoice, eval_mode, in_memory
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import json_sha256
 from pipeline.results.keys import context_name, model_identity
 from pipeline.results.score import model_record
-from pipeline.score.documents import ModelTokens, model_logprobs
-from pipeline.score.engine import settings_record
+from pipeline.score.documents import ModelTokens
+from pipeline.score.engine import Text, settings_record
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
 
 MODEL_NAME = "longppl"  # --model longppl
@@ -60,14 +61,6 @@ class RollingLogLikelihood(float):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (RollingLogLikelihood, (self.tokens,))
-
-
-@dataclass(frozen=True)
-class RequestText:
-    """A request's text, as the score engine reads a document: an id for messages, and the text."""
-
-    doc_id: str
-    text: str
 
 
 @register_model(MODEL_NAME)
@@ -139,19 +132,16 @@ class LongPPLLM(LM):
         model = model_identity(info["longppl_model"])
         return json_sha256({"model": model, "settings": info["longppl_settings"]})
 
-    def token_logprobs(self, text: str, doc_id: str) -> RollingLogLikelihood:
-        """The model's tokens of ``text`` and their log-probs, as `make score` computes them."""
-        with eval_mode(self.lm.model):
-            tokens = model_logprobs(self.lm, self.scorer, RequestText(doc_id, text), self.settings)
-        return RollingLogLikelihood(tokens)
+    def token_logprobs(self, texts: list[Text], progress: bool = False) -> list[RollingLogLikelihood]:
+        """The model's tokens of each text and their log-probs, as `make score` computes them."""
+        job = TextsJob(self.lm, tuple(texts), self.settings, self.compute, progress=progress)
+        return [RollingLogLikelihood(tokens) for tokens in run(job).value]
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
-        out = []
-        for request in tqdm(requests, desc="documents", unit="doc", disable=disable_tqdm):
-            (text,) = request.args
-            value = self.token_logprobs(text, request_id(request))
-            self.cache_hook.add_partial("loglikelihood_rolling", (text,), value)
-            out.append(value)
+        texts = [Text(request_id(request), request.args[0]) for request in requests]
+        out = self.token_logprobs(texts, progress=not disable_tqdm)
+        for text, value in zip(texts, out, strict=True):
+            self.cache_hook.add_partial("loglikelihood_rolling", (text.text,), value)
         return out
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:

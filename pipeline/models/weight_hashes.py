@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline.files import write_json_atomic
-from pipeline.models.sources import WEIGHT_SUFFIXES, ModelSource
+from pipeline.models.identity import WEIGHT_SUFFIXES, ModelSource
 from pipeline.provenance import file_sha256
 
 RECORD = "weight-hashes.json"

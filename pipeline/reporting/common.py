@@ -8,13 +8,9 @@ software metadata.
 from __future__ import annotations
 
 import io
-import math
 import re
-import warnings
 from pathlib import Path
 from typing import Any
-
-import polars as pl
 
 from pipeline.formats import fmt
 
@@ -74,6 +70,8 @@ def md_code(text: str) -> str:
 
 def csv_text(header: list[str], rows: list[list[str | None]]) -> str:
     """CSV of text cells (format numbers first); empty or None cells are written empty."""
+    import polars as pl  # a table is built here: imported where it is used
+
     cells = [[None if c == "" else c for c in row] for row in rows]
     return pl.DataFrame(cells, schema=dict.fromkeys(header, pl.String), orient="row").write_csv()
 
@@ -84,33 +82,6 @@ def display_path(path: str | Path) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def newest(board: pl.DataFrame) -> dict[str, Any]:
-    """The newest row of a leaderboard frame (by date, then line)."""
-    return board.sort(["date", "line"], nulls_last=False).row(-1, named=True)
-
-
-# ----------------------------------------------------------------------------------------------
-# Correlations
-
-
-def correlate(xs: list[float], ys: list[float]) -> tuple[dict[str, float | None], str | None]:
-    """Pearson and Spearman correlations with two-sided p-values (scipy), and a note when undefined."""
-    from scipy import stats
-
-    empty = dict.fromkeys(("pearson_r", "pearson_p", "spearman_r", "spearman_p"))
-    if len(xs) < 3:
-        return empty, "fewer than 3 models with values"
-    if len(set(xs)) < 2 or len(set(ys)) < 2:
-        return empty, "constant values"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pearson = stats.pearsonr(xs, ys)
-        spearman = stats.spearmanr(xs, ys)
-    values = (pearson.statistic, pearson.pvalue, spearman.statistic, spearman.pvalue)
-    out = {k: (None if math.isnan(v) else float(v)) for k, v in zip(empty, values, strict=True)}
-    return out, None if None not in out.values() else "undefined (scipy returned NaN)"
 
 
 # ----------------------------------------------------------------------------------------------

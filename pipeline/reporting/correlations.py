@@ -1,4 +1,5 @@
-"""Correlation of the leaderboard's metrics with long-context benchmark scores (paper Table 1).
+"""Correlation of the leaderboard's metrics with long-context benchmark scores (paper Table 1), rendered
+(``pipeline.results.correlations`` computes them).
 
 Given ``benchmarks=<csv>`` (first column ``model``, the leaderboard's model names; then one numeric
 column per benchmark), the leaderboard also writes ``correlations.md`` / ``correlations.csv`` (Pearson
@@ -8,9 +9,7 @@ benchmark over the models in both files) and ``scatter-<benchmark>.png``.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -18,7 +17,6 @@ from pipeline.errors import PipelineError
 from pipeline.formats import file_slug
 from pipeline.provenance import file_sha256
 from pipeline.reporting.common import (
-    correlate,
     csv_text,
     display_path,
     figure,
@@ -26,141 +24,12 @@ from pipeline.reporting.common import (
     md_code,
     md_table,
     md_text,
-    newest,
     plot_text,
     png,
 )
+from pipeline.results.correlations import common_models, correlations, load_benchmarks
+from pipeline.results.entries import newest
 from pipeline.results.score import METRICS
-
-MISSING = {"", "nan", "na", "n/a", "null", "none"}
-SCHEMA: dict[str, Any] = {
-    "metric": pl.String,
-    "benchmark": pl.String,
-    "n": pl.Int64,
-    "pearson_r": pl.Float64,
-    "pearson_p": pl.Float64,
-    "spearman_r": pl.Float64,
-    "spearman_p": pl.Float64,
-    "models": pl.String,
-    "note": pl.String,
-}
-
-
-# ----------------------------------------------------------------------------------------------
-# The benchmarks file
-
-
-def load_benchmarks(path: str | Path) -> pl.DataFrame:
-    """A benchmarks CSV as ``model`` and one Float64 column per benchmark; empty cells and
-    NaN/NA/null are missing values (null)."""
-    path = Path(path)
-    if not path.is_file():
-        raise PipelineError(f"benchmarks file {path} does not exist: pass benchmarks=<path to a CSV>")
-    try:
-        header = pl.read_csv(path, has_header=False, n_rows=1, infer_schema=False).row(0)
-        cells = pl.read_csv(path, infer_schema=False)
-    except (pl.exceptions.PolarsError, ValueError) as exc:
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise PipelineError(
-            f"{path} is not a CSV table with one cell per column in every row ({detail})"
-        ) from None
-    header = [(h or "").strip() for h in header]
-    if not header or header[0] != "model" or len(header) < 2:
-        raise PipelineError(
-            f"{path} must start with a header `model,<benchmark>,...`: "
-            "first column `model`, then one numeric column per benchmark"
-        )
-    if len(set(header)) != len(header):
-        raise PipelineError(f"{path} repeats a column name in its header: give every benchmark its own name")
-    cells = cells.rename(dict(zip(cells.columns, header, strict=True)))
-    cells = cells.filter(~pl.all_horizontal(pl.all().is_null()))  # blank lines
-    table = pl.DataFrame(
-        {"model": [(m or "").strip() for m in cells["model"]]}
-        | {name: _numbers(path, name, cells[name].to_list()) for name in header[1:]},
-        schema={name: pl.String if name == "model" else pl.Float64 for name in header},
-    )
-    repeated = sorted(table.filter(pl.col("model").is_duplicated())["model"].unique())
-    if repeated:
-        raise PipelineError(f"{path} lists {', '.join(repeated)} more than once: keep one row per model")
-    return table
-
-
-def _numbers(path: Path, name: str, cells: list[str | None]) -> list[float | None]:
-    values = []
-    for row, cell in enumerate(cells, start=2):
-        text = (cell or "").strip()
-        if text.lower() in MISSING:
-            values.append(None)
-            continue
-        try:
-            value = float(text)
-        except ValueError:
-            raise PipelineError(
-                f"{path} row {row}: {name}={text!r} is not a number (leave the cell empty if missing)"
-            ) from None
-        values.append(None if math.isnan(value) else value)
-    return values
-
-
-def common_models(
-    board: pl.DataFrame, benchmarks: pl.DataFrame, source: str | Path = "benchmarks"
-) -> list[str]:
-    """Sorted leaderboard entries that have a benchmark row; every benchmark row must match an entry."""
-    entries, named = set(board["entry"]), set(benchmarks["model"])
-    unknown = sorted(named - entries)
-    if unknown:
-        raise PipelineError(
-            f"{source}: model names not on the leaderboard: {', '.join(unknown)}; leaderboard models "
-            f"without a benchmark row: {', '.join(sorted(entries - named)) or 'none'}; "
-            "the `model` column must use the leaderboard's model names"
-        )
-    common = sorted(entries & named)
-    if len(common) < 3:
-        raise PipelineError(
-            f"only {len(common)} model(s) are both on the leaderboard and in {source} "
-            f"({', '.join(common) or 'none'}): correlations need at least 3; score more models "
-            "(`make score MODEL=...`) or add their benchmark rows"
-        )
-    return common
-
-
-# ----------------------------------------------------------------------------------------------
-# The correlations
-
-
-def correlations(
-    board: pl.DataFrame, benchmarks: pl.DataFrame, source: str | Path = "benchmarks"
-) -> pl.DataFrame:
-    """Pearson and Spearman correlation (two-sided p-values) of each metric with each benchmark.
-
-    One row per (metric, benchmark), metrics in METRICS order and benchmarks in file order, over the
-    common models that have both values (``models``, ``;``-separated). Fewer than 3 such models or a
-    constant column gives nulls and a ``note``.
-    """
-    common = common_models(board, benchmarks, source)
-    metric_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
-    bench_rows = {r["model"]: r for r in benchmarks.iter_rows(named=True)}
-    rows = []
-    for metric, label in METRICS.items():
-        for bench in benchmarks.columns[1:]:
-            pairs = [
-                (m, metric_rows[m][metric], bench_rows[m][bench])
-                for m in common
-                if metric_rows[m][metric] is not None and bench_rows[m][bench] is not None
-            ]
-            stats, note = correlate([p[1] for p in pairs], [p[2] for p in pairs])
-            models = ";".join(p[0] for p in pairs)
-            rows.append(
-                {
-                    "metric": label,
-                    "benchmark": bench,
-                    "n": len(pairs),
-                    **stats,
-                    "models": models,
-                    "note": note,
-                }
-            )
-    return pl.DataFrame(rows, schema=SCHEMA, orient="row")
 
 
 def correlations_csv(table: pl.DataFrame) -> str:

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pydantic.dataclasses
 
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.formats import fmt
+from pipeline.settings import Text
 
 VIEWS = "views"
 INDEX = "index.html"
@@ -171,3 +173,26 @@ def refuse_links(paths: list[Path]) -> None:
             f"{link} is a symbolic link: key-token pages are written inside the artifact only; remove the "
             f"link, or write one page elsewhere with out=<file>"
         )
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class ShowOptions:
+    """`make show`'s settings (``conf/show.yaml``)."""
+
+    artifact: str
+    doc_id: Text | None = None  # None: the first document
+    all: bool = False  # every document's page
+    out: str | None = None  # that one page to this file instead (no index)
+
+
+def show(options: ShowOptions) -> list[Path]:
+    """``out`` given: that one page there. Otherwise into ``<artifact>/views``: the page of ``doc_id``
+    (null: the first document; ``all=true``: every document) and the index. The paths written, the
+    page last."""
+    artifact = Path(options.artifact)
+    if options.out:
+        return [write_page(artifact, Path(options.out), options.doc_id)]
+    art = load_artifact(artifact)
+    doc_id = options.doc_id or art.documents["doc_id"][0].as_py()
+    index = write_views(art, None if options.all else [doc_id])
+    return [index, index.parent / page_name(doc_id)]

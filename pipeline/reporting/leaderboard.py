@@ -24,15 +24,17 @@ context length and its interval, and ``ladder.png`` their ladders.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import pydantic.dataclasses
 
 from pipeline.files import write_bytes_atomic
 from pipeline.provenance import file_sha256
 from pipeline.reporting import correlations
 from pipeline.reporting import ladder as ladder_plot
-from pipeline.reporting.board import select
+from pipeline.reporting import loogle as loogle_board
 from pipeline.reporting.common import (
     csv_text,
     display_path,
@@ -42,15 +44,16 @@ from pipeline.reporting.common import (
     md_code,
     md_table,
     md_text,
-    newest,
     plot_text,
     png,
 )
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_results
+from pipeline.results.entries import newest, other_contents, partial_notes, select
 from pipeline.results.keys import score_key
 from pipeline.results.lmeval import read_lmeval_results
 from pipeline.results.score import read_scores
+from pipeline.settings import Text
 
 # The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
 COLUMNS: dict[str, str | None] = {
@@ -324,3 +327,50 @@ def read_all_results(results: Path, lmeval: str | list[str] | None) -> pl.DataFr
     if not results.is_file() and not extra.frame.is_empty():
         return extra.frame
     return pl.concat([read_scores(results), extra.frame])
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class LeaderboardOptions:
+    """`make leaderboard`'s settings (``conf/leaderboard.yaml``)."""
+
+    results: str  # the score stage's results file
+    out_dir: str
+    artifact: Text | None = None  # name, fingerprint, contents hash or prefix; None: the newest result's
+    benchmarks: str | None = None  # CSV: `model`, then one numeric column per benchmark
+    forgetting_results: str | None = None  # None: forgetting.jsonl beside `results`
+    ladder_results: str | None = None  # None: ladder.jsonl beside `results`
+    # lm-eval results files or folders (`make lm-eval`); None: the folder lm-eval/ beside `results`
+    lmeval_results: str | list[str] | None = None
+
+
+@dataclass
+class Leaderboard:
+    """What `make leaderboard` wrote (by file name) and shows: the Markdown tables and the notes."""
+
+    paths: dict[str, Path]
+    markdown: list[str]
+    notes: list[str]
+
+
+def write_leaderboard(options: LeaderboardOptions) -> Leaderboard:
+    """Every result read (scores, lm-eval's), the entries selected, the tables and plots rendered and
+    written into ``out_dir``, LooGLE's table beside LongPPL's."""
+    results = Path(options.results)
+    scores = read_all_results(results, options.lmeval_results)
+    paths = render(
+        scores,
+        Path(options.out_dir),
+        None if options.benchmarks is None else Path(options.benchmarks),
+        artifact=options.artifact,
+        source=results if results.is_file() else None,
+        forgetting=options.forgetting_results or results.with_name("forgetting.jsonl"),
+        ladder=options.ladder_results or results.with_name("ladder.jsonl"),
+    )
+    markdown = [paths["leaderboard.md"].read_text(encoding="utf-8")]
+    for name, data in loogle_board.files(results.with_name("loogle.jsonl")).items():
+        write_bytes_atomic(Path(options.out_dir) / name, data)
+        paths[name] = Path(options.out_dir) / name
+        if name.endswith(".md"):
+            markdown.append(data.decode())
+    notes = [note] if (note := other_contents(scores, select(scores, options.artifact))) else []
+    return Leaderboard(paths, markdown, notes + partial_notes(scores))

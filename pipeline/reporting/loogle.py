@@ -1,6 +1,7 @@
-"""The LooGLE table of `make leaderboard`: the newest run of each entry of ``loogle.jsonl`` (beside the
-scores file; ``pipeline.results.loogle``), one row per model and task, as ``loogle.md`` and
-``loogle.csv``. An entry is the model's identity, the task, its questions and the settings."""
+"""LooGLE rendered: the summary of a task's metrics (`make loogle`, `make loogle-metrics`), and the
+LooGLE table of `make leaderboard`: the newest run of each entry of ``loogle.jsonl`` (beside the scores
+file; ``pipeline.results.loogle``), one row per model and task, as ``loogle.md`` and ``loogle.csv``. An
+entry is the model's identity, the task, its questions and the settings."""
 
 from __future__ import annotations
 
@@ -63,3 +64,24 @@ def files(path: str | Path) -> dict[str, bytes]:
         "loogle.md": markdown.encode(),
         "loogle.csv": csv_text(list(COLUMNS), [[r[k] for k in COLUMNS] for r in rows]).encode(),
     }
+
+
+def result_lines(result: dict[str, Any]) -> list[str]:
+    """A task's metrics (``pipeline.loogle.metrics.evaluation.evaluate``), one line each."""
+    lines = [f"task          {result['task']}  ({result['n_questions']} questions; {result['format']})"]
+    for name, value in result["metrics"].items():
+        reason = result["unavailable"].get(name)
+        lines.append(f"{METRIC_LABELS[name]:<14}{fmt(value)}" + (f"  ({reason})" if reason else ""))
+    reorder = result.get("reorder")
+    if reorder and reorder["n_questions"]:
+        values = ", ".join(f"{k} {fmt(v)}" for k, v in reorder["metrics"].items())
+        lines.append(f"reorder       {values} over {reorder['n_questions']} timeline questions")
+    return lines
+
+
+def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:
+    """`make loogle`'s summary: each task's metrics, its predictions file and where its line went."""
+    out = []
+    for result in results.values():
+        out += [*result_lines(result), f"predictions   {result['predictions']}", f"appended to   {path}"]
+    return "\n".join(out)

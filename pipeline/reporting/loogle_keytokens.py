@@ -5,14 +5,22 @@ span against how far back its earliest evidence lies (the paper's Figure 3 on re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from pipeline.files import write_bytes_atomic
 from pipeline.formats import fmt
-from pipeline.loogle.evidence.keytoken_rates import Analysis
 from pipeline.reporting.common import figure, plot_text, png
+
+
+class Analysis(Protocol):
+    """What the plot draws of ``pipeline.loogle.evidence.keytoken_rates.Analysis``: its report and the
+    LSD of the scored tokens inside and outside the evidence."""
+
+    report: dict[str, Any]
+    lsd_inside: np.ndarray
+    lsd_outside: np.ndarray
 
 
 def draw_distributions(ax: Any, analysis: Analysis) -> None:
@@ -68,3 +76,33 @@ def evidence_png(analysis: Analysis, name: str) -> bytes:
 
 def write_evidence_plot(analysis: Analysis, name: str, path: Path) -> None:
     write_bytes_atomic(path, evidence_png(analysis, name))
+
+
+def table_lines(report: dict[str, Any]) -> list[str]:
+    """The printed table: evidence counts, both tests, the dependency correlation."""
+    ev, dep = report["evidence"], report["dependency"]
+    lines = [
+        f"evidence      {ev['strings']} strings: {ev['used']} used, {ev['unlocated']} unlocated, "
+        f"{ev['beyond_kept_text']} beyond the kept text (excluded)",
+        f"{'':13} {'n in':>6} {'n out':>6} {'in':>9} {'out':>9} {'in-out':>9} {'null':>17} "
+        f"{'p>':>7} {'p2':>7}",
+    ]
+    for name in ("lsd", "key_rate"):
+        t = report[name]
+        null = f"{t['null_mean']:+.4f}±{t['null_sd']:.4f}"
+        lines.append(
+            f"{name:13} {t['n_inside']:6d} {t['n_outside']:6d} "
+            f"{t['inside_mean']:9.4f} {t['outside_mean']:9.4f} "
+            f"{t['difference']:+9.4f} {null:>17} {t['p_greater']:7.4f} {t['p_two_sided']:7.4f}"
+        )
+    rho = "n/a" if dep["spearman_r"] is None else f"{dep['spearman_r']:+.3f} (p {dep['spearman_p']:.3g})"
+    lines.append(
+        f"dependency    Spearman(distance, mean LSD of the last span) = {rho}, n = {dep['n']} questions "
+        f"({dep['no_scored_token_in_last_span']} without a scored token left out)"
+    )
+    return lines
+
+
+def summary(result: dict[str, Any], out: Path, plot: Path) -> str:
+    """What `make loogle-keytokens` prints: the table and where the JSON and the figure went."""
+    return "\n".join([*table_lines(result), f"written       {out}", f"plot          {plot}"])

@@ -23,7 +23,7 @@ from typing import Any
 IDENTITY_FIELDS = ("spec", "kind", "revision", "file_sha256", "weights_sha256", "tokenizer_sha256",
                    "config_sha256", "attn_implementation")  # fmt: skip
 LOCATED_KINDS = ("local", "gguf")
-# A ladder line's own settings (``pipeline.ladder.run.ladder_settings``); the rest are its full
+# A ladder line's own settings (``pipeline.jobs.ladder.ladder_settings``); the rest are its full
 # rung's score settings, those of `make score` without ``context_limit``.
 LADDER_SETTINGS = ("ladder", "ladder_setting", "tolerance", "bootstrap", "seed", "confidence", "documents")
 CONTEXT_SUFFIX = re.compile(r"(@ctx\d+)+$")

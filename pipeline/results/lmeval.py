@@ -5,7 +5,7 @@
 config its artifact (``configs.<task>.metadata``: ``longppl_fingerprint``, ``longppl_artifact_record``,
 ``longppl_unavailable``), and ``config`` the model and score settings (``longppl_model_name``,
 ``longppl_model``, ``longppl_settings``, from the model ``longppl``). ``read_lmeval_results`` gives one
-row per LongPPL task in the frame of ``pipeline.results.score.read_scores`` (``FRAME_SCHEMA``;
+row per LongPPL task in the frame of ``pipeline.results.score.read_scores`` (``frame_schema()``;
 ``line`` null, token counts null: lm-eval keeps only the metrics), validated the same way, so a
 leaderboard mixes runs made either way. The ``result_id`` is `make score`'s for the same model,
 settings and artifact.
@@ -32,7 +32,7 @@ from pipeline.artifact.identity import check_record
 from pipeline.errors import PipelineError
 from pipeline.results import lines
 from pipeline.results.keys import model_key
-from pipeline.results.score import FRAME_SCHEMA, METRICS, Bits, Count, Perplexity, result_id
+from pipeline.results.score import METRICS, Bits, Count, Perplexity, frame_schema, result_id
 
 FILTER = "none"  # the tasks' only filter: lm-eval's metric keys are "<metric>,none"
 # The frame's column -> the task's metric in lm-eval
@@ -70,7 +70,7 @@ class TaskValues(BaseModel):
 
 @dataclass
 class LmEvalRows:
-    frame: pl.DataFrame  # FRAME_SCHEMA
+    frame: pl.DataFrame  # frame_schema()
     skipped: list[str]  # "<file> <task>: why"
 
 
@@ -98,7 +98,7 @@ def read_lmeval_results(*locations: str | Path) -> LmEvalRows:
                     row, why = task_row(path, data, task)
                     rows += [row] if row else []
                     skipped += [f"{path} {task}: {why}"] if why else []
-    return LmEvalRows(pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row"), skipped)
+    return LmEvalRows(pl.DataFrame(rows, schema=frame_schema(), orient="row"), skipped)
 
 
 def load(path: Path, required: bool) -> dict[str, Any] | None:
@@ -142,7 +142,7 @@ def longppl_tasks(data: dict[str, Any]) -> list[str]:
 
 
 def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any] | None, str | None]:
-    """The task's row of ``FRAME_SCHEMA``, or why it is left out."""
+    """The task's row of ``frame_schema()``, or why it is left out."""
     counts = data["n-samples"].get(task) or {}
     if counts.get("effective") != counts.get("original"):
         return None, f"run on {counts.get('effective')} of {counts.get('original')} documents (--limit)"

@@ -28,12 +28,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
-import polars as pl
 from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
 
 from pipeline import __version__
 from pipeline.artifact.identity import Identity, check_record, differences
-from pipeline.models.sources import identify_in_memory
+from pipeline.models.identity import identify_in_memory
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 from pipeline.results.keys import model_key, partial
@@ -181,26 +180,30 @@ def _check_identity(artifact: ArtifactRef) -> None:
         ) from None
 
 
-FRAME_SCHEMA: dict[str, Any] = {
-    "line": pl.Int64,
-    "result_id": pl.String,
-    "model_name": pl.String,
-    "artifact": pl.String,
-    "fingerprint": pl.String,
-    "contents": pl.String,  # null for lines before schema 3
-    "identity": pl.String,  # ``artifact.identity`` as JSON; null for lines before schema 4
-    "settings": pl.String,
-    "model": pl.String,  # the model's identity as JSON (``keys.model_key``); null for a line without one
-    "partial": pl.String,  # "1 of 3 documents" for a run on part of the artifact (``keys.partial``)
-    "context_limit": pl.Int64,
-    **dict.fromkeys(METRICS, pl.Float64),
-    **dict.fromkeys(BPB_METRICS, pl.Float64),
-    "n_tokens": pl.Int64,
-    "n_key_tokens": pl.Int64,
-    "key_char_coverage": pl.Float64,
-    "date": pl.Datetime("us", "UTC"),
-    "unavailable": pl.String,  # why a metric of METRICS is null ("; "-separated), or null
-}
+def frame_schema() -> dict[str, Any]:
+    """The leaderboard frame's columns (``read_scores``; polars is imported where a table is built)."""
+    import polars as pl
+
+    return {
+        "line": pl.Int64,
+        "result_id": pl.String,
+        "model_name": pl.String,
+        "artifact": pl.String,
+        "fingerprint": pl.String,
+        "contents": pl.String,  # null for lines before schema 3
+        "identity": pl.String,  # ``artifact.identity`` as JSON; null for lines before schema 4
+        "settings": pl.String,
+        "model": pl.String,  # the model's identity as JSON (``keys.model_key``); null for a line without one
+        "partial": pl.String,  # "1 of 3 documents" for a run on part of the artifact (``keys.partial``)
+        "context_limit": pl.Int64,
+        **dict.fromkeys(METRICS, pl.Float64),
+        **dict.fromkeys(BPB_METRICS, pl.Float64),
+        "n_tokens": pl.Int64,
+        "n_key_tokens": pl.Int64,
+        "key_char_coverage": pl.Float64,
+        "date": pl.Datetime("us", "UTC"),
+        "unavailable": pl.String,  # why a metric of METRICS is null ("; "-separated), or null
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -226,6 +229,12 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
         "corpus": result.corpus,
         "documents": result.documents,
     }
+
+
+def append(path: Path, row: dict[str, Any]) -> None:
+    """Validate (a line its readers would refuse is never written), then append one strict-JSON line."""
+    lines.validate(row, ScoreLine)
+    lines.append(path, row)
 
 
 def model_record(lm: Any, add_bos: bool) -> dict[str, Any]:
@@ -267,10 +276,13 @@ def read_lines(path: str | Path) -> list[tuple[int, dict[str, Any], ScoreLine]]:
     return lines.read(path, ScoreLine, what="scores", kind="result", hint=SCORE_HINT)
 
 
-def read_scores(path: str | Path) -> pl.DataFrame:
-    """One row per result line, flattened (``FRAME_SCHEMA``); ``line`` is the 1-based line number."""
+def read_scores(path: str | Path) -> Any:
+    """One row per result line, flattened (a polars frame of ``frame_schema()``); ``line`` is the
+    1-based line number."""
+    import polars as pl
+
     rows = [_flat(number, obj, line) for number, obj, line in read_lines(path)]
-    return pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row")
+    return pl.DataFrame(rows, schema=frame_schema(), orient="row")
 
 
 def _json(value: Any) -> str:

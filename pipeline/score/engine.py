@@ -1,24 +1,21 @@
-"""The score call: PPL, LongPPL, LongPPL-soft and bits per byte of a loaded model against a
-key-token artifact, per document and over the corpus.
+"""The score engine: PPL, LongPPL, LongPPL-soft and bits per byte of a loaded model against key-token
+artifacts, per document and over the corpus, with one loop over documents.
 
-``score`` is what `make score`, the Python API (``pipeline.api.score``), the training callback,
-`make validate` and `make longce-demo` run; ``score_against`` scores one model pass of each text
-against several artifacts of the same texts (several evaluators' key tokens); ``score_limits`` scores
-the documents ``tokenize`` took at several context limits at once (`make ladder`), each limit's result
-what ``score`` gives at that ``context_limit``, to every digit.
-
-What does not depend on the context limit is computed once per document and shared by the limits: the
-tokenization, the alignment of the key spans and soft weights onto the tokens, the byte and character
-counts. A document whose sequence fits a limit is, at that limit, the full-context pass
-(``context_limited_logprobs`` runs that very pass): its log-probs are the full pass's, not computed
-again. Every other (document, limit) runs all of the limit's windows: PPL, LongPPL-soft and bits per
-byte need every token.
+``texts_of`` takes the chosen documents of one or several artifacts and tokenizes each distinct text
+once, whole. ``passes`` is the one loop: for each text and each context limit, the model's log-probs
+(one forward pass, or windows of the limit). ``score_texts`` carries each artifact's key spans and
+soft weights onto those tokens and sums every metric; ``score`` is one artifact at one context limit,
+the call `make score` and the Python API make. What does not depend on the context limit is computed
+once per text and shared by the limits: the tokenization, the alignment of the key spans onto the
+tokens, the byte and character counts. A text whose sequence fits a limit is, at that limit, the
+full-context pass (``context_limited_logprobs`` runs that very pass): its log-probs are the full
+pass's, not computed again.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,8 +37,6 @@ from pipeline.score.documents import (
     align_tokens,
     document_score,
     fitted_sequence,
-    model_logprobs,
-    score_tokens,
     sequence_logprobs,
     whole_sequence,
 )
@@ -79,6 +74,54 @@ class ScoreResult:
         return self.corpus["longppl_soft"]
 
 
+@dataclass(frozen=True)
+class Text:
+    """One text to score: its id (for messages) and the text itself (``doc_id``/``text``, as an
+    artifact's documents and lm-eval's requests have them)."""
+
+    doc_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Texts:
+    """The documents chosen of each artifact and the model's tokens of each distinct text, whole
+    (``texts_of``): what every context limit shares."""
+
+    settings: ScoreSettings
+    artifacts: list[KeyTokenArtifact]
+    docs: list[list[ArtifactDocument]]  # per artifact, its chosen documents
+    texts: list[Text]  # the distinct texts, in order of first appearance
+    sequences: list[ModelSequence]  # per distinct text, whole
+
+    @property
+    def lengths(self) -> list[int]:
+        """Per document of the first artifact, the tokens of its whole sequence (the BOS included)."""
+        index = {t.text: i for i, t in enumerate(self.texts)}
+        return [len(self.sequences[index[d.text]].seq) for d in self.docs[0]]
+
+    @property
+    def n_prefix(self) -> int:
+        """1 when a BOS is prepended, else 0."""
+        return self.sequences[0].n_prefix if self.sequences else 0
+
+
+@dataclass
+class Scores:
+    """The results of ``score_texts``: per artifact and limit the ``ScoreResult`` that ``score`` gives
+    at that ``context_limit``; per limit its model time and the documents whose sequence fits it (the
+    full pass's log-probs); per artifact, document and limit the key tokens' NLL sum and how many of
+    them the limit cuts off from some of the context before them."""
+
+    limits: tuple[Limit, ...]
+    results: list[list[ScoreResult]]  # [artifact][limit]
+    key_nll: list[np.ndarray]  # per artifact: (documents, limits)
+    key_n: list[np.ndarray]  # per artifact: (documents,) the key tokens (the same at every limit)
+    key_limited: list[np.ndarray]  # per artifact: (documents, limits)
+    seconds: list[float]  # per limit
+    copied: list[int]  # per limit, documents of the first artifact whose sequence fits it
+
+
 def score(
     artifact: KeyTokenArtifact,
     lm: LoadedModel,
@@ -88,38 +131,178 @@ def score(
     documents: Documents = None,
     progress: bool = False,
 ) -> ScoreResult:
-    """``lm`` against ``artifact``: one forward pass per document (windows with a context limit)."""
-    return score_against([artifact], lm, settings, compute, documents=documents, progress=progress)[0]
+    """``lm`` against ``artifact`` at ``settings.context_limit``: one forward pass per document
+    (windows with a context limit)."""
+    texts = texts_of([artifact], lm, settings, documents=documents)
+    return score_texts(texts, lm, compute, progress=progress).results[0][0]
 
 
-def score_against(
+def texts_of(
     artifacts: list[KeyTokenArtifact],
     lm: LoadedModel,
     settings: ScoreSettings,
-    compute: Compute,
     *,
     documents: Documents = None,
-    progress: bool = False,
-) -> list[ScoreResult]:
-    """``lm`` against each artifact; a text that several artifacts hold runs through the model once.
-    The model is in eval mode throughout, then back in the mode it was in."""
-    started = time.time()
+) -> Texts:
+    """The chosen documents of each artifact (the same choice in each) and ``lm``'s tokens of each
+    distinct text, tokenized once."""
+    docs = [pick_documents(a, documents) for a in artifacts]
+    texts = list({d.text: Text(d.doc_id, d.text) for chosen in docs for d in chosen}.values())
+    sequences = [whole_sequence(lm, t, settings.add_bos) for t in texts]
+    return Texts(settings, artifacts, docs, texts, sequences)
+
+
+def plain_texts(texts: list[Text], lm: LoadedModel, settings: ScoreSettings) -> Texts:
+    """Texts without an artifact (lm-eval's requests), each tokenized once: what ``logprobs`` scores."""
+    first: dict[str, Text] = {}
+    for t in texts:
+        first.setdefault(t.text, t)
+    unique = list(first.values())
+    return Texts(settings, [], [], unique, [whole_sequence(lm, t, settings.add_bos) for t in unique])
+
+
+def logprobs(texts: Texts, lm: LoadedModel, compute: Compute, *, progress: bool = False) -> list[ModelTokens]:
+    """The model's tokens of each text and their log-probs at ``settings.context_limit``, as `make
+    score` computes them (the same loop, ``passes``), in the order of ``texts.texts``."""
     scorer = scorer_for(lm, compute)
-    chosen = [pick_documents(a, documents) for a in artifacts]
-    texts = {d.text for docs in chosen for d in docs}
-    bar = tqdm(total=len(texts), desc="documents", unit="doc", disable=not progress)
-    cache: dict[str, ModelTokens] = {}
+    return [
+        one.tokens for one in passes(texts, lm, scorer, (texts.settings.context_limit,), progress=progress)
+    ]
+
+
+def score_texts(
+    texts: Texts, lm: LoadedModel, compute: Compute, limits: Sequence[Limit] | None = None, *, progress=False
+) -> Scores:
+    """Every artifact's documents at each context limit (default: ``settings.context_limit`` alone),
+    each limit checked as `make score` checks its ``context_limit``. The model is in eval mode
+    throughout, then back in the mode it was in."""
+    limits = (texts.settings.context_limit,) if limits is None else tuple(limits)
+    scorer = scorer_for(lm, compute)
+    tally = Tally(texts, limits)
+    for one in passes(texts, lm, scorer, limits, progress=progress):
+        tally.add(one)
+    records = [settings_record(at, compute, lm, scorer) for at in at_limits(texts.settings, limits)]
+    results = [
+        [result(artifact, tally.in_order(a, r), records[r], tally.seconds[r]) for r in range(len(limits))]
+        for a, artifact in enumerate(texts.artifacts)
+    ]
+    for row in results:
+        warn(row, lm, scorer)
+    return tally.scores_of(results)
+
+
+@dataclass
+class Pass:
+    """The log-probs of one text at one context limit (``passes``)."""
+
+    text: int  # its index in ``Texts.texts``
+    limit: int  # the limit's index
+    tokens: ModelTokens
+    sequence: ModelSequence  # as the pass took it
+    fits: bool  # the sequence fits the limit: the full pass's log-probs
+    seconds: float  # model time of this pass (a full pass counts once, at the limit it is first used)
+
+
+def passes(
+    texts: Texts, lm: LoadedModel, scorer: TargetScorer, limits: tuple[Limit, ...], *, progress: bool = False
+) -> Iterator[Pass]:
+    """The one loop over documents: for each distinct text and each limit, the model's log-probs.
+    Every (text, limit) is checked before the first pass."""
+    if len(limits) > 1 and texts.settings.allow_truncation:
+        raise PipelineError("several context limits score whole documents: leave allow_truncation unset")
+    settings = at_limits(texts.settings, limits)
+    fitted = [
+        [fitted_sequence(lm, text.doc_id, whole, at) for at in settings]
+        for text, whole in zip(texts.texts, texts.sequences, strict=True)
+    ]
+    one = len(limits) == 1
+    bar = tqdm(total=len(fitted) * len(limits), desc="documents" if one else "document x limit",
+               unit="doc" if one else "pass", disable=not progress)  # fmt: skip
     with eval_mode(lm.model), bar:
         scorer.check_against_full_forward()
-        scores = [[score_tokens(doc, cached(lm, scorer, doc, settings, cache, bar), settings) for doc in docs]
-                  for docs in chosen]  # fmt: skip
-    record = settings_record(settings, compute, lm, scorer)
-    results = [
-        result(artifact, per_document, record, time.time() - started)
-        for artifact, per_document in zip(artifacts, scores, strict=True)
-    ]
-    warn(results, lm, scorer)
-    return results
+        for i, (text, sequences) in enumerate(zip(texts.texts, fitted, strict=True)):
+            fits = [w is None or len(s.seq) <= w for w, s in zip(limits, sequences, strict=True)]
+            full, full_seconds = None, 0.0
+            if any(fits):  # the full pass first; its time is full context's (or the first limit it fits)
+                started = time.time()
+                full = sequence_logprobs(lm, scorer, sequences[fits.index(True)], None, text.doc_id)
+                full_seconds = time.time() - started
+            owner = limits.index(None) if None in limits else fits.index(True) if any(fits) else -1
+            for r, (limit, sequence) in enumerate(zip(limits, sequences, strict=True)):
+                started = time.time()
+                tokens = full if fits[r] else sequence_logprobs(lm, scorer, sequence, limit, text.doc_id)
+                seconds = (time.time() - started) + (full_seconds if r == owner else 0.0)
+                yield Pass(i, r, tokens, sequence, fits[r], seconds)
+                bar.update()
+
+
+def at_limits(settings: ScoreSettings, limits: tuple[Limit, ...]) -> list[ScoreSettings]:
+    """The score settings at each context limit."""
+    return [replace(settings, context_limit=w) for w in limits]
+
+
+@dataclass
+class Tally:
+    """What ``score_texts`` gathers pass by pass: per artifact and limit the documents' sums, per
+    limit the model time and the documents its full pass served, per document the key tokens each
+    limit cuts off from some of the context before them."""
+
+    texts: Texts
+    limits: tuple[Limit, ...]
+    scores: list[list[dict[int, DocumentScore]]] = field(init=False)
+    limited: list[np.ndarray] = field(init=False)
+    seconds: list[float] = field(init=False)
+    copied: list[int] = field(init=False)
+    aligned: dict[tuple[int, int], TokenAlignment] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n, m = len(self.texts.artifacts), len(self.limits)
+        self.scores = [[{} for _ in range(m)] for _ in range(n)]  # by document row
+        self.limited = [np.zeros((len(docs), m), dtype=np.int64) for docs in self.texts.docs]
+        self.seconds, self.copied = [0.0] * m, [0] * m
+        index = {t.text: i for i, t in enumerate(self.texts.texts)}
+        self.holders: list[list[tuple[int, int]]] = [
+            [] for _ in self.texts.texts
+        ]  # per text: (artifact, row)
+        for a, docs in enumerate(self.texts.docs):
+            for row, doc in enumerate(docs):
+                self.holders[index[doc.text]].append((a, row))
+
+    def add(self, one: Pass) -> None:
+        """One pass: the sums of every document with its text (each document's key spans carried
+        onto the tokens once, for every limit)."""
+        self.seconds[one.limit] += one.seconds
+        limit = self.limits[one.limit]
+        for a, row in self.holders[one.text]:
+            doc = self.texts.docs[a][row]
+            if (a, row) not in self.aligned:
+                self.aligned[(a, row)] = align_tokens(doc, one.tokens, self.texts.settings)
+            aligned = self.aligned[(a, row)]
+            self.scores[a][one.limit][row] = document_score(doc.doc_id, one.tokens, aligned)
+            if not one.fits:
+                cut = key_positions(aligned, one.sequence.n_prefix) >= limit
+                self.limited[a][row, one.limit] = int(cut.sum())
+            if a == 0:
+                self.copied[one.limit] += int(one.fits and limit is not None)
+
+    def in_order(self, a: int, r: int) -> list[DocumentScore]:
+        """Artifact ``a``'s document sums at limit ``r``, in the artifact's order."""
+        return [self.scores[a][r][row] for row in range(len(self.texts.docs[a]))]
+
+    def scores_of(self, results: list[list[ScoreResult]]) -> Scores:
+        """The results with the ladder's per-document statistics."""
+        m = len(self.limits)
+        key_nll, key_n = [], []
+        for a in range(len(self.texts.docs)):
+            by_limit = [self.in_order(a, r) for r in range(m)]
+            key_nll.append(np.array([[s.key.nll for s in scores] for scores in by_limit]).T.reshape(-1, m))
+            key_n.append(np.array([s.key.n for s in by_limit[-1]]))
+        return Scores(self.limits, results, key_nll, key_n, self.limited, self.seconds, self.copied)
+
+
+def key_positions(aligned: TokenAlignment, n_prefix: int) -> np.ndarray:
+    """The positions in the sequence of the key tokens (each predicted from the tokens before it)."""
+    return np.flatnonzero(aligned.scored)[aligned.key] + n_prefix
 
 
 def warn(results: list[ScoreResult], lm: LoadedModel, scorer: TargetScorer) -> None:
@@ -127,163 +310,6 @@ def warn(results: list[ScoreResult], lm: LoadedModel, scorer: TargetScorer) -> N
     for r in results:
         if warning := worse_than_uniform(r.ppl, scorer.vocab_size, lm.source.spec):
             r.warnings.append(warning)
-
-
-@dataclass(frozen=True)
-class Tokenized:
-    """The documents chosen and the evaluated model's tokens of each whole text (``tokenize``): what
-    ``score_limits`` shares across its context limits."""
-
-    artifact: KeyTokenArtifact
-    settings: ScoreSettings
-    docs: list[ArtifactDocument]
-    sequences: list[ModelSequence]
-
-    @property
-    def doc_ids(self) -> list[str]:
-        return [d.doc_id for d in self.docs]
-
-    @property
-    def lengths(self) -> list[int]:
-        """Per document, the tokens of its whole sequence (the BOS included)."""
-        return [len(s.seq) for s in self.sequences]
-
-    @property
-    def n_prefix(self) -> int:
-        """1 when a BOS is prepended, else 0."""
-        return self.sequences[0].n_prefix if self.sequences else 0
-
-
-@dataclass
-class LimitScores:
-    """One model on one artifact at several context limits (``score_limits``): per limit, the result
-    that ``score`` gives at that ``context_limit`` (its ``seconds``: that limit's model time)."""
-
-    limits: tuple[Limit, ...]
-    results: list[ScoreResult]
-    key_nll: np.ndarray  # (documents, limits): the key tokens' NLL sum
-    key_n: np.ndarray  # (documents,): the key tokens (the same at every limit)
-    key_limited: np.ndarray  # (documents, limits): key tokens with less context than all before them
-    copied: list[int]  # per limit, documents whose sequence fits it (the full pass's log-probs)
-
-
-def tokenize(
-    artifact: KeyTokenArtifact, lm: LoadedModel, settings: ScoreSettings, *, documents: Documents = None
-) -> Tokenized:
-    """The chosen documents of ``artifact`` in ``lm``'s tokens, whole, for ``score_limits`` (which sets
-    ``context_limit`` per limit and scores whole documents)."""
-    if settings.context_limit is not None or settings.allow_truncation:
-        raise PipelineError(
-            "several context limits score whole documents: leave context_limit and allow_truncation unset"
-        )
-    docs = pick_documents(artifact, documents)
-    return Tokenized(artifact, settings, docs, [whole_sequence(lm, d, settings.add_bos) for d in docs])
-
-
-def score_limits(
-    texts: Tokenized, lm: LoadedModel, compute: Compute, limits: Sequence[Limit], *, progress: bool = False
-) -> LimitScores:
-    """``lm`` against the documents of ``texts`` at each context limit (None: full context), each limit
-    checked as ``score`` checks its ``context_limit``. The model is in eval mode throughout, then back
-    in the mode it was in."""
-    limits = tuple(limits)
-    if not limits:
-        raise PipelineError("no context limit to score at: give at least one (None: full context)")
-    settings = [replace(texts.settings, context_limit=w) for w in limits]
-    for doc, sequence in zip(texts.docs, texts.sequences, strict=True):
-        for at_limit in settings:  # `make score`'s checks: the limit, or the whole text, fits the model
-            fitted_sequence(lm, doc.doc_id, sequence, at_limit)
-    scorer = scorer_for(lm, compute)
-    tally = _Tally(len(limits))
-    passes = len(texts.docs) * len(limits)
-    bar = tqdm(total=passes, desc="document x limit", unit="pass", disable=not progress)
-    with eval_mode(lm.model), bar:
-        scorer.check_against_full_forward()
-        for doc, sequence in zip(texts.docs, texts.sequences, strict=True):
-            limits_document(lm, scorer, doc, sequence, limits, texts.settings, tally, bar)
-    records = [settings_record(at_limit, compute, lm, scorer) for at_limit in settings]
-    results = [
-        result(texts.artifact, scores, record, seconds)
-        for scores, record, seconds in zip(tally.scores, records, tally.seconds, strict=True)
-    ]
-    warn(results, lm, scorer)
-    return LimitScores(
-        limits,
-        results,
-        key_nll=np.array([[s[i].key.nll for s in tally.scores] for i in range(len(texts.docs))]),
-        key_n=np.array([s.key.n for s in tally.scores[-1]]),
-        key_limited=np.array(tally.limited, dtype=np.int64),
-        copied=tally.copied,
-    )
-
-
-@dataclass
-class _Tally:
-    """What the limits gather document by document."""
-
-    n_limits: int
-    scores: list[list[DocumentScore]] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    copied: list[int] = field(default_factory=list)
-    limited: list[list[int]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.scores = [[] for _ in range(self.n_limits)]
-        self.seconds, self.copied = [0.0] * self.n_limits, [0] * self.n_limits
-
-
-def limits_document(
-    lm: LoadedModel,
-    scorer: TargetScorer,
-    doc: ArtifactDocument,
-    sequence: ModelSequence,
-    limits: tuple[Limit, ...],
-    settings: ScoreSettings,
-    tally: _Tally,
-    bar: Any,
-) -> None:
-    """One document at every limit: the full pass first where a limit takes it (its time is full
-    context's; its alignment serves every limit), then each limit's windows, or the full pass's
-    log-probs where the sequence fits the limit."""
-    fits = [w is None or len(sequence.seq) <= w for w in limits]
-    full = aligned = None
-    if any(fits):
-        started = time.time()
-        full = sequence_logprobs(lm, scorer, sequence, None, doc.doc_id)
-        tally.seconds[limits.index(None) if None in limits else fits.index(True)] += time.time() - started
-        aligned = align_tokens(doc, full, settings)
-    limited = []
-    for r, limit in enumerate(limits):
-        started = time.time()
-        tokens = full if fits[r] else sequence_logprobs(lm, scorer, sequence, limit, doc.doc_id)
-        if aligned is None:
-            aligned = align_tokens(doc, tokens, settings)
-        tally.scores[r].append(document_score(doc.doc_id, tokens, aligned))
-        tally.seconds[r] += time.time() - started
-        tally.copied[r] += int(fits[r] and limit is not None)
-        limited.append(0 if fits[r] else int((key_positions(aligned, sequence) >= limit).sum()))
-        bar.update()
-    tally.limited.append(limited)
-
-
-def key_positions(aligned: TokenAlignment, sequence: ModelSequence) -> np.ndarray:
-    """The positions in the sequence of the key tokens (each predicted from the tokens before it)."""
-    return np.flatnonzero(aligned.scored)[aligned.key] + sequence.n_prefix
-
-
-def cached(
-    lm: LoadedModel,
-    scorer: TargetScorer,
-    doc: ArtifactDocument,
-    settings: ScoreSettings,
-    cache: dict[str, ModelTokens],
-    bar: Any,
-) -> ModelTokens:
-    """The model's log-probs of ``doc.text``, computed once per text."""
-    if doc.text not in cache:
-        cache[doc.text] = model_logprobs(lm, scorer, doc, settings)
-        bar.update()
-    return cache[doc.text]
 
 
 def result(artifact: KeyTokenArtifact, scores: list, record: dict[str, Any], seconds: float) -> ScoreResult:

@@ -9,6 +9,7 @@ the mean negative log-likelihood over all scored tokens of all documents (``corp
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,15 +81,20 @@ def grid_label(alpha: float, beta: float) -> str:
     return f"alpha={alpha:g},beta={beta:g}"
 
 
+def pool(parts: Iterable[Sums]) -> Sums:
+    """The documents' sums of one token subset added up, in document order: how every corpus value is
+    pooled (`make score`'s ``corpus_summary``, lm-eval's aggregations)."""
+    total = Sums()
+    for part in parts:
+        total.merge(part)
+    return total
+
+
 def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
     """Token-weighted corpus values over all documents."""
-    total = {name: Sums() for name in ("all", "key", "soft")}
-    grid: dict[str, Sums] = {}
-    for s in scores:
-        for name in total:
-            total[name].merge(getattr(s, name))
-        for label, part in s.grid.items():
-            grid.setdefault(label, Sums()).merge(part)
+    total = {name: pool(getattr(s, name) for s in scores) for name in ("all", "key", "soft")}
+    labels = dict.fromkeys(label for s in scores for label in s.grid)
+    grid = {label: pool(s.grid[label] for s in scores if label in s.grid) for label in labels}
     key_chars = sum(s.key_chars for s in scores)
     return {
         "ppl": total["all"].perplexity(),

@@ -9,9 +9,11 @@ hashes still verify) plus a dataset card whose YAML front matter declares one co
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pydantic.dataclasses
 import yaml
 
 from pipeline.artifact.reader import load_artifact
@@ -19,6 +21,7 @@ from pipeline.artifact.schema import MANIFEST, KeyTokenArtifact, artifact_kind, 
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import md_code
+from pipeline.settings import Text
 
 CARD = "README.md"  # the dataset card
 # Written first into every folder `make publish` makes; a folder without it is never written into.
@@ -229,3 +232,35 @@ def upload(folder: Path, repo: str, private: bool) -> str:
             f"on a connected machine, or upload the prepared folder {folder} yourself"
         ) from exc
     return str(getattr(info, "commit_url", info))
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class PublishOptions:
+    """`make publish`'s settings (``conf/publish.yaml``)."""
+
+    artifact: str
+    repo: Text | None = None  # <org>/<name> of the dataset repository
+    dry_run: bool = False  # only write the folder that would be uploaded
+    out_dir: str | None = None  # None: artifacts/publish/<org>--<name>
+    license: Text = "cc-by-4.0"
+    private: bool = False
+
+
+@dataclass(frozen=True)
+class Published:
+    """The folder written, and where it went on the Hub (None: a dry run)."""
+
+    folder: Path
+    repo: str
+    url: str | None
+
+
+def publish(options: PublishOptions) -> Published:
+    """The artifact as a Hub dataset folder (its tables unchanged, a dataset card), then uploaded."""
+    if not options.repo:
+        raise PipelineError("set REPO=<org>/<name> (the Hub dataset to create or update)")
+    check_repo(options.repo)
+    out = Path(options.out_dir or f"artifacts/publish/{options.repo.replace('/', '--')}")
+    folder = prepare_folder(options.artifact, out, options.repo, options.license)
+    url = None if options.dry_run else upload(folder, options.repo, options.private)
+    return Published(folder, options.repo, url)

@@ -28,6 +28,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -39,7 +40,7 @@ from pipeline.artifact.identity import Identity, differences
 from pipeline.artifact.reader import normalized_location, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.files import conf_file
+from pipeline.files import conf_file, strict_json
 from pipeline.models.loading import ModelChoice
 from pipeline.results import score as results
 from pipeline.results.keys import context_name, model_identity
@@ -348,3 +349,36 @@ def same_run(refresh: Refresh, name: str, fresh: dict[str, Any], recorded: dict[
             + "; ".join(differ)
             + "): its numbers would be compared with another run's; record it again with record=true"
         )
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """The fresh results lines; where they were recorded (``record=true``), else None: they
+    reproduced every expected result within ``tolerance``."""
+
+    rows: list[dict[str, Any]]
+    recorded: Path | None
+    tolerance: float
+
+
+def refresh_leaderboard(refresh: Refresh) -> Refreshed:
+    """Every pinned model rescored against the pinned artifact; the results recorded (``record``) or
+    compared with the expected ones (a difference is an error naming it)."""
+    models = refresh.pinned()
+    artifact = check_identity(refresh)
+    expected = recorded_values(refresh, models, artifact)  # before the (long) scoring
+    fresh_rows = score_all(refresh, models)
+    if refresh.record:
+        recorded_path = Path(refresh.recorded)
+        recorded_path.parent.mkdir(parents=True, exist_ok=True)
+        recorded_path.write_text(
+            "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
+        )
+        return Refreshed(fresh_rows, recorded_path, refresh.tolerance)
+    problems = []
+    recorded = {} if all(m.expected is not None for m in models) else recorded_rows(Path(refresh.recorded))
+    for model, row in zip(models, fresh_rows, strict=True):
+        problems += check_model(refresh, model, row, expected[model.name], recorded.get(model.name))
+    if problems:
+        raise PipelineError("leaderboard refresh differs from the expected results: " + "; ".join(problems))
+    return Refreshed(fresh_rows, None, refresh.tolerance)

@@ -31,8 +31,9 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.files import write_bytes_atomic, write_json_atomic
 from pipeline.hub import offline_unless
-from pipeline.models.loading import LoadedModel, ModelChoice, is_local_model
+from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer, scorer_for
+from pipeline.models.sources import is_local_model
 from pipeline.score.engine import score
 from pipeline.settings import Compute, NonNegative, ScoreSettings, parse
 from pipeline.text.corpus import Document

@@ -29,8 +29,9 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import DEFINITION_FIELDS
 from pipeline.files import write_bytes_atomic, write_json_atomic
 from pipeline.hub import offline_unless
-from pipeline.models.loading import LoadedModel, ModelChoice, is_local_model
+from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer, scorer_for
+from pipeline.models.sources import is_local_model
 from pipeline.provenance import file_sha256
 from pipeline.reporting.keytoken_page import write_page
 from pipeline.settings import Compute, field_names

@@ -5,7 +5,7 @@ group or a local checkpoint, with a context limit: the score stage's ``context_l
 (``evaluators``) are key-token artifacts on the same GovReport documents: an existing one, or one
 built here by the keytokens stage with a ``conf/evaluator/`` group. Per member: the teacher-forced
 answer-token accuracy on the synthetic documents (``study.retrieval``), and the score call on the
-GovReport documents against every evaluator at once (``score.engine.score_against``: one pass of the
+GovReport documents against every evaluator at once (``score.engine.score_texts``: one pass of the
 model per text), so a second evaluator costs no model time.
 """
 
@@ -26,11 +26,11 @@ from pipeline.artifact.reader import ArtifactDocument, iter_documents, open_arti
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
-from pipeline.keytokens.run import run as find_key_tokens
-from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokenSettings
+from pipeline.jobs.keytokens import run as find_key_tokens
 from pipeline.models.loading import ModelChoice
 from pipeline.models.logprobs import TargetScorer
-from pipeline.score.engine import score_against
+from pipeline.score.engine import score_texts, texts_of
 from pipeline.settings import Compute, ScoreSettings
 from studies.validation import study
 from studies.validation.options import ValidateSettings
@@ -242,8 +242,8 @@ def member_row(
     settings = ScoreSettings(context_limit=m.context_limit)
     ids = [d.doc_id for d in evals[0].documents]
     started = time.time()
-    scored = score_against([ev.artifact for ev in evals], lm, settings, compute, documents=ids)
-    corpora = [r.corpus for r in scored]
+    texts = texts_of([ev.artifact for ev in evals], lm, settings, documents=ids)
+    corpora = [row[0].corpus for row in score_texts(texts, lm, compute).results]
     seconds = time.time() - started
     row = {
         "label": m.label,

@@ -25,8 +25,8 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.loogle.evidence import answer_gain
 from pipeline.models.logprobs import TargetScorer
-from pipeline.reporting.common import correlate
-from pipeline.score.engine import score_against
+from pipeline.results.correlations import correlate
+from pipeline.score.engine import score
 from pipeline.settings import Compute, ScoreSettings
 from studies.validation import family, study
 from studies.validation.options import LoogleTargetOptions, ValidateSettings
@@ -80,7 +80,7 @@ def member_part(
     """One member on the LooGLE documents: its scores against their key tokens and its answer gains."""
     # A document longer than a whole-context member's context: the prefix that fits (flagged, counted).
     settings = ScoreSettings(context_limit=m.context_limit, allow_truncation=m.context_limit is None)
-    corpus = score_against([t.artifact], lm, settings, compute)[0].corpus
+    corpus = score(t.artifact, lm, settings, compute).corpus
     limit = m.context_limit or lm.context_length
     if limit is None:
         raise PipelineError(f"{m.label}: the model's config gives no context length: give it a context_limit")

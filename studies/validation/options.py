@@ -12,7 +12,7 @@ from typing import Any
 import pydantic.dataclasses
 
 from pipeline.definition import KeyTokenDefinition, Positive
-from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokenSettings
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, NonNegative
 

@@ -27,7 +27,7 @@ from pipeline.errors import PipelineError
 from pipeline.models.loading import LoadedModel
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.top1 import context_limited_top1
-from pipeline.reporting.common import correlate
+from pipeline.results.correlations import correlate
 from pipeline.text.tokenization import encode_with_offsets
 from studies.validation.synthetic import SyntheticDocument
 

@@ -1,16 +1,23 @@
-"""`make loogle-evidence ARGS="task=... data=..."`: ``python -m pipeline.commands.loogle_evidence``
-(Hydra overrides of ``conf/loogle_evidence.yaml``): each evidence string of LooGLE's questions located
-in its document (``pipeline.loogle.evidence.locating``), the fraction located per task and per rule
-printed as a table, the unlocated ones named, and every span written to a JSON file."""
+"""LooGLE's evidence located per task (`make loogle-evidence ARGS="task=... data=..."`,
+``conf/loogle_evidence.yaml``): each evidence string of its questions located in its document
+(``pipeline.loogle.evidence.locating``), the fraction located per task and per rule, the unlocated
+ones named, and every span written to a JSON file (``pipeline.reporting.loogle_evidence`` prints it)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import pydantic.dataclasses
+
+from pipeline.files import write_json_atomic
+from pipeline.formats import file_slug
+from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task
-from pipeline.loogle.data.reading import DataSource, fingerprint
+from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
 from pipeline.loogle.evidence import locating as evidence
+from pipeline.results.lines import check_writable
 
 HEAD = 80  # characters of an unlocated evidence string shown in the report
 
@@ -79,23 +86,40 @@ def tasks_of(task: str, source: DataSource) -> tuple[str, ...]:
     return TASKS
 
 
-def table_lines(reports: list[dict[str, Any]]) -> list[str]:
-    """A table: per task, the evidence strings, each rule's count and the fraction located; then the
-    unlocated strings."""
-    header = f"{'task':<22}{'evidence':>9}" + "".join(f"{r:>11}" for r in (*evidence.RULES, "unlocated"))
-    lines = [header + f"{'located':>9}"]
-    for rep in reports:
-        counts = "".join(f"{rep['by_rule'][r]:>11}" for r in (*evidence.RULES, "unlocated"))
-        share = "-" if rep["fraction_located"] is None else f"{rep['fraction_located']:.1%}"
-        lines.append(f"{rep['task']:<22}{rep['n_evidence']:>9}{counts}{share:>9}")
-    for rep in reports:
-        for miss in rep["unlocated"]:
-            head = miss["head"].replace("\n", " ")
-            lines.append(f"unlocated  {rep['task']}  {miss['qid']} [{miss['evidence_index']}]  {head}")
-    return lines
-
-
 def settings() -> dict[str, Any]:
     """The alignment's constants, recorded with its results."""
     names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP")
     return {name.lower(): getattr(evidence, name) for name in names}
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class EvidenceOptions:
+    """`make loogle-evidence`'s settings: the data, the tasks, where the JSON goes."""
+
+    task: str
+    data: str
+    dataset: str
+    revision: str | None = None
+    results_dir: str = "artifacts/results"
+    out: str | None = None  # None: <results_dir>/loogle-evidence--<data>.json
+
+    @property
+    def source(self) -> DataSource:
+        return DataSource(self.data, self.dataset, self.revision)
+
+
+def locate_evidence(options: EvidenceOptions) -> tuple[dict[str, Any], Path]:
+    """Every task's evidence located and written as JSON (checked writable before any work); the
+    result and where it went."""
+    source = options.source
+    offline_unless(source.data == "hub")
+    default = Path(options.results_dir) / f"loogle-evidence--{file_slug(source.label, 'data')}.json"
+    out = check_writable(Path(options.out) if options.out else default, "out")
+    questions = {task: load_questions(task, source) for task in tasks_of(options.task, source)}
+    result = {
+        "data": source.label,
+        "alignment": settings(),
+        "tasks": [report(t, q) for t, q in questions.items()],
+    }
+    write_json_atomic(out, result)
+    return result, out

@@ -31,15 +31,23 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
+import pydantic.dataclasses
+from pydantic import Field
 
 from pipeline import definition
 from pipeline.artifact.qa import ArtifactQuestion, Span, artifact_questions
-from pipeline.artifact.reader import iter_documents
+from pipeline.artifact.reader import iter_documents, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
+from pipeline.definition import NotBool
 from pipeline.errors import PipelineError
+from pipeline.files import write_json_atomic
+from pipeline.formats import file_slug
+from pipeline.reporting.loogle_keytokens import write_evidence_plot
+from pipeline.results.lines import check_writable
 
 NULL = "each document's evidence mask shifted circularly over its scored tokens, offsets uniform per document"
 DISTANCE = (
@@ -294,26 +302,37 @@ def document_summary(doc: DocumentTokens) -> dict[str, Any]:
     }
 
 
-def table_lines(report: dict[str, Any]) -> list[str]:
-    """The printed table: evidence counts, both tests, the dependency correlation."""
-    ev, dep = report["evidence"], report["dependency"]
-    lines = [
-        f"evidence      {ev['strings']} strings: {ev['used']} used, {ev['unlocated']} unlocated, "
-        f"{ev['beyond_kept_text']} beyond the kept text (excluded)",
-        f"{'':13} {'n in':>6} {'n out':>6} {'in':>9} {'out':>9} {'in-out':>9} {'null':>17} "
-        f"{'p>':>7} {'p2':>7}",
-    ]
-    for name in ("lsd", "key_rate"):
-        t = report[name]
-        null = f"{t['null_mean']:+.4f}±{t['null_sd']:.4f}"
-        lines.append(
-            f"{name:13} {t['n_inside']:6d} {t['n_outside']:6d} "
-            f"{t['inside_mean']:9.4f} {t['outside_mean']:9.4f} "
-            f"{t['difference']:+9.4f} {null:>17} {t['p_greater']:7.4f} {t['p_two_sided']:7.4f}"
-        )
-    rho = "n/a" if dep["spearman_r"] is None else f"{dep['spearman_r']:+.3f} (p {dep['spearman_p']:.3g})"
-    lines.append(
-        f"dependency    Spearman(distance, mean LSD of the last span) = {rho}, n = {dep['n']} questions "
-        f"({dep['no_scored_token_in_last_span']} without a scored token left out)"
+MAX_SHIFTS = 1_000_000  # each shift is one pass over every scored token: 10,000 take seconds
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class RatesOptions:
+    """`make loogle-keytokens`'s settings (``conf/loogle_keytokens.yaml``), checked before any work."""
+
+    artifact: str
+    shifts: Annotated[int, NotBool, Field(ge=1, le=MAX_SHIFTS)] = 10_000  # circular shifts (the null)
+    seed: Annotated[int, NotBool, Field(ge=0)] = 0  # the shifts' offsets: numpy default_rng(seed)
+    first_window: bool = True  # false: leave out the first short window's tokens
+    results_dir: str = "artifacts/results"
+    out: str | None = None  # None: <results_dir>/loogle-keytokens--<artifact>.json (the PNG beside it)
+
+
+def rates_report(options: RatesOptions) -> tuple[dict[str, Any], Path, Path]:
+    """The artifact's LSD and key tokens inside its evidence against outside, written as JSON with its
+    figure beside it; the result and both paths."""
+    settings = EvidenceSettings(options.shifts, options.seed, options.first_window)
+    artifact = open_artifact(options.artifact)
+    suffix = "" if settings.first_window else "--no-first-window"
+    default = (
+        Path(options.results_dir)
+        / f"loogle-keytokens--{file_slug(artifact.root.name, 'artifact')}{suffix}.json"
     )
-    return lines
+    out = check_writable(Path(options.out) if options.out else default, "out")
+    analysis = analyse(artifact, settings)
+    source = {"path": str(artifact.root), "fingerprint": artifact.manifest["fingerprint"]}
+    source |= {"contents": artifact.contents, "K": artifact.settings["K"], "d": artifact.settings["d"]}
+    source["max_tokens"] = artifact.settings.get("max_tokens")
+    result = {"artifact": source, **analysis.report}
+    write_json_atomic(out, result)
+    write_evidence_plot(analysis, artifact.root.name, out.with_suffix(".png"))
+    return result, out, out.with_suffix(".png")

@@ -1,25 +1,46 @@
-"""`make loogle-metrics ARGS="predictions=<file> task=<task>"`: ``python -m pipeline.commands.loogle_metrics``
-(Hydra overrides of ``conf/loogle_metrics.yaml``): a predictions file scored with LooGLE's metrics and
-printed. This project's files are checked against the questions they were made from (``data=``); the
-repository's ``Output/`` files carry their answers."""
+"""A predictions file evaluated with LooGLE's metrics (`make loogle-metrics ARGS="predictions=<file>
+task=<task>"`, ``conf/loogle_metrics.yaml``; and each task of `make loogle`). This project's files are
+checked against the questions they were made from (``data=``); the repository's ``Output/`` files carry
+their answers."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pydantic.dataclasses
+
 from pipeline.errors import PipelineError
-from pipeline.formats import fmt
+from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
 from pipeline.loogle.generation.predictions import Scored, check_ours, is_ours, official_pairs, read_lines
 from pipeline.loogle.metrics.reorder import reorder_scores
-from pipeline.loogle.metrics.task_scores import score_task
-from pipeline.results.loogle import METRIC_LABELS as LABELS
+from pipeline.loogle.metrics.task_scores import bertscore_mode, score_task
 
 
-def source_of(plain: dict[str, Any]) -> DataSource:
-    return DataSource(str(plain["data"]), str(plain["dataset"]), plain.get("revision"))
+@pydantic.dataclasses.dataclass(frozen=True)
+class MetricsOptions:
+    """`make loogle-metrics`'s settings: the predictions file, its task, the data it was made from and
+    whether BERTScore is computed (auto, true, false)."""
+
+    predictions: str
+    task: str
+    data: str
+    dataset: str
+    revision: str | None = None
+    bertscore: str | bool = "auto"
+
+    @property
+    def source(self) -> DataSource:
+        return DataSource(self.data, self.dataset, self.revision)
+
+
+def evaluate_file(options: MetricsOptions) -> dict[str, Any]:
+    """The file's metrics (offline unless the Hub's data or a BERTScore download is asked for)."""
+    mode = bertscore_mode(options.bertscore)
+    offline_unless(options.source.data == "hub", mode == "true")
+    return evaluate(Path(options.predictions), options.task, options.source, mode)
 
 
 def scored_pairs(path: Path, task: str, source: DataSource) -> tuple[list[Scored], str]:
@@ -45,15 +66,3 @@ def evaluate(path: Path, task: str, source: DataSource, bertscore: str) -> dict[
     if task == "longdep_qa":
         result["reorder"] = reorder_scores(pairs)
     return {**result, "task": task, "predictions": str(path), "format": kind}
-
-
-def result_lines(result: dict[str, Any]) -> list[str]:
-    lines = [f"task          {result['task']}  ({result['n_questions']} questions; {result['format']})"]
-    for name, value in result["metrics"].items():
-        reason = result["unavailable"].get(name)
-        lines.append(f"{LABELS[name]:<14}{fmt(value)}" + (f"  ({reason})" if reason else ""))
-    reorder = result.get("reorder")
-    if reorder and reorder["n_questions"]:
-        values = ", ".join(f"{k} {fmt(v)}" for k, v in reorder["metrics"].items())
-        lines.append(f"reorder       {values} over {reorder['n_questions']} timeline questions")
-    return lines

@@ -1,9 +1,12 @@
-"""One `make finetune` run: the corpus as training sequences (with an artifact's weights for
-``source=artifact``), the LongCE settings for the model, then ``pipeline.training.trainer.finetune``."""
+"""The fine-tuning job (`make finetune`): its settings typed (``FinetuneJob``), the corpus as training
+sequences (with an artifact's weights for ``source=artifact``), the LongCE settings for the model, then
+``pipeline.training.trainer.finetune``; the run's record is written beside its checkpoints."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,9 +18,10 @@ from pipeline.artifact.reader import open_artifact
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
 from pipeline.hub import is_hub_dataset, offline_unless
-from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name, is_local_model
+from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
+from pipeline.models.sources import is_local_model
 from pipeline.provenance import library_versions
-from pipeline.settings import Compute, DirectoryName, directory_name
+from pipeline.settings import Compute, DirectoryName, directory_name, parse
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
 from pipeline.training.sequences import TrainingSequence, build_sequences
@@ -40,17 +44,44 @@ class Finetune:
     output_dir: str = "artifacts/finetune"
 
 
-def run(
-    choice: ModelChoice,
-    options: Finetune,
-    definition: KeyTokenDefinition,
-    compute: Compute,
-    corpus: CorpusSpec,
-    training: dict[str, Any],
-    config: dict[str, Any],
-) -> dict[str, Any]:
-    """One fine-tuning run: the training sequences, the loss, the Trainer; returns the run's record
-    (``config``: the command's whole config, recorded as given)."""
+@dataclass(frozen=True)
+class FinetuneJob:
+    """`make finetune`'s settings, typed: the model, the run's own settings, the loss's definition, the
+    compute settings, the corpus, the ``TrainingArguments`` fields (``training``: Hugging Face's own,
+    checked by ``TrainingArguments``) and the whole configuration as given (recorded with the run)."""
+
+    model: ModelChoice
+    options: Finetune
+    definition: KeyTokenDefinition
+    compute: Compute
+    corpus: CorpusSpec
+    training: Mapping[str, Any]
+    config: Mapping[str, Any]
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any]) -> FinetuneJob:
+        """``conf/finetune.yaml`` as plain data, typed and checked."""
+        return cls(
+            model=ModelChoice.parse(values["model"]),
+            options=parse(Finetune, values),
+            definition=parse(KeyTokenDefinition, values),
+            compute=parse(Compute, values),
+            corpus=CorpusSpec.parse(values["corpus"]),
+            training=dict(values["training"]),
+            config=dict(values),
+        )
+
+
+def run(job: FinetuneJob) -> dict[str, Any]:
+    """One fine-tuning run: the training sequences, the loss, the Trainer; returns the run's record."""
+    choice, options, definition, compute, corpus = (
+        job.model,
+        job.options,
+        job.definition,
+        job.compute,
+        job.corpus,
+    )
+    training, config = dict(job.training), dict(job.config)
     remote = (not is_local_model(choice.spec), corpus.needs_network, is_hub_dataset(options.artifact or ""))
     offline_unless(*remote)
     if options.max_length:

@@ -1,12 +1,14 @@
-"""One model's forgetting curve: its settings resolved against the model, the text, the measurement
-and the results line (``pipeline.results.forgetting``). The command
-(``python -m pipeline.commands.forgetting_curve``, ``conf/forgetting/forgetting.yaml``) adds the
-picture, the results file and the summary."""
+"""The forgetting-curve job (`make forgetting-curve`): one model's curve, its settings resolved against the
+model, the text, the measurement (``pipeline.forgetting.curve``), the picture and the results line
+(``forgetting.jsonl``, ``pipeline.results.forgetting``)."""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -27,11 +29,14 @@ from pipeline.forgetting.samples import (
     resolve_max_length,
     special_tokens,
 )
-from pipeline.models.loading import LoadedModel, dtype_name
-from pipeline.models.logprobs import TargetScorer
+from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
+from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.provenance import json_sha256
-from pipeline.results import forgetting as results
-from pipeline.text.corpus import CorpusSpec, Document
+from pipeline.reporting.forgetting import plot_name, write_plot
+from pipeline.results import forgetting as curve_lines
+from pipeline.settings import Compute, parse
+from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
 PRESETS = ("cpu", "paper")  # conf/forgetting/preset/
 TokenId = Annotated[int, Field(ge=0)]
@@ -56,6 +61,64 @@ class CurveOptions:
     eos_id: TokenId | None = None
 
 
+@dataclass(frozen=True)
+class CurveJob:
+    """`make forgetting-curve`'s settings, typed: the model, the curve's options, the corpus (none for
+    random tokens), and where the line and the picture go."""
+
+    model: ModelInput
+    options: CurveOptions
+    compute: Compute
+    corpus: CorpusSpec | None
+    results: Path
+    plot_dir: Path
+    progress: bool = False
+    results_setting = "results"
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any]) -> CurveJob:
+        """``conf/forgetting/forgetting.yaml`` as plain data, typed and checked."""
+        options = parse(CurveOptions, values)
+        return cls(
+            model=ModelChoice.parse(values["model"]),
+            options=options,
+            compute=parse(Compute, values),
+            corpus=CorpusSpec.parse(values["corpus"]) if options.source == "corpus" else None,
+            results=Path(str(values["results"])),
+            plot_dir=Path(str(values["plot_dir"])),
+            progress=bool(values["progress"]),
+        )
+
+    def outputs(self) -> dict[str, Path]:
+        return {}
+
+    def needs_hub(self) -> bool:
+        return self.corpus is not None and self.corpus.needs_network
+
+    def open(self) -> list[Document]:
+        return load_corpus(self.corpus) if self.corpus is not None else []
+
+    append = staticmethod(curve_lines.append)
+
+    def measure(self, lm: LoadedModel, docs: list[Document], record: Record, started: float) -> JobResult:
+        """The curve, its picture, its line; lengths that failed are an error once the line is written."""
+        scorer = scorer_for(lm, self.compute)
+        row = measure(lm, scorer, self.options, (self.corpus, docs), model_name=self.model.display_name,
+                      progress=self.progress, started=started)  # fmt: skip
+        plot = self.plot_dir.absolute() / plot_name(row)
+        row["plot"] = str(plot)
+        write_plot(row, plot)
+        record(row)
+        failed = [p for p in row["points"] if p["error"] is not None]
+        error = None
+        if failed:
+            error = (
+                f"{len(failed)} of {len(row['points'])} lengths failed (first: L={failed[0]['length']}, "
+                f"{failed[0]['error']}); the line in {self.results} records them as failed"
+            )
+        return JobResult(row, error=error)
+
+
 def measure(
     lm: LoadedModel,
     scorer: TargetScorer,
@@ -77,7 +140,7 @@ def measure(
     points = measure_curve(scorer, settings, tokens, progress=progress)
     record = {**settings.to_dict(), "preset": options.preset, "max_length_setting": options.max_length}
     record.update(dtype=dtype_name(lm.dtype), device=str(lm.device))
-    return results.result_row(
+    return curve_lines.result_row(
         model_name=model_name,
         model={**lm.source.to_dict(), **specials},
         settings=record,

@@ -1,4 +1,4 @@
-"""The import run (`make import-official EVALUATOR=<name>`): the paper's key spans as an artifact.
+"""The import job (`make import-official EVALUATOR=<name>`): the paper's key spans as an artifact.
 
 Steps: read the span files (numbers only), pin the sources (Hub commits, or local copies by hash),
 rebuild the texts with the corpus the spans index (``conf/corpus/govreport_paper.yaml``: the official
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,7 +44,7 @@ from pipeline.official.boundaries import (
 from pipeline.official.pinned_inputs import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
 from pipeline.provenance import file_sha256, json_sha256, library_versions
-from pipeline.settings import DirectoryName, Text, directory_name
+from pipeline.settings import DirectoryName, Text, directory_name, parse
 from pipeline.text.alignment import hard_key_mask
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
@@ -71,8 +72,28 @@ class ImportOptions:
     progress: bool = True
 
 
-def run(options: ImportOptions, definition: KeyTokenDefinition, corpus: CorpusSpec) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class ImportJob:
+    """`make import-official`'s settings, typed: its own, the key-token definition (the official
+    package's: no BOS before the short windows) and the corpus the spans index."""
+
+    options: ImportOptions
+    definition: KeyTokenDefinition
+    corpus: CorpusSpec
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any]) -> ImportJob:
+        """``conf/import_official.yaml`` as plain data, typed and checked (an unknown key of the
+        ``official`` group is a typo)."""
+        options = parse(ImportOptions, values)
+        parse(OfficialSpans, values["official"], prefix="official.", strict=True)
+        definition = parse(KeyTokenDefinition, {**values, "short_window_bos": False})
+        return cls(options, definition, CorpusSpec.parse(values["corpus"]))
+
+
+def run(job: ImportJob) -> dict[str, Any]:
     """The whole import; returns the artifact's manifest."""
+    options, definition, corpus = job.options, job.definition, job.corpus
     started = time.time()
     official, spans_dir = options.official, Path(options.spans_dir)
     spans = read_span_folder(spans_dir)

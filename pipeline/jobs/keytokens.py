@@ -1,4 +1,6 @@
-"""The keytokens run: an evaluator reads a corpus and writes the key-token artifact.
+"""The keytokens job (`make keytokens`): an evaluator reads a corpus and writes the key-token artifact.
+Its settings are typed and checked once from the Hydra config (``KeyTokenSettings``: evaluator, corpus,
+definition, compute, documents and output), before any model loads.
 
 Steps: load the corpus and the evaluator, choose and tokenize the documents, fingerprint the settings
 (a finished artifact with the same fingerprint is left untouched; an unfinished one is resumed), score
@@ -9,29 +11,95 @@ command (``python -m pipeline.commands.keytokens``) adds the summary and the key
 from __future__ import annotations
 
 import dataclasses
+import resource
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
+from dataclasses import dataclass as dataclass_plain
+from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic.dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from pipeline.artifact import lock
 from pipeline.artifact.qa import kept_records
 from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import KeyTokenArtifact
+from pipeline.artifact.statistics import statistics
 from pipeline.artifact.writer import ArtifactWriter, OtherSettings
+from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.hub import offline_unless
 from pipeline.keytokens import ranks as distributed
-from pipeline.keytokens.selection import Prepared, Selection, document_records, select
-from pipeline.keytokens.settings import KeyTokenSettings
+from pipeline.keytokens.selection import Documents, Prepared, Selection, document_records, select
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.loogle.data.keytoken_corpus import LoogleCorpus, load_loogle_corpus
-from pipeline.models.loading import LoadedModel, is_gguf, is_local_model
+from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import scorer_for
+from pipeline.models.sources import is_gguf, is_local_model
 from pipeline.provenance import library_versions
+from pipeline.reporting.keytoken_page import write_views
+from pipeline.settings import Compute, DirectoryName, directory_name, parse
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 from pipeline.text.tokenization import encode_with_offsets
+
+
+@dataclass(frozen=True)
+class Output:
+    name: DirectoryName | None = None  # the artifact's directory name; None: derived
+    output_dir: str = "artifacts/keytokens"
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class KeyTokenSettings:
+    evaluator: ModelChoice
+    corpus: CorpusSpec
+    definition: KeyTokenDefinition
+    compute: Compute
+    documents: Documents
+    output: Output
+
+    @classmethod
+    def from_config(cls, plain: Mapping[str, Any]) -> KeyTokenSettings:
+        """The settings of ``conf/keytokens.yaml`` (composed, overrides applied, as plain data), typed and
+        checked."""
+        settings = cls(
+            evaluator=ModelChoice.parse(plain.get("evaluator") or {}, "evaluator."),
+            corpus=CorpusSpec.parse(plain.get("corpus") or {}),
+            definition=parse(KeyTokenDefinition, plain),
+            compute=parse(Compute, plain),
+            documents=parse(Documents, plain),
+            output=parse(Output, plain),
+        )
+        if settings.compute.device.startswith("cuda") and not torch.cuda.is_available():
+            raise PipelineError(
+                f"device={settings.compute.device} but no CUDA GPU is visible (preset=paper and preset=long "
+                f"ask for one): pass device=cpu to run on the CPU anyway (in dtype={settings.compute.dtype}: "
+                "slow, and its rounding is not a GPU's)"
+            )
+        max_tokens, K = settings.documents.max_tokens, settings.definition.K
+        if max_tokens is not None and max_tokens < K:
+            raise PipelineError(
+                f"setting max_tokens={max_tokens} is below K={K}: no token would have a short "
+                "context; raise max_tokens or lower K"
+            )
+        return settings
+
+    def artifact_name(self) -> str:
+        """``name``, or ``<corpus>--<evaluator>--K<K>-d<d>[-max<max_tokens>]``."""
+        if self.output.name:
+            return self.output.name
+        evaluator = Path(self.evaluator.spec).name.removesuffix(".gguf").replace("/", "--")
+        max_tokens = self.documents.max_tokens
+        limit = f"-max{max_tokens}" if max_tokens else ""
+        name = f"{self.corpus.name}--{evaluator}--K{self.definition.K}-d{self.definition.d}{limit}"
+        return directory_name(name)
+
+    def artifact_dir(self) -> Path:
+        return Path(self.output.output_dir).absolute() / self.artifact_name()
 
 
 def run(settings: KeyTokenSettings) -> dict[str, Any]:
@@ -206,3 +274,32 @@ def manifest_extra(
             "processes": len(devices),
         },
     }
+
+
+@dataclass_plain
+class KeyTokensRun:
+    """A finished keytokens run as `make keytokens` shows it (``pipeline.reporting.keytokens``): the
+    artifact's manifest and location, the run's wall time and peak memory, the artifact checked and
+    counted (rank 0 only; other ranks: None), and the index of its key-token pages."""
+
+    manifest: dict[str, Any]
+    root: Path
+    seconds: float
+    peak_gb: float
+    artifact: KeyTokenArtifact | None = None
+    statistics: dict[str, Any] | None = None
+    views: Path | None = None
+
+
+def make_keytokens(settings: KeyTokenSettings) -> KeyTokensRun:
+    """The run; then, on rank 0, the artifact loaded with every check (later loads recall the inputs
+    checks), its counts, and every document's key-token page."""
+    started = time.time()
+    manifest = run(settings)
+    done = KeyTokensRun(manifest, settings.artifact_dir(), time.time() - started, 0.0)
+    if distributed.is_main_process():
+        done.artifact = load_artifact(done.root)
+        done.statistics = statistics(done.artifact)
+        done.peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+        done.views = write_views(done.root)
+    return done

@@ -13,7 +13,6 @@ import polars as pl
 
 from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256
-from pipeline.reporting.common import newest
 from pipeline.results.keys import context_name
 from pipeline.results.score import BPB_METRICS, METRICS, SCORE_HINT, same_artifact
 
@@ -203,3 +202,8 @@ def entry_names(rows: pl.DataFrame) -> list[str]:
 
 def _setting_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def newest(board: pl.DataFrame) -> dict[str, Any]:
+    """The newest row of a leaderboard frame (by date, then line)."""
+    return board.sort(["date", "line"], nulls_last=False).row(-1, named=True)

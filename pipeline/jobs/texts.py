@@ -1,0 +1,52 @@
+"""The texts job: the model's tokens of each text and their log-probs, as `make score` computes them
+(the score engine's one loop, without an artifact): what lm-eval's model ``longppl`` answers to its
+``loglikelihood_rolling`` requests (``pipeline.lmeval.model``), the LongPPL tasks then carrying the key
+spans onto those tokens. No results line: lm-eval writes its own results file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.models.loading import LoadedModel
+from pipeline.score.engine import Text, logprobs, plain_texts
+from pipeline.settings import Compute, ScoreSettings
+
+
+@dataclass(frozen=True)
+class TextsJob:
+    """The texts (each an id for messages and the text) and `make score`'s settings."""
+
+    model: ModelInput
+    texts: tuple[Text, ...]
+    settings: ScoreSettings
+    compute: Compute
+    progress: bool = False
+    results = None
+    results_setting = "results"
+
+    def outputs(self) -> dict[str, Path]:
+        return {}
+
+    def needs_hub(self) -> bool:
+        return False
+
+    def open(self) -> tuple[Text, ...]:
+        return self.texts
+
+    def append(self, path: Path, row: dict[str, Any]) -> None:
+        raise AssertionError("a texts job writes no results line")
+
+    def measure(self, lm: LoadedModel, texts: tuple[Text, ...], record: Record, started: float) -> JobResult:
+        """``ModelTokens`` per text, in the order given (a repeated text is computed once)."""
+        unique = plain_texts(list(texts), lm, self.settings)
+        tokens = dict(
+            zip(
+                (t.text for t in unique.texts),
+                logprobs(unique, lm, self.compute, progress=self.progress),
+                strict=True,
+            )
+        )
+        return JobResult([tokens[t.text] for t in texts])
