@@ -10,6 +10,7 @@ from typing import Any
 
 from pipeline.commands.shell import FORGETTING_CONF, hydra_main, plain
 from pipeline.errors import PipelineError
+from pipeline.files import recorded_path
 from pipeline.forgetting.run import CurveOptions, measure
 from pipeline.hub import offline_unless
 from pipeline.models.loading import ModelChoice, is_local_model
@@ -38,7 +39,7 @@ def run(cfg: Any) -> dict[str, Any]:
         model_name=choice.display_name, progress=bool(cfg.progress), started=started,
     )  # fmt: skip
     plot = Path(str(cfg.plot_dir)).absolute() / plot_name(row)
-    row["plot"] = str(plot)
+    row["plot"] = recorded_path(plot)
     write_plot(row, plot)
     results.append(path, row)
     print(summary_text(row, path))

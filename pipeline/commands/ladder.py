@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.artifact.reader import open_artifact
 from pipeline.commands.shell import hydra_main, plain
+from pipeline.files import recorded_path
 from pipeline.formats import file_slug
 from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.ladder.run import ladder_line
@@ -44,7 +45,7 @@ def run(cfg: Any) -> dict[str, Any]:
     )  # fmt: skip
     name = f"{file_slug(row['model_name'], 'model')}--{file_slug(row['artifact']['name'], 'artifact')}"
     plot = Path(str(cfg.plot_dir)).absolute() / f"{name}--{row['result_id']}.png"
-    row["plot"] = str(plot)
+    row["plot"] = recorded_path(plot)
     forgetting_path = cfg.forgetting_results or path.with_name("forgetting.jsonl")
     write_plot(row, forgetting_curve(forgetting_path, row["model"]), plot)
     results.append(path, row)

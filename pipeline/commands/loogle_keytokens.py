@@ -10,7 +10,7 @@ from typing import Any
 
 from pipeline.artifact.reader import open_artifact
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.files import write_json_atomic
+from pipeline.files import recorded_path, write_json_atomic
 from pipeline.formats import file_slug
 from pipeline.loogle.evidence.keytoken_rates import EvidenceSettings, analyse, table_lines
 from pipeline.reporting.loogle_keytokens import write_evidence_plot
@@ -26,7 +26,7 @@ def run(cfg: Any) -> dict[str, Any]:
     default = Path(str(values["results_dir"])) / f"loogle-keytokens--{name}{suffix}.json"
     out = lines.check_writable(Path(str(values["out"])) if values.get("out") else default, "out")
     analysis = analyse(artifact, settings)
-    source = {"path": str(artifact.root), "fingerprint": artifact.manifest["fingerprint"]}
+    source = {"path": recorded_path(artifact.root), "fingerprint": artifact.manifest["fingerprint"]}
     source |= {"contents": artifact.contents, "K": artifact.settings["K"], "d": artifact.settings["d"]}
     source["max_tokens"] = artifact.settings.get("max_tokens")
     result = {"artifact": source, **analysis.report}

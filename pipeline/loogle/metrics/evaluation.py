@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PipelineError
+from pipeline.files import recorded_path
 from pipeline.formats import fmt
 from pipeline.loogle.data.questions import check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
@@ -44,7 +45,7 @@ def evaluate(path: Path, task: str, source: DataSource, bertscore: str) -> dict[
     result = score_task(task, pairs, bertscore)
     if task == "longdep_qa":
         result["reorder"] = reorder_scores(pairs)
-    return {**result, "task": task, "predictions": str(path), "format": kind}
+    return {**result, "task": task, "predictions": recorded_path(path), "format": kind}
 
 
 def result_lines(result: dict[str, Any]) -> list[str]:
