@@ -267,7 +267,8 @@ def test_the_checks_find_what_they_should_and_nothing_else():
 
 def test_lazy_names_and_records_kept_relative(tmp_path, monkeypatch):
     """``pipeline.score_model`` is a lazy name of the package (read statically); a record keeps a path
-    under the working directory relative to it, under the home folder as ``~/``, elsewhere as given."""
+    under the working directory relative to it, under the home folder as ``~/``, elsewhere as given:
+    a model's folder and an artifact's source, as results lines and manifests record them."""
     from pipeline.files import recorded_path
 
     assert module_problem("pipeline.score_model") is None
@@ -281,3 +282,12 @@ def test_lazy_names_and_records_kept_relative(tmp_path, monkeypatch):
     assert recorded_path("artifacts/x.png") == "artifacts/x.png"
     assert recorded_path(home / ".cache" / "m.gguf") == "~/.cache/m.gguf"
     assert recorded_path(tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
+
+    from pipeline.artifact.reader import locate_artifact
+    from pipeline.models.sources import ModelSource
+
+    (work / "models" / "mine").mkdir(parents=True)
+    local = ModelSource(spec="models/mine", kind="local", path=str(work / "models" / "mine"))
+    assert local.to_dict()["path"] == "models/mine"
+    assert ModelSource(spec="org/name", kind="hub", path="org/name").to_dict()["path"] == "org/name"
+    assert locate_artifact(str(work / "artifacts")) == (work / "artifacts", {"path": "artifacts"})
