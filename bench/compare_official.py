@@ -190,7 +190,7 @@ def compare_4k(jobs: Jobs, docs: list[int], K: int, d: int) -> tuple[list[str], 
         "alpha=2, beta=-2, float32, CPU.",
         "",
         "The official code runs with transformers' default attention (`sdpa`), as its users get it; this "
-        "project with its block-sparse `blocked_sdpa` (pipeline/attention.py, exact). The column "
+        "project with its block-sparse `blocked_sdpa` (pipeline/models/attention.py, exact). The column "
         "*official + our attention* gives the official code our attention too, which separates the two "
         "gains: the rest is this project's output head and window scheme.",
         "",

@@ -5,7 +5,7 @@ digit. The ladder's results line and picture go to ``--out`` (docs/reports/ladde
 ``--report``.
 
     make bench-ladder                                   # SmolLM2-135M (docs/reports/cost.md)
-    make bench-ladder ARGS="--model gemma3-270m --report /tmp/ladder-cost-gemma.md"
+    make bench-ladder ARGS="--model gemma3-270m --report ladder-cost-gemma.md"
 
 ``--key-only`` runs no model: it counts, from the tokenization alone, what a rung that computed only
 the key tokens' log-probs could skip and still equal `make score` on them (whole window batches, as the

@@ -1,6 +1,7 @@
 """Atomic file writes (a file appears complete or not at all, even when a run is killed mid-write),
-where a file or folder could be made (``nearest_existing``), and the configuration directory's values
-read as plain data (``conf_value``: no Hydra outside the commands)."""
+where a file or folder could be made (``nearest_existing``), paths as records keep them
+(``recorded_path``), and the configuration directory's values read as plain data (``conf_file``: no
+Hydra outside the commands)."""
 
 from __future__ import annotations
 
@@ -95,3 +96,17 @@ def nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def recorded_path(path: str | Path) -> str:
+    """A path as a record (a results line, a manifest, a report) keeps it, the same on every checkout
+    and machine: relative to the working directory when under it (make runs in the repository's root,
+    so repository-relative), ``~/...`` under the home folder (the caches), else as given (a place the
+    user chose outside both, which only that machine has)."""
+    absolute = Path(path).expanduser().absolute()
+    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            return prefix + absolute.relative_to(base.absolute()).as_posix()
+        except ValueError:
+            continue
+    return str(path)

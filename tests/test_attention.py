@@ -1,4 +1,4 @@
-"""Block-sparse attention (pipeline/attention.py) equals full attention, and really skips keys."""
+"""Block-sparse attention (pipeline/models/attention.py) equals full attention, and really skips keys."""
 
 from __future__ import annotations
 

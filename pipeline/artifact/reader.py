@@ -35,6 +35,7 @@ from pipeline.artifact.schema import (
     has_questions,
 )
 from pipeline.errors import PipelineError
+from pipeline.files import recorded_path
 from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset, is_url
 from pipeline.provenance import file_sha256
 
@@ -76,7 +77,7 @@ def locate_artifact(spec: str) -> tuple[Path, dict[str, Any]]:
         path = Path(spec)
         if not path.exists():
             raise PipelineError(f"no key-token artifact at {path}: {ARTIFACT_HINT}")
-        return path, {"path": str(path)}
+        return path, {"path": recorded_path(path)}
     repo, _, revision = spec.removeprefix(HUB_DATASET_PREFIX).partition("@")
     from huggingface_hub import snapshot_download
 

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from pipeline.definition import Positive
 from pipeline.errors import PipelineError
+from pipeline.files import recorded_path
 from pipeline.forgetting.curve import CurveSettings, measure_curve, memory_lengths
 from pipeline.forgetting.samples import (
     GRIDS,
@@ -106,7 +107,7 @@ class CurveJob:
         row = measure(lm, scorer, self.options, (self.corpus, docs), model_name=self.model.display_name,
                       progress=self.progress, started=started)  # fmt: skip
         plot = self.plot_dir.absolute() / plot_name(row)
-        row["plot"] = str(plot)
+        row["plot"] = recorded_path(plot)
         write_plot(row, plot)
         record(row)
         failed = [p for p in row["points"] if p["error"] is not None]

@@ -13,6 +13,7 @@ from typing import Any
 
 from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
+from pipeline.files import recorded_path
 from pipeline.formats import file_slug
 from pipeline.hub import is_hub_dataset
 from pipeline.jobs.recipe import JobResult, ModelInput, Record
@@ -80,7 +81,7 @@ class LadderJob:
         row = ladder_line(passes, self.ladder, self.model.display_name, lm, started)
         name = f"{file_slug(row['model_name'], 'model')}--{file_slug(row['artifact']['name'], 'artifact')}"
         plot = self.plot_dir.absolute() / f"{name}--{row['result_id']}.png"
-        row["plot"] = str(plot)
+        row["plot"] = recorded_path(plot)
         write_plot(row, forgetting_curve(self.forgetting_results, row["model"]), plot)
         record(row)
         return JobResult(row, warnings=passes.results[-1].warnings)

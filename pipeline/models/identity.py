@@ -22,10 +22,13 @@ from typing import Any
 
 import torch
 
+from pipeline.files import recorded_path
 from pipeline.provenance import file_sha256, json_sha256
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CONFIG_FILES = ("config.json", "generation_config.json")  # beside the weights and tokenizer
+# The kinds whose ``path`` is a file or folder of this machine (recorded as ``recorded_path`` gives it).
+LOCATED = ("embedded", "gguf", "local")
 DYNAMIC_MODULES = "transformers_modules"  # where transformers puts a model's own code (trust_remote_code)
 # The files a tokenizer is read from (fast, SentencePiece, BPE and WordPiece vocabularies, special tokens).
 TOKENIZER_FILE = re.compile(
@@ -53,6 +56,8 @@ class ModelSource:
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
+        if self.kind in LOCATED:
+            record["path"] = recorded_path(self.path)
         for optional in ("tokenizer_sha256", "config_sha256"):
             if record[optional] is None:
                 del record[optional]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PipelineError
+from pipeline.files import recorded_path
 from pipeline.provenance import tree_sha256
 
 
@@ -27,7 +28,7 @@ def pin(spec: str, revision: str | None, repo_type: str, fallback: str) -> Pinne
     setting that takes a local copy instead, for the error when the Hub cannot be reached."""
     path = Path(spec).expanduser()
     if path.exists():
-        return Pinned(str(path), None, {"path": str(path.resolve()), "sha256": tree_sha256(path)})
+        return Pinned(str(path), None, {"path": recorded_path(path.resolve()), "sha256": tree_sha256(path)})
     from huggingface_hub import HfApi
 
     api = HfApi()

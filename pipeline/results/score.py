@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
 
 from pipeline import __version__
 from pipeline.artifact.identity import Identity, check_record, differences
+from pipeline.files import recorded_path
 from pipeline.models.identity import identify_in_memory
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
@@ -260,7 +261,7 @@ def artifact_record(artifact: Any) -> dict[str, Any]:
         "contents": artifact.contents,
         "identity": artifact.identity.record(),
         "checked": artifact.checked,
-        "source": artifact.origin or {"path": str(artifact.root)},
+        "source": artifact.origin or {"path": recorded_path(artifact.root)},
         "kind": artifact.kind,
         "evaluator": artifact.settings["evaluator"]["spec"],
         **{k: artifact.settings[k] for k in ("K", "d", "alpha", "beta")},

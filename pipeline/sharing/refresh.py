@@ -83,7 +83,7 @@ class PinnedModel:
 
 @pydantic.dataclasses.dataclass(frozen=True)
 class Refresh:
-    """A refresh (``conf/refresh.yaml`` and its ``refresh/`` group file)."""
+    """A refresh (``conf/leaderboard_refresh.yaml`` and its ``refresh/`` group file)."""
 
     artifact: str
     recorded: str

@@ -3,7 +3,7 @@
 Positions are character offsets into one text (Python ``str`` indices, i.e. code points). A token
 covers ``[start, end)``; offsets come as int arrays of shape (n, 2), sorted by start. Byte-fallback
 tokens may share one span and some tokens have an empty span (``start == end``).
-Key spans are the evaluator's key tokens merged (``pipeline.keytokens.merge_spans``): sorted and
+Key spans are the evaluator's key tokens merged (``pipeline.definition.merge_spans``): sorted and
 disjoint. Everything is vectorised; nothing loops over tokens or characters in Python.
 """
 

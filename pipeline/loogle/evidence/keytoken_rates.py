@@ -44,7 +44,7 @@ from pipeline.artifact.reader import iter_documents, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import NotBool
 from pipeline.errors import PipelineError
-from pipeline.files import write_json_atomic
+from pipeline.files import recorded_path, write_json_atomic
 from pipeline.formats import file_slug
 from pipeline.reporting.loogle_keytokens import write_evidence_plot
 from pipeline.results.lines import check_writable
@@ -329,7 +329,7 @@ def rates_report(options: RatesOptions) -> tuple[dict[str, Any], Path, Path]:
     )
     out = check_writable(Path(options.out) if options.out else default, "out")
     analysis = analyse(artifact, settings)
-    source = {"path": str(artifact.root), "fingerprint": artifact.manifest["fingerprint"]}
+    source = {"path": recorded_path(artifact.root), "fingerprint": artifact.manifest["fingerprint"]}
     source |= {"contents": artifact.contents, "K": artifact.settings["K"], "d": artifact.settings["d"]}
     source["max_tokens"] = artifact.settings.get("max_tokens")
     result = {"artifact": source, **analysis.report}

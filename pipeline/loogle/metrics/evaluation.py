@@ -11,6 +11,7 @@ from typing import Any
 import pydantic.dataclasses
 
 from pipeline.errors import PipelineError
+from pipeline.files import recorded_path
 from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
@@ -65,4 +66,4 @@ def evaluate(path: Path, task: str, source: DataSource, bertscore: str) -> dict[
     result = score_task(task, pairs, bertscore)
     if task == "longdep_qa":
         result["reorder"] = reorder_scores(pairs)
-    return {**result, "task": task, "predictions": str(path), "format": kind}
+    return {**result, "task": task, "predictions": recorded_path(path), "format": kind}
