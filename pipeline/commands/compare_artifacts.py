@@ -1,12 +1,13 @@
-"""Two key-token artifacts compared (`make compare-artifacts`): are they the same bytes, the same
-artifact, and how far apart are their values.
+"""Two key-token artifacts: the same bytes? the same artifact? how far apart are their values?
 
-Prints each artifact's identity (fingerprint, discrete hash, exact contents hash), the verdict
-(``pipeline.artifact.identity.differences``: the documents whose texts, tokens, key spans or values
-differ), and a table of the per-token differences of every value column over the documents with the
-same tokens (median, 99th and 99.9th percentiles, max; ``identity.compare_tables``) beside the
-tolerance. Where both have per-token values, every value must be within the tolerance (summaries
-within their bounds are not enough). Exits with status 2 when they are not the same artifact.
+``longppl compare-artifacts a=<dir> b=<dir>`` (`make compare-artifacts`; Hydra overrides of
+``conf/compare_artifacts.yaml``). Prints each artifact's identity (fingerprint, discrete hash, exact
+contents hash), the verdict (``pipeline.artifact.identity.differences``: the documents whose texts,
+tokens, key spans or values differ), and a table of the per-token differences of every value column over
+the documents with the same tokens (median, 99th and 99.9th percentiles, max;
+``identity.compare_tables``) beside the tolerance. Where both have per-token values, every value must be
+within the tolerance (summaries within their bounds are not enough). Exits with status 2 when they are
+not the same artifact.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""`make finetune`: ``python -m pipeline.commands.finetune [key=value ...]`` (Hydra overrides of
-``conf/finetune.yaml``): the settings typed, then one fine-tuning run (``pipeline.training.run``)."""
+"""Fine-tune a model with LongCE (or CE: source=ce) on Hugging Face Trainer.
+
+``longppl finetune [key=value ...]`` (`make finetune`; Hydra overrides of ``conf/finetune.yaml``): the
+settings typed, then one fine-tuning run (``pipeline.training.run``)."""
 
 from __future__ import annotations
 

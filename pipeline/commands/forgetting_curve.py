@@ -1,6 +1,7 @@
-"""`make forgetting-curve MODEL=...`: ``python -m pipeline.commands.forgetting_curve [key=value ...]``
-(Hydra overrides of ``conf/forgetting/forgetting.yaml``): the curve, its picture, its results line
-and summary."""
+"""The forgetting curve of a model: copy and LM accuracy by distance, its memory lengths.
+
+``longppl forgetting-curve [key=value ...]`` (`make forgetting-curve MODEL=...`; Hydra overrides of
+``conf/forgetting/forgetting.yaml``): the curve, its picture, its results line and summary."""
 
 from __future__ import annotations
 

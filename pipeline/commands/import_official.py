@@ -1,5 +1,7 @@
-"""`make import-official EVALUATOR=<name>`: ``python -m pipeline.commands.import_official [key=value ...]``
-(Hydra overrides of ``conf/import_official.yaml``): the paper's own key spans as a ``key_spans`` artifact."""
+"""The paper's own key spans (data/official-key-text) as a key_spans artifact.
+
+``longppl import-official official=<evaluator> [key=value ...]`` (`make import-official
+EVALUATOR=<name>`; Hydra overrides of ``conf/import_official.yaml``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""`make keytokens`: ``python -m pipeline.commands.keytokens [key=value ...]`` (Hydra overrides of
-``conf/keytokens.yaml``): the run, its summary, and the key-token pages of every document."""
+"""Stage 1: an evaluator's key tokens of a corpus, as an artifact with a page per document.
+
+``longppl keytokens [key=value ...]`` (`make keytokens`; Hydra overrides of ``conf/keytokens.yaml``):
+the run, its summary, and the key-token pages of every document."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""`make ladder MODEL=...`: ``python -m pipeline.commands.ladder [key=value ...]`` (Hydra overrides of
-``conf/ladder.yaml``): the score stage at each context limit of a ladder and at full context, the
-effective context length, its picture (beside the model's forgetting curve when it has one), the
-results line and the summary."""
+"""The context ladder: LongPPL at growing context limits, the effective context length.
+
+``longppl ladder [key=value ...]`` (`make ladder MODEL=...`; Hydra overrides of ``conf/ladder.yaml``):
+the score stage at each context limit of a ladder and at full context, the effective context length, its
+picture (beside the model's forgetting curve when it has one), the results line and the summary."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`make leaderboard`: ``python -m pipeline.commands.leaderboard [key=value ...]`` (Hydra overrides of
+"""Tables and plots of everything scored, from the results files.
+
+``longppl leaderboard [key=value ...]`` (`make leaderboard`; Hydra overrides of
 ``conf/leaderboard.yaml``): every result read, the tables and plots rendered and written."""
 
 from __future__ import annotations

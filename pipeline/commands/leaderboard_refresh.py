@@ -1,5 +1,7 @@
-"""`make leaderboard-refresh`: ``python -m pipeline.commands.leaderboard_refresh [key=value ...]`` (Hydra
-overrides of ``conf/leaderboard_refresh.yaml``; ``refresh=<name>`` picks a file of ``conf/refresh/``)."""
+"""Score the pinned models again and compare them with their recorded results.
+
+``longppl leaderboard-refresh [key=value ...]`` (`make leaderboard-refresh`; Hydra overrides of
+``conf/leaderboard_refresh.yaml``; ``refresh=<name>`` picks a file of ``conf/refresh/``)."""
 
 from __future__ import annotations
 

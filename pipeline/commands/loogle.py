@@ -1,6 +1,8 @@
-"""`make loogle MODEL=...`: ``python -m pipeline.commands.loogle [key=value ...]`` (Hydra overrides of
-``conf/loogle.yaml``): LooGLE's tasks with its protocol for one model, a predictions file per task (a
-killed run resumes it), then LooGLE's metrics of each, printed (``pipeline.loogle.generation.benchmark``)."""
+"""The LooGLE benchmark with its own protocol: a model's predictions per task, then its metrics.
+
+``longppl loogle [key=value ...]`` (`make loogle MODEL=...`; Hydra overrides of ``conf/loogle.yaml``):
+LooGLE's tasks with its protocol for one model, a predictions file per task (a killed run resumes it),
+then LooGLE's metrics of each, printed (``pipeline.loogle.generation.benchmark``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""`make loogle-evidence`: ``python -m pipeline.commands.loogle_evidence [key=value ...]`` (Hydra overrides
-of ``conf/loogle_evidence.yaml``): LooGLE's evidence located in its documents, per task and rule."""
+"""LooGLE's evidence located in its documents, per task and rule.
+
+``longppl loogle-evidence [key=value ...]`` (`make loogle-evidence`; Hydra overrides of
+``conf/loogle_evidence.yaml``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""`make loogle-keytokens`: ``python -m pipeline.commands.loogle_keytokens [key=value ...]`` (Hydra
-overrides of ``conf/loogle_keytokens.yaml``): a LooGLE key-token artifact's LSD and key tokens inside
-its located evidence against outside, with a circular-shift null, and the LSD of each question's last
-evidence span against how far back its evidence lies (``pipeline.loogle.evidence.keytoken_rates``)."""
+"""A LooGLE artifact's LSD and key tokens inside its located evidence against outside.
+
+``longppl loogle-keytokens [key=value ...]`` (`make loogle-keytokens`; Hydra overrides of
+``conf/loogle_keytokens.yaml``): with a circular-shift null, and the LSD of each question's last evidence
+span against how far back its evidence lies (``pipeline.loogle.evidence.keytoken_rates``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""`make loogle-metrics`: ``python -m pipeline.commands.loogle_metrics predictions=<file> task=<task>`` (Hydra
-overrides of ``conf/loogle_metrics.yaml``): LooGLE's automatic metrics of a predictions file."""
+"""LooGLE's automatic metrics of a predictions file.
+
+``longppl loogle-metrics predictions=<file> task=<task>`` (`make loogle-metrics`; Hydra overrides of
+``conf/loogle_metrics.yaml``)."""
 
 from __future__ import annotations
 

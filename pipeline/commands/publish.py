@@ -1,5 +1,7 @@
-"""`make publish ARTIFACT=... REPO=...`: ``python -m pipeline.commands.publish [key=value ...]`` (Hydra
-overrides of ``conf/publish.yaml``): an artifact as a Hub dataset folder, then uploaded."""
+"""A key-token artifact as a Hub dataset: its folder written, then uploaded.
+
+``longppl publish artifact=<dir> repo=<org>/<name> [key=value ...]`` (`make publish ARTIFACT=...
+REPO=...`; Hydra overrides of ``conf/publish.yaml``)."""
 
 from __future__ import annotations
 

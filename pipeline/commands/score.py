@@ -1,6 +1,8 @@
-"""`make score MODEL=...`: ``python -m pipeline.commands.score [key=value ...]`` (Hydra overrides of
-``conf/score.yaml``): one causal LM against a key-token artifact, the result appended to the
-results file. Needs no corpus and no evaluator: the texts, spans and LSD come from the artifact.
+"""Stage 2: a causal LM scored against a key-token artifact: PPL, LongPPL, LongPPL-soft.
+
+``longppl score [key=value ...]`` (`make score MODEL=...`; Hydra overrides of ``conf/score.yaml``): the
+result appended to the results file. Needs no corpus and no evaluator: the texts, spans and LSD come
+from the artifact.
 """
 
 from __future__ import annotations

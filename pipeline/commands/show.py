@@ -1,5 +1,6 @@
-"""`make show`: ``python -m pipeline.commands.show [key=value ...]`` (Hydra overrides of
-``conf/show.yaml``): an artifact's key-token pages, one document's or every document's, with the index."""
+"""An artifact's key-token pages: one document's or every document's, with the index.
+
+``longppl show [key=value ...]`` (`make show`; Hydra overrides of ``conf/show.yaml``)."""
 
 from __future__ import annotations
 
