@@ -1,4 +1,4 @@
-"""Two key-token artifacts: the same bytes? the same artifact? how far apart are their values?
+"""Two artifacts compared: the same bytes? the same artifact? how far apart are their values?
 
 ``longppl compare-artifacts a=<dir> b=<dir>`` (`make compare-artifacts`; Hydra overrides of
 ``conf/compare_artifacts.yaml``). Prints each artifact's identity (fingerprint, discrete hash, exact

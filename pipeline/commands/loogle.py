@@ -1,4 +1,4 @@
-"""The LooGLE benchmark with its own protocol: a model's predictions per task, then its metrics.
+"""LooGLE, with its own protocol: a model's predictions per task, then their metrics.
 
 ``longppl loogle [key=value ...]`` (`make loogle MODEL=...`; Hydra overrides of ``conf/loogle.yaml``):
 LooGLE's tasks with its protocol for one model, a predictions file per task (a killed run resumes it),

@@ -152,5 +152,5 @@ def unknown_tasks(message: str, directory: Path) -> str:
     ours = ", ".join(names) if names else "none: no artifact under artifacts/keytokens (make keytokens)"
     return (
         f"{message.removeprefix('Tasks not found: ')}: no such lm-eval task. LongPPL tasks here: {ours} "
-        f"(and the tag longppl); `python -m pipeline.commands.lm_eval ls tasks` lists all"
+        f"(and the tag longppl); `longppl lm-eval ls tasks` lists all"
     )
