@@ -1,5 +1,7 @@
 # LongPPL pipeline. A fresh machine needs two commands: `make keytokens` and `make test`.
-# Every target sets up its own virtual environment on first use (.venv, stamp file).
+# Every target sets up its own virtual environment on first use (.venv, stamp file). A target that runs
+# the pipeline runs the package's command, `longppl <target>` (`pip install .` gives the same command);
+# the studies (validate, longce-demo, rehearse-*) and the benches run modules of the checkout.
 
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -123,28 +125,29 @@ $(LOOGLE_STAMP): $(STAMP)
 	else \
 	  echo "WordNet is missing: run 'sudo apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index', then make setup-loogle (until then METEOR is null)"; \
 	fi
-	-$(BIN)/python -m pipeline.commands.setup_loogle
+	-$(BIN)/longppl setup-loogle
 	touch $(LOOGLE_STAMP)
 
 # LooGLE (docs/loogle.md): MODEL as for `make score`; ARGS="task=longdep_qa data=hub max_length=..." etc.
 loogle: $(LOOGLE_STAMP)
-	$(BIN)/python -m pipeline.commands.loogle $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+	$(BIN)/longppl loogle $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
 
 loogle-metrics: $(LOOGLE_STAMP)
-	$(BIN)/python -m pipeline.commands.loogle_metrics $(ARGS)
+	$(BIN)/longppl loogle-metrics $(ARGS)
 
 loogle-evidence: $(STAMP)
-	$(BIN)/python -m pipeline.commands.loogle_evidence $(ARGS)
+	$(BIN)/longppl loogle-evidence $(ARGS)
 
 loogle-keytokens: $(STAMP)
-	$(BIN)/python -m pipeline.commands.loogle_keytokens $(ARGS)
+	$(BIN)/longppl loogle-keytokens $(ARGS)
 
-# NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs).
+# NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs); torchrun starts the
+# longppl command itself in each process (--no-python: it is a script, not a module).
 keytokens: $(STAMP)
 ifeq ($(NPROC),1)
-	$(BIN)/python -m pipeline.commands.keytokens $(ARGS)
+	$(BIN)/longppl keytokens $(ARGS)
 else
-	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.commands.keytokens $(ARGS)
+	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) --no-python $(BIN)/longppl keytokens $(ARGS)
 endif
 
 # The paper's run rehearsed on the CPU with tiny random-weight models at its lengths (32767-token texts,
@@ -161,63 +164,64 @@ rehearse-long: $(STAMP)
 # The paper's own key tokens (data/official-key-text) as key_spans artifacts; needs the Hub, or local
 # copies: ARGS="corpus.dataset=DIR corpus.tokenized_with=DIR official.tokenizer=DIR".
 import-official: $(STAMP)
-	$(BIN)/python -m pipeline.commands.import_official official=$(EVALUATOR) $(ARGS)
+	$(BIN)/longppl import-official official=$(EVALUATOR) $(ARGS)
 
 import-official-all: $(STAMP)
-	set -e; for e in $(OFFICIAL_EVALUATORS); do $(BIN)/python -m pipeline.commands.import_official official=$$e $(ARGS); done
+	set -e; for e in $(OFFICIAL_EVALUATORS); do $(BIN)/longppl import-official official=$$e $(ARGS); done
 
 # MODEL=a,b (a comma list) is a Hydra multirun over the models (-m in ARGS is put first, where Hydra
 # reads it): one after another, or ARGS="hydra/launcher=joblib" in parallel processes, or
 # ARGS="hydra/launcher=slurm" as Slurm jobs (docs/gpu.md).
 score: $(STAMP)
-	$(BIN)/python -m pipeline.commands.score $(if $(or $(findstring $(comma),$(MODEL)),$(filter -m --multirun,$(ARGS))),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(filter-out -m --multirun,$(ARGS))
+	$(BIN)/longppl score $(if $(or $(findstring $(comma),$(MODEL)),$(filter -m --multirun,$(ARGS))),--multirun) $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(filter-out -m --multirun,$(ARGS))
 
 # The context ladder: the score stage at growing context limits (each rung is `make score ...
 # context_limit=W`) and the effective context length. MODEL as for `make score`.
 ladder: $(STAMP)
-	$(BIN)/python -m pipeline.commands.ladder $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
+	$(BIN)/longppl ladder $(if $(MODEL),model.spec=$(MODEL)) $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
 
 # The forgetting curve (Liu et al., EMNLP 2024). MODEL: an embedded short name selects its conf/model/
 # group; anything else (directory, .gguf, Hub id) is model=local model.spec=$(MODEL).
 forgetting-curve: $(STAMP)
-	$(BIN)/python -m pipeline.commands.forgetting_curve $(if $(MODEL),$(if $(wildcard conf/model/$(MODEL).yaml),model=$(MODEL),model=local model.spec=$(MODEL))) $(ARGS)
+	$(BIN)/longppl forgetting-curve $(if $(MODEL),$(if $(wildcard conf/model/$(MODEL).yaml),model=$(MODEL),model=local model.spec=$(MODEL))) $(ARGS)
 
 # lm-eval's own command line with the model `longppl` and a task per key-token artifact
 # (docs/lm-eval.md): MODEL is --model_args pretrained=MODEL, ARTIFACT one more artifact with a task
 # (a directory or hf://datasets/...@rev), ARGS lm-eval's flags, unchanged.
 lm-eval: $(LMEVAL_STAMP)
-	$(BIN)/python -m pipeline.commands.lm_eval $(if $(MODEL),--model_args pretrained=$(MODEL)) $(if $(ARTIFACT),--artifact $(ARTIFACT)) $(ARGS)
+	$(BIN)/longppl lm-eval $(if $(MODEL),--model_args pretrained=$(MODEL)) $(if $(ARTIFACT),--artifact $(ARTIFACT)) $(ARGS)
 
 leaderboard: $(STAMP)
-	$(BIN)/python -m pipeline.commands.leaderboard $(ARGS)
+	$(BIN)/longppl leaderboard $(ARGS)
 
 leaderboard-refresh: $(STAMP)
-	$(BIN)/python -m pipeline.commands.leaderboard_refresh $(ARGS)
+	$(BIN)/longppl leaderboard-refresh $(ARGS)
 
 # GPU machines: Qwen2-7B and Mistral-7B-Instruct-v0.2 on the three imported artifacts against the official
 # README's numbers (conf/refresh/official-*.yaml); every refresh runs, and the target fails if one did.
 leaderboard-refresh-official: $(STAMP)
 	status=0; for e in $(OFFICIAL_EVALUATORS); do \
-	  $(BIN)/python -m pipeline.commands.leaderboard_refresh refresh=official-$$e $(ARGS) || status=1; done; exit $$status
+	  $(BIN)/longppl leaderboard-refresh refresh=official-$$e $(ARGS) || status=1; done; exit $$status
 
 # Two artifacts: the same bytes, the same artifact (docs/reproducibility.md), and their values side by side.
 compare-artifacts: $(STAMP)
-	$(BIN)/python -m pipeline.commands.compare_artifacts $(ARGS)
+	$(BIN)/longppl compare-artifacts $(ARGS)
 
 show: $(STAMP)
-	$(BIN)/python -m pipeline.commands.show $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
+	$(BIN)/longppl show $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(ARGS)
 
 # The paper's claims checked with the embedded models (docs/reports/validation.md); 21-22 minutes measured alone on
 # 2 cores (torch on 2 threads); a second run says whether results.json came out identical.
 validate: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m studies.validate $(ARGS)
 
-# Fine-tune with LongCE (or CE: ARGS=source=ce) on Hugging Face Trainer; NPROC=N: torchrun over N GPUs.
+# Fine-tune with LongCE (or CE: ARGS=source=ce) on Hugging Face Trainer; NPROC=N: torchrun over N GPUs
+# (--no-python: torchrun starts the longppl command itself).
 finetune: $(STAMP)
 ifeq ($(NPROC),1)
-	$(BIN)/python -m pipeline.commands.finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+	$(BIN)/longppl finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
 else
-	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m pipeline.commands.finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
+	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) --no-python $(BIN)/longppl finetune $(if $(MODEL),model.spec=$(MODEL)) $(ARGS)
 endif
 
 # CE against LongCE on SmolLM2-135M, on CPU (docs/reports/longce-demo.md; needs `make keytokens` first).
@@ -225,7 +229,7 @@ longce-demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m studies.longce_demo $(ARGS)
 
 publish: $(STAMP)
-	$(BIN)/python -m pipeline.commands.publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
+	$(BIN)/longppl publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
 
 test: $(LMEVAL_STAMP) $(LOOGLE_STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)

@@ -1,7 +1,8 @@
-"""Atomic file writes (a file appears complete or not at all, even when a run is killed mid-write),
-where a file or folder could be made (``nearest_existing``), paths as records keep them
-(``recorded_path``), and the configuration directory's values read as plain data (``conf_file``: no
-Hydra outside the commands)."""
+"""Where the shipped configs and data are (``CONF_DIR``, ``DATA_DIR``; ``locate_input`` for a relative
+path a config names), atomic file writes (a file appears complete or not at all, even when a run is
+killed mid-write), where a file or folder could be made (``nearest_existing``), paths as records keep
+them (``recorded_path``), and the configuration directory's files read as plain data (``conf_file``:
+no Hydra outside the commands)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,25 @@ import yaml
 
 from pipeline.errors import PipelineError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+PACKAGE_DIR = Path(__file__).resolve().parent
+# The folder that holds the shipped conf/ and data/: an installed wheel carries them inside the package
+# (pipeline/conf, pipeline/data: the package-dir mapping of pyproject.toml); a checkout, editable
+# install included, has them beside pipeline/.
+RESOURCE_ROOT = PACKAGE_DIR if (PACKAGE_DIR / "conf").is_dir() else PACKAGE_DIR.parent
+CONF_DIR = RESOURCE_ROOT / "conf"
+DATA_DIR = RESOURCE_ROOT / "data"
+
+
+def locate_input(path: str | Path) -> Path:
+    """A file or folder a config names (``data/govreport-sample.jsonl``, ``conf/refresh/recorded.jsonl``):
+    as given when it exists there (absolute, or relative to the working directory, which wins), else a
+    relative path under ``RESOURCE_ROOT`` when it exists there (the shipped one, from any working
+    directory), else as given (so that an error names it as written)."""
+    given = Path(path)
+    if given.is_absolute() or given.exists():
+        return given
+    shipped = RESOURCE_ROOT / given
+    return shipped if shipped.exists() else given
 
 
 def conf_file(name: str) -> dict[str, Any]:

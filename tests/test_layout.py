@@ -1,6 +1,6 @@
 """The architecture, checked (docs/architecture.md): every module of ``pipeline/`` belongs to a layer
 and imports only from its own layer or below, with no exception; no import cycle; every make target
-that runs a pipeline command has one module in ``pipeline/commands/``, named after the target, and only
+that runs a pipeline command runs ``longppl <its name>``, one module of ``pipeline/commands/``, and only
 that package imports Hydra; every package says in its docstring what it holds and what it may
 import; modules under 400 lines, functions under 60; no issue numbers in the code. Function-level
 imports count: they hide a cycle, not remove it."""
@@ -37,7 +37,7 @@ LAYERS = [
     ("jobs", ("pipeline.jobs",)),
     ("api", ("pipeline.api", "pipeline.lmeval")),
     ("sharing", ("pipeline.sharing",)),
-    ("commands", ("pipeline.commands",)),
+    ("commands", ("pipeline.commands", "pipeline.cli")),
 ]
 RANKS = {name: rank for rank, name in enumerate(dict.fromkeys(name for name, _ in LAYERS))}
 
@@ -155,31 +155,33 @@ def test_layers_cover_every_module():
         rank(module)  # raises for a module in no layer
 
 
-def make_targets_running(prefix: str) -> dict[str, str]:
-    """Make target -> the module its recipe runs with ``-m <prefix>...``."""
+def make_targets_running(pattern: str) -> dict[str, str]:
+    """Make target -> what its recipe runs: the first match of ``pattern``'s group on its lines."""
     found, target = {}, None
     for line in (ROOT / "Makefile").read_text().splitlines():
         if re.match(r"^[a-z][\w-]*:", line):
             target = line.split(":")[0]
-        for module in re.findall(rf"-m ({re.escape(prefix)}[\w.]*)", line):
-            found.setdefault(target, module)
+        for ran in re.findall(pattern, line):
+            found.setdefault(target, ran)
     return found
 
 
 def test_one_command_module_per_make_target():
-    """Every make target that runs the pipeline runs ``pipeline.commands.<its name>`` (``-`` as ``_``),
-    and every module of ``pipeline/commands/`` but the shared shell is some target's."""
-    runs = make_targets_running("pipeline")
-    wrong = {t: m for t, m in runs.items() if m != f"pipeline.commands.{t.replace('-', '_')}"}
+    """Every make target that runs the pipeline runs ``longppl <its name>``, never a module of
+    ``pipeline`` (``python -m``, ``torchrun -m``); every module of ``pipeline/commands/`` but the shared
+    shell is a subcommand of ``longppl`` named after it (``-`` for ``_``) and some target's."""
+    from pipeline.cli import commands
+
+    assert not make_targets_running(r"-m (pipeline[\w.]*)"), "a target runs pipeline with -m, not longppl"
+    runs = make_targets_running(r"/longppl ([\w-]+)")
+    wrong = {t: c for t, c in runs.items() if c != t}
     for suffix in ("-all", "-official"):  # a target that runs its base target's command for several inputs
-        wrong = {
-            t: m
-            for t, m in wrong.items()
-            if m != f"pipeline.commands.{t.removesuffix(suffix).replace('-', '_')}"
-        }
+        wrong = {t: c for t, c in wrong.items() if c != t.removesuffix(suffix)}
     assert not wrong, wrong
-    modules_ = {p.stem for p in (PIPELINE / "commands").glob("*.py")} - {"__init__", "shell"}
-    assert modules_ == {m.rpartition(".")[2] for m in runs.values()}
+    stems = {p.stem for p in (PIPELINE / "commands").glob("*.py")} - {"__init__", "shell"}
+    modules_ = {stem.replace("_", "-") for stem in stems}
+    assert modules_ == set(runs.values())
+    assert modules_ == set(commands())
 
 
 def test_only_the_commands_import_hydra():

@@ -43,6 +43,8 @@ FILE_SUFFIXES = {s.lstrip(".") for s in TEXT_SUFFIXES} | {"png", "sh", "toml", "
 # repository's files under a name that starts like ours, and files a command writes when it runs.
 ELSEWHERE: dict[str, str] = {
     "conf/refresh/official-*.jsonl": "the official refreshes' records, written by `record=true` on a GPU",
+    "pipeline/conf*": "conf/ as an installed wheel carries it (setup.py maps it there)",
+    "pipeline/data*": "data/ as an installed wheel carries it (setup.py maps it there)",
 }
 
 MACHINE_PATH = re.compile(
@@ -240,7 +242,7 @@ def test_every_file_and_module_named_exists():
 def test_the_checks_find_what_they_should_and_nothing_else():
     """Each check can fail, on the cases it exists for, and stays quiet on what only looks alike."""
     page = [
-        (1, "see pipeline/attention.py and pipeline/models/attention.py; `python -m pipeline.cli`"),
+        (1, "see pipeline/attention.py and pipeline/models/attention.py; `python -m pipeline.no_such_cli`"),
         (2, "pipeline.api.score, pipeline.api.no_such_name, docs/bench.md, bench.md, conf/model/"),
         (3, "https://github.com/org/repo/blob/main/docs/x.md, LooGLE's Prediction/pred_opensource_models.py"),
         (4, "conf/refresh/official-<evaluator>.yaml, docs/reports/{cost,memory}.md, tests/..."),
@@ -250,7 +252,7 @@ def test_the_checks_find_what_they_should_and_nothing_else():
     texts = {"page.md": (page, True)}
     assert missing_references(texts) == [
         "page.md:1: pipeline/attention.py (no such file)",
-        "page.md:1: pipeline.cli (no module pipeline.cli, nor a name cli in pipeline)",
+        "page.md:1: pipeline.no_such_cli (no module pipeline.no_such_cli, nor a name no_such_cli in pipeline)",
         "page.md:2: pipeline.api.no_such_name (no module pipeline.api.no_such_name, nor a name "
         "no_such_name in pipeline.api)",
         "page.md:5: pipeline.reporting.ladder_plot (no module pipeline.reporting.ladder_plot, nor a name "

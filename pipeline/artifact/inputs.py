@@ -37,7 +37,7 @@ import numpy as np
 from pipeline.artifact.checks import FIX, ArtifactProblem
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.files import write_json_atomic
+from pipeline.files import locate_input, write_json_atomic
 from pipeline.models.gguf import SOURCE_RECORD, check_conversion, default_cache_dir, gguf_cache_path
 from pipeline.models.sources import EMBEDDED_MODELS
 from pipeline.provenance import json_sha256
@@ -216,7 +216,7 @@ def source_texts(settings: dict[str, Any]) -> dict[str, str] | str:
     """The texts of the source corpus by sha256, when it is a local file; else why not."""
     corpus = settings.get("corpus") or {}
     path = corpus.get("path")
-    if not isinstance(path, str) or not Path(path).is_file():
+    if not isinstance(path, str) or not locate_input(path).is_file():
         return f"{UNAVAILABLE}: the corpus is not a local file here"
     field = corpus.get("text_field")
     spec = CorpusSpec(name=corpus["name"], path=path, text_field=field if isinstance(field, str) else "text")

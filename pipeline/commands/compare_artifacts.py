@@ -1,5 +1,5 @@
-"""`make compare-artifacts ARGS="a=<dir> b=<dir>"`: two key-token artifacts compared: the same bytes,
-the same artifact, their values (``pipeline.artifact.comparison``)."""
+"""Two artifacts compared: the same bytes? the same artifact? how far apart are their values?
+`make compare-artifacts` (``conf/compare_artifacts.yaml``): ``pipeline.artifact.comparison``."""
 
 from __future__ import annotations
 

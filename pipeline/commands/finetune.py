@@ -1,5 +1,5 @@
-"""`make finetune` (``conf/finetune.yaml``): one causal LM fine-tuned with LongCE or CE on Hugging Face
-Trainer (``pipeline.jobs.finetune``)."""
+"""Fine-tune a model with LongCE (or CE: source=ce) on Hugging Face Trainer.
+`make finetune` (``conf/finetune.yaml``): the job ``pipeline.jobs.finetune``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make forgetting-curve MODEL=...` (``conf/forgetting/forgetting.yaml``): one model's forgetting curve,
-its picture and results line (``pipeline.jobs.forgetting``), the summary."""
+"""The forgetting curve of a model: copy and LM accuracy by distance, its memory lengths.
+`make forgetting-curve` (``conf/forgetting/forgetting.yaml``): the job ``pipeline.jobs.forgetting``."""
 
 from __future__ import annotations
 

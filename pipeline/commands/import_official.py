@@ -1,5 +1,5 @@
-"""`make import-official EVALUATOR=<name>` (``conf/import_official.yaml``): the paper's own key spans as
-a ``key_spans`` artifact (``pipeline.jobs.import_official``)."""
+"""The paper's own key spans (data/official-key-text) as a key_spans artifact.
+`make import-official` (``conf/import_official.yaml``): the job ``pipeline.jobs.import_official``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make keytokens` (``conf/keytokens.yaml``): an evaluator's key tokens of a corpus, written as an
-artifact with every document's key-token page (``pipeline.jobs.keytokens``), its summary printed."""
+"""Stage 1: an evaluator's key tokens of a corpus, as an artifact with a page per document.
+`make keytokens` (``conf/keytokens.yaml``): the job ``pipeline.jobs.keytokens``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make ladder MODEL=...` (``conf/ladder.yaml``): the score stage at each rung of a context ladder, the
-effective context length, its picture and results line (``pipeline.jobs.ladder``), the summary."""
+"""The context ladder: LongPPL at growing context limits, the effective context length.
+`make ladder` (``conf/ladder.yaml``): the job ``pipeline.jobs.ladder``."""
 
 from __future__ import annotations
 

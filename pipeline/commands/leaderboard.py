@@ -1,5 +1,5 @@
-"""`make leaderboard` (``conf/leaderboard.yaml``): every result read, the entries selected, the tables
-and plots rendered and written (``pipeline.reporting.leaderboard``); the Markdown printed."""
+"""Tables and plots of everything scored, from the results files.
+`make leaderboard` (``conf/leaderboard.yaml``): ``pipeline.reporting.leaderboard``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make leaderboard-refresh` (``conf/leaderboard_refresh.yaml``; ``refresh=<name>`` picks a file of
-``conf/refresh/``): the pinned models rescored and compared with the record (``pipeline.sharing.refresh``)."""
+"""Score the pinned models again and compare them with their recorded results.
+`make leaderboard-refresh` (``conf/leaderboard_refresh.yaml``): ``pipeline.sharing.refresh``."""
 
 from __future__ import annotations
 

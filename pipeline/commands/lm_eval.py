@@ -1,6 +1,4 @@
-"""`make lm-eval`: ``python -m pipeline.commands.lm_eval [--artifact <dir or hf://...>]... <lm-eval flags>``:
-lm-eval's own command line with this project's model and tasks (``pipeline.lmeval.command_line``); a
-problem with the inputs is one ``error:`` line with exit status 2."""
+"""LongPPL as lm-evaluation-harness tasks: lm-eval's own command line, this project's model."""
 
 from __future__ import annotations
 

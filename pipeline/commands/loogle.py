@@ -1,5 +1,5 @@
-"""`make loogle MODEL=...` (``conf/loogle.yaml``): LooGLE's tasks for one model, a predictions file, its
-metrics and a results line per task (``pipeline.jobs.loogle``), printed."""
+"""LooGLE, with its own protocol: a model's predictions per task, then their metrics.
+`make loogle` (``conf/loogle.yaml``): the job ``pipeline.jobs.loogle``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make loogle-evidence` (``conf/loogle_evidence.yaml``): LooGLE's evidence located in its documents,
-per task and rule (``pipeline.loogle.evidence.alignment_report``), written as JSON and printed."""
+"""LooGLE's evidence located in its documents, per task and rule.
+`make loogle-evidence` (``conf/loogle_evidence.yaml``): ``pipeline.loogle.evidence.alignment_report``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make loogle-keytokens` (``conf/loogle_keytokens.yaml``): a LooGLE key-token artifact's LSD and key
-tokens inside its located evidence against outside (``pipeline.loogle.evidence.keytoken_rates``)."""
+"""A LooGLE artifact's LSD and key tokens inside its located evidence against outside.
+`make loogle-keytokens` (``conf/loogle_keytokens.yaml``): ``pipeline.loogle.evidence.keytoken_rates``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make loogle-metrics ARGS="predictions=<file> task=<task>"` (``conf/loogle_metrics.yaml``): LooGLE's
-automatic metrics of a predictions file (``pipeline.loogle.metrics.evaluation``), printed."""
+"""LooGLE's automatic metrics of a predictions file.
+`make loogle-metrics` (``conf/loogle_metrics.yaml``): ``pipeline.loogle.metrics.evaluation``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make publish ARTIFACT=... REPO=...` (``conf/publish.yaml``): an artifact as a Hub dataset folder,
-then uploaded (``pipeline.sharing.hub_dataset``)."""
+"""A key-token artifact as a Hub dataset: its folder written, then uploaded.
+`make publish` (``conf/publish.yaml``): ``pipeline.sharing.hub_dataset``."""
 
 from __future__ import annotations
 

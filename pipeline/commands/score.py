@@ -1,5 +1,5 @@
-"""`make score MODEL=...` (``conf/score.yaml``): one causal LM against a key-token artifact, its line
-appended to the results file (``pipeline.jobs.score``), its summary printed."""
+"""Stage 2: a causal LM scored against a key-token artifact: PPL, LongPPL, LongPPL-soft.
+`make score` (``conf/score.yaml``): the job ``pipeline.jobs.score``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`make setup-loogle`'s last step: ``python -m pipeline.commands.setup_loogle``, WordNet 3.0 put where
-nltk's METEOR reads it (``pipeline.loogle.metrics.wordnet``); a problem is one ``error:`` line, status 2."""
+"""WordNet 3.0 put where nltk's METEOR reads it (the last step of make setup-loogle)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`make show` (``conf/show.yaml``): an artifact's key-token pages, one document's or every document's,
-with the index (``pipeline.reporting.keytoken_page``)."""
+"""An artifact's key-token pages: one document's or every document's, with the index.
+`make show` (``conf/show.yaml``): ``pipeline.reporting.keytoken_page``."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from pipeline.artifact.schema import (
 from pipeline.artifact.writer import DamagedRecord, read_record, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
+from pipeline.files import locate_input
 from pipeline.hub import offline_unless
 from pipeline.official.boundaries import (
     BoundaryReport,
@@ -95,7 +96,7 @@ def run(job: ImportJob) -> dict[str, Any]:
     """The whole import; returns the artifact's manifest."""
     options, definition, corpus = job.options, job.definition, job.corpus
     started = time.time()
-    official, spans_dir = options.official, Path(options.spans_dir)
+    official, spans_dir = options.official, locate_input(options.spans_dir)
     spans = read_span_folder(spans_dir)
     corpus_pin, decoder_pin, spec = pinned_corpus(corpus)
     tokenizer_pin = pin(official.tokenizer, official.tokenizer_revision, "model", "official.tokenizer")
@@ -223,7 +224,7 @@ def settings_record(
     """The manifest's ``settings``: the key-token definition the spans were computed with (no gamma:
     key spans only, no soft weights), the evaluator, where the spans and the texts came from."""
     official = options.official
-    files = [p for p in Path(options.spans_dir).iterdir() if SLICE.fullmatch(p.name)]
+    files = [p for p in locate_input(options.spans_dir).iterdir() if SLICE.fullmatch(p.name)]
     return {
         **definition.record(),
         "gamma": None,

@@ -137,7 +137,7 @@ def run(args: list[str]) -> None:
     )  # registers the model, the metrics, the task class
     from lm_eval.__main__ import cli_evaluate
 
-    sys.argv = [f"{sys.executable} -m pipeline.commands.lm_eval", *with_defaults(rest)]
+    sys.argv = ["longppl lm-eval", *with_defaults(rest)]  # lm-eval's usage names the command
     with with_tasks(directory), longppl_tasks_need_longppl_model():
         try:
             cli_evaluate()
@@ -152,5 +152,5 @@ def unknown_tasks(message: str, directory: Path) -> str:
     ours = ", ".join(names) if names else "none: no artifact under artifacts/keytokens (make keytokens)"
     return (
         f"{message.removeprefix('Tasks not found: ')}: no such lm-eval task. LongPPL tasks here: {ours} "
-        f"(and the tag longppl); `python -m pipeline.commands.lm_eval ls tasks` lists all"
+        f"(and the tag longppl); `longppl lm-eval ls tasks` lists all"
     )

@@ -40,7 +40,7 @@ from pipeline.artifact.identity import Identity, differences
 from pipeline.artifact.reader import normalized_location, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.files import conf_file, strict_json
+from pipeline.files import conf_file, locate_input, strict_json
 from pipeline.models.loading import ModelChoice
 from pipeline.results import score as results
 from pipeline.results.keys import context_name, model_identity
@@ -119,6 +119,7 @@ class Refresh:
 
 def recorded_rows(path: Path) -> dict[str, dict[str, Any]]:
     """The recorded results by model name (validated like any results file; one line per name)."""
+    path = locate_input(path)
     if not path.is_file():
         raise PipelineError(
             f"no recorded results at {path}: record them with `make leaderboard-refresh ARGS=record=true`"
@@ -236,7 +237,7 @@ def check_identity(refresh: Refresh) -> KeyTokenArtifact:
 def _which_documents(refresh: Refresh, artifact: KeyTokenArtifact, key: str) -> str:
     """For a discrete mismatch, what differs from the first recorded result that records an identity
     (the documents whose key spans, tokens or values differ); empty without one."""
-    path = Path(refresh.recorded)
+    path = locate_input(refresh.recorded)
     if key != "discrete" or refresh.record or not path.is_file():
         return ""
     for _, obj, _ in results.read_lines(path):

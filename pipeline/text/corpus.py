@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from pipeline.definition import Positive
 from pipeline.errors import PipelineError
+from pipeline.files import locate_input
 from pipeline.provenance import text_sha256
 from pipeline.settings import NonNegative, parse
 
@@ -119,7 +120,7 @@ def load_corpus(spec: CorpusSpec) -> list[Document]:
             '(`make keytokens ARGS="corpus=loogle_sample"`); elsewhere pass its texts as corpus=local'
         )
     if spec.path:
-        path = Path(spec.path)
+        path = locate_input(spec.path)
         if path.is_dir():
             raise PipelineError(f"corpus.path={spec.path} is a directory: pass a .jsonl or .parquet file")
         if not path.is_file():

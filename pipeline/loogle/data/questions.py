@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PipelineError
+from pipeline.files import DATA_DIR
 
 TASKS = ("shortdep_qa", "longdep_qa", "shortdep_cloze", "longdep_summarization")
-SAMPLE_DIR = Path(__file__).resolve().parents[3] / "data" / "loogle"
+SAMPLE_DIR = DATA_DIR / "loogle"
 ID_COLUMNS = ("title", "doc_id", "id", "_id")
 
 
