@@ -252,7 +252,8 @@ def test_the_checks_find_what_they_should_and_nothing_else():
     texts = {"page.md": (page, True)}
     assert missing_references(texts) == [
         "page.md:1: pipeline/attention.py (no such file)",
-        "page.md:1: pipeline.no_such_cli (no module pipeline.no_such_cli, nor a name no_such_cli in pipeline)",
+        "page.md:1: pipeline.no_such_cli (no module pipeline.no_such_cli, nor a name no_such_cli in "
+        "pipeline)",
         "page.md:2: pipeline.api.no_such_name (no module pipeline.api.no_such_name, nor a name "
         "no_such_name in pipeline.api)",
         "page.md:5: pipeline.reporting.ladder_plot (no module pipeline.reporting.ladder_plot, nor a name "
