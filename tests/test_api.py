@@ -15,8 +15,8 @@ from pipeline.api.dropin import compute_longppl
 from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
 from pipeline.models.loading import load_model
-from tests.conftest import ROOT, STAGE1_TEXTS, compose_config
-from tests.test_score import score as score_stage
+from tests.support import ROOT, STAGE1_TEXTS, compose_config, default_artifact
+from tests.support import score as score_stage
 
 TEXT = (
     "The committee reported the bill. " * 9 + "line 7: REGISTER_CONTENT is 4512. " * 4 + "Emoji 😀 café. " * 3
@@ -177,13 +177,6 @@ def test_trainer_callback_reports_longppl_at_each_evaluation(tiny_model_dir, tin
 
 # ----------------------------------------------------------------------------------------------
 # Integration: the embedded models
-
-
-def default_artifact():
-    path = ROOT / str(compose_config("score", []).artifact)
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"needs the default artifact {path}: run `make keytokens` first")
-    return path
 
 
 @pytest.mark.integration

@@ -12,7 +12,7 @@ from pipeline.api.dropin import compute_longppl
 from pipeline.errors import PipelineError
 from pipeline.models.loading import load_model
 from pipeline.official.span_files import format_spans
-from tests.conftest import STAGE1_TEXTS, build_model
+from tests.support import STAGE1_TEXTS
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +44,6 @@ def test_bad_arguments(tiny, tiny_artifact):
     for call, message in cases:
         with pytest.raises(PipelineError, match=message):
             call()
-
-
-@pytest.fixture(scope="module")
-def held(tokenizer):
-    import torch
-
-    model = build_model("llama", len(tokenizer))
-    with torch.device("meta"):
-        meta = build_model("llama", len(tokenizer))
-    return model, meta
 
 
 @pytest.mark.parametrize(

@@ -7,61 +7,23 @@ fail there; what no check can prove is in docs/guarantees.md."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import polars as pl
 import pytest
 
-from pipeline import definition
 from pipeline.artifact import inputs
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.schema import TABLES
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
-from tests.test_artifact_checks import (
+from tests.support import (
     cell,
     craft,
     first_key_row,
+    key_end_over_the_next_tokens,
     manifest_text_hash,
+    remerged,
     set_setting,
-    untruncated_artifact,  # noqa: F401 (a fixture)
 )
-
-
-def remerged(src, dst, tokens_edit):
-    """``src`` with its tokens edited, then the spans, key counts and span counts made to agree: only
-    the offsets (or values) the edit changed can give it away."""
-    edited = craft(src, dst.with_name(dst.name + "-tokens"), tokens=tokens_edit)
-    tokens = pl.read_parquet(edited / "tokens.parquet")
-    rows = []
-    for doc_id, group in tokens.group_by("doc_id", maintain_order=True):
-        key = group.filter(pl.col("is_key"))
-        starts, ends, counts = definition.merge_spans(
-            key["char_start"].to_numpy(), key["char_end"].to_numpy()
-        )
-        rows += [
-            {"doc_id": doc_id[0], "span_index": i, "char_start": a, "char_end": b, "n_tokens": c}
-            for i, (a, b, c) in enumerate(zip(starts, ends, counts, strict=True))
-        ]
-    spans = pl.DataFrame(rows, schema=pl.from_arrow(TABLES["spans"].empty_table()).schema)
-
-    def documents(df: pl.DataFrame) -> pl.DataFrame:
-        n_spans = spans.group_by("doc_id").len()
-        n_key = tokens.group_by("doc_id").agg(pl.col("is_key").sum().alias("k"))
-        df = df.join(n_spans, on="doc_id", how="left").join(n_key, on="doc_id", how="left")
-        return df.with_columns(n_spans=pl.col("len").fill_null(0), n_key_tokens=pl.col("k")).drop("len", "k")
-
-    out = craft(edited, dst, documents=documents, spans=lambda _: spans)
-    shutil.rmtree(edited)
-    return out
-
-
-def key_end_over_the_next_tokens(n: int = 12):
-    def edit(df: pl.DataFrame) -> pl.DataFrame:
-        row = first_key_row(df)
-        return cell("char_end", row, df["char_end"][row + n])(df)
-
-    return edit
 
 
 def test_key_token_end_moved_over_the_next_tokens(tiny_artifact, tmp_path):
@@ -151,7 +113,7 @@ def test_the_tokenizer_file_first_and_transformers_where_it_disagrees(
     )
 
 
-def test_flipped_truncated_flag_with_an_edited_key_span(untruncated_artifact, tmp_path):  # noqa: F811
+def test_flipped_truncated_flag_with_an_edited_key_span(untruncated_artifact, tmp_path):
     """The issue's case: an untruncated document flagged truncated, a key span's text edited."""
     spans = pl.read_parquet(untruncated_artifact / "spans.parquet")
     start = int(spans["char_start"][0])
@@ -171,7 +133,7 @@ def test_flipped_truncated_flag_with_an_edited_key_span(untruncated_artifact, tm
 def test_edited_truncated_text_against_its_source(tiny_artifact, tmp_path):
     """A truncated text with one letter changed (its hashes redone) differs from its source, which is
     at hand; without the source, nothing can tell (docs/guarantees.md, "What no check can prove")."""
-    from tests.test_artifact_checks import changed_text
+    from tests.support import changed_text
 
     fix = manifest_text_hash(tmp_path / "changed")
     root = craft(tiny_artifact, tmp_path / "changed", documents=changed_text, manifest=fix)
@@ -202,7 +164,7 @@ def test_the_cut_is_where_max_tokens_puts_it(tiny_artifact, tokenizer_at_hand, t
 def test_the_issues_cases_on_the_default_artifact(tmp_path):
     """The default artifact cut to its untruncated document govreport-09 (hashes and fingerprint
     redone) loads, re-tokenised with Gemma's tokenizer; the issue's edits of it do not."""
-    from tests.test_api import default_artifact
+    from tests.support import default_artifact
 
     keep = "govreport-09"
 

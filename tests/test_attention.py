@@ -18,7 +18,7 @@ from transformers.masking_utils import (
 
 from pipeline.models import attention
 from studies.random_models import tiny_config
-from tests.conftest import build_model
+from tests.support import build_model
 
 
 def _hidden(model, impl: str, ids: torch.Tensor) -> torch.Tensor:
@@ -160,7 +160,7 @@ def test_gemma2_loads_under_the_alias_and_models_must_dispatch(tmp_path, tokeniz
     """transformers refuses any name with "sdpa" for Gemma 2: load_model retries with the alias. A
     model whose code never calls the attention interface is caught by a probe forward."""
     from pipeline.models.loading import attention_dispatches, load_model
-    from tests.conftest import save_tiny_model
+    from tests.support import save_tiny_model
 
     lm = load_model(str(save_tiny_model(tmp_path, tokenizer, "gemma2")), dtype="float64", device="cpu")
     assert lm.source.attn_implementation == attention.ALIAS and attention_dispatches(lm.model)

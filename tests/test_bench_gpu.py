@@ -15,7 +15,7 @@ import pytest
 from bench import gpu_child, gpu_levers, gpu_numerics, gpu_paper, gpu_report, harness
 from bench.harness import ROOT
 from studies.rehearse_paper import trained_tokenizer
-from tests.conftest import compose_keytokens, keytokens_overrides, run_keytokens
+from tests.support import compose_keytokens, keytokens_overrides, run_keytokens
 
 ALLOCATE = "import time; x = bytearray(300 * 2**20); time.sleep(0.5)"
 

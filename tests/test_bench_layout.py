@@ -7,8 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import ROOT
-from tests.test_layout import cycles_in
+from tests.support import ROOT, cycles_in
 
 BENCH = ROOT / "bench"
 # Lowest first; a module in none is a case (one bench). Inside a layer only the base may import its

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench import report
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 ATTENTION = "# Peak memory of attention\n\nRegenerate: `make bench-attention`.\n\n```sh\n# a comment\n```\n"
 

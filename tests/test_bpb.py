@@ -12,8 +12,7 @@ from pipeline.artifact import reader as artifacts
 from pipeline.models.loading import load_model
 from pipeline.results.score import RESULTS_VERSION
 from pipeline.score import bpb
-from tests.conftest import ROOT, build_tokenizer, compose_config, save_tiny_model
-from tests.test_score import direct_logprobs, score
+from tests.support import ROOT, build_tokenizer, compose_config, direct_logprobs, save_tiny_model, score
 
 
 def test_utf8_lengths_and_covered_bytes():

@@ -8,11 +8,8 @@ error lines for the other test files."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -20,57 +17,8 @@ import pyarrow.parquet as pq
 
 from pipeline.artifact.reader import load_artifact
 from pipeline.provenance import file_sha256
-from tests.conftest import ROOT, keytokens_overrides
-from tests.test_artifact_checks import CASES, craft
-from tests.test_official_import import import_overrides, sources  # noqa: F401 (a fixture)
-
-
-def cli(module: str, *args: str, check_rc: int | None = 2) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    if check_rc is not None:
-        assert done.returncode == check_rc, done.stderr[-3000:]
-    return done
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("error: [")]
-
-
-def run_cli(module: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environment = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "1",
-        **env,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env=environment, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-
-
-def one_error(done: subprocess.CompletedProcess) -> str:
-    """The one ``error:`` line of a command that failed cleanly (exit status 2, no traceback)."""
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    (line,) = [x for x in done.stderr.splitlines() if x.startswith("error: ")]
-    return line
-
-
-def messages(stderr: str) -> dict[frozenset[str], str]:
-    """Each multirun job's error message by its overrides (Hydra's ``a=1,b=2``, as a set)."""
-    jobs = (line.removeprefix("error: [").split("] ", 1) for line in error_lines(stderr))
-    return {frozenset(overrides.split(",")): message for overrides, message in jobs}
-
-
-def job(found: dict[frozenset[str], str], *overrides: str) -> str:
-    """The message of the one job that has all these overrides."""
-    (message,) = [m for job, m in found.items() if job >= set(overrides)]
-    return message
+from tests.support import ARTIFACT_DAMAGES as CASES
+from tests.support import cli, craft, error_lines, import_overrides, keytokens_overrides
 
 
 def score_each(roots: dict, messages: dict, model_dir, tmp_path) -> list[str]:
@@ -261,7 +209,7 @@ def test_score_on_damaged_tables(tiny_artifact, other_model_dir, tmp_path):
     assert all(len(line.split("] ", 1)[1]) < 300 for line in lines)  # short: no text quoted
 
 
-def test_import_official_on_a_damaged_manifest_and_a_huge_span(sources, tmp_path):  # noqa: F811
+def test_import_official_on_a_damaged_manifest_and_a_huge_span(sources, tmp_path):
     """A cut manifest where the import writes: imported anew (as its error advises). A span file with a
     number past any character offset: one error line."""
     root = tmp_path / "out" / "govreport_paper--official--Tiny-Evaluator"

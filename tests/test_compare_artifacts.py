@@ -18,8 +18,7 @@ from pipeline.artifact.identity import differences
 from pipeline.artifact.reader import load_artifact
 from pipeline.commands import compare_artifacts
 from pipeline.errors import PipelineError
-from tests.conftest import ROOT, compose_config
-from tests.test_artifact_checks import craft
+from tests.support import ROOT, compose_config, craft
 
 SHARED = ROOT.parent / "shared" / "data"  # the cross-CPU artifacts (CI has them too)
 

@@ -7,66 +7,17 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from pipeline.models import loading, logprobs
-from pipeline.models.logprobs import TargetScorer
-from tests.conftest import compose_config, keytokens_overrides, run_keytokens
-
-COMPUTE = {"head_chunk": 7, "vocab_tile": 123, "window_batch_tokens": 321, "head_dtype": "float32"}
-
-
-@pytest.fixture
-def spy(monkeypatch, tmp_path):
-    """Records every model load (its keyword arguments), scorer and head dtype asked for."""
-    seen = {"loads": [], "scorers": [], "head_dtypes": []}
-    real_init, real_load, real_resolve = (
-        TargetScorer.__init__,
-        loading.load_model,
-        logprobs.resolve_head_dtype,
-    )
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        seen["scorers"].append(self)
-
-    def load(spec, **kwargs):
-        seen["loads"].append(kwargs)
-        return real_load(spec, **kwargs)
-
-    def resolve(name, *args):
-        seen["head_dtypes"].append(name)
-        return real_resolve(name, *args)
-
-    monkeypatch.setattr(TargetScorer, "__init__", init)
-    monkeypatch.setattr(loading, "load_model", load)
-    monkeypatch.setattr(logprobs, "resolve_head_dtype", resolve)
-    seen["cache_dir"] = str(tmp_path / "cache")
-    return seen
+from pipeline.models import loading
+from tests.support import COMPUTE, compose_config, keytokens_overrides, run_keytokens
+from tests.support import check_compute_reached as check
 
 
 def overrides(spy: dict) -> list[str]:
     return [f"{k}={v}" for k, v in COMPUTE.items()] + [f"cache_dir={spy['cache_dir']}", "dtype=float64"]
 
 
-def check(spy: dict, loads: int = 1, device: str = "cpu") -> None:
-    """Each load had the dtype, device and cache; each scorer (but the like-with-like one of the guard,
-    whose head dtype is the logits') the blocks and batches; the head dtype setting was resolved."""
-    assert len(spy["loads"]) >= loads
-    for kwargs in spy["loads"]:
-        assert (kwargs["dtype"], kwargs["device"], kwargs["cache_dir"]) == (
-            "float64",
-            device,
-            spy["cache_dir"],
-        )
-    assert spy["scorers"]
-    for scorer in spy["scorers"]:
-        assert (scorer.head_chunk, scorer.vocab_tile, scorer.window_batch_tokens) == (7, 123, 321)
-    assert spy["head_dtypes"] and set(spy["head_dtypes"]) == {"float32"}
-
-
 def test_keytokens(spy, tiny_model_dir, write_corpus, tmp_path):
-    from tests.conftest import STAGE1_TEXTS
+    from tests.support import STAGE1_TEXTS
 
     corpus = write_corpus([{"id": "a", "text": STAGE1_TEXTS[0]}])
     cfg_overrides = [
@@ -120,7 +71,7 @@ def test_forgetting_curve(spy, tiny_model_dir, write_corpus, tmp_path):
 
 def test_finetune(spy, other_model_dir, write_corpus, tmp_path):
     from pipeline.commands.finetune import run
-    from tests.conftest import STAGE1_TEXTS
+    from tests.support import STAGE1_TEXTS
 
     corpus = write_corpus([{"id": "a", "text": STAGE1_TEXTS[0]}])
     base = ["model=local", f"model.spec={other_model_dir}", "corpus=local", f"corpus.path={corpus}"]
@@ -140,8 +91,7 @@ def test_validate(
     whole_loogle_artifact,
 ):
     from studies.validate import run
-    from tests.conftest import save_tiny_model
-    from tests.test_validation_family import validate_config
+    from tests.support import save_tiny_model, validate_config
 
     part1 = save_tiny_model(tmp_path / "part1", tokenizer, max_positions=2048)
     cfg = validate_config(

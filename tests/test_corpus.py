@@ -13,7 +13,7 @@ import pytest
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
 from pipeline.text.corpus import CorpusSpec, load_corpus
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 TEXTS = ["CRLF\r\nline", "NUL \x00 inside", "emoji 👩‍👩‍👧 CJK 中文 e\u0301"]
 

@@ -8,23 +8,24 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.artifact import schema
 from pipeline.errors import PipelineError
 from pipeline.keytokens import ranks as distributed
 from pipeline.keytokens.ranks import assign, local_gpus, rank_gpus
-from tests.conftest import ROOT, compose_keytokens, keytokens_overrides, run_keytokens
-
-WORDS = ["federal", "law", "provides", "powers", "president", "congress", "emergency", "report", "statute"]
-
-
-def tables(root) -> dict[str, bytes]:
-    return {name: (root / f"{name}.parquet").read_bytes() for name in schema.TABLES}
+from tests.support import DISTRIBUTED_WORDS as WORDS
+from tests.support import (
+    ROOT,
+    compose_keytokens,
+    keytokens_command,
+    keytokens_overrides,
+    run_cmd,
+    run_keytokens,
+)
+from tests.support import table_bytes as tables
 
 
 @pytest.fixture(scope="module")
@@ -38,30 +39,6 @@ def corpus(tmp_path_factory):
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-def keytokens_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
-    args = [
-        *keytokens_overrides(model_dir, corpus, out, "max_tokens=400"),
-        "hydra.run.dir=" + str(out / "logs"),
-    ]
-    if nproc == 1:
-        return [sys.executable, "-m", "pipeline.commands.keytokens", *args]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "pipeline.commands.keytokens",
-        *args,
-    ]
-
-
-def run_cmd(cmd, **kwargs):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +273,7 @@ def test_ranks_wait_for_rank_0_only_for_a_gguf_evaluator(monkeypatch, tiny_model
     from pipeline.keytokens.run import load_evaluator
     from pipeline.keytokens.settings import KeyTokenSettings
     from pipeline.models.loading import ModelChoice
-    from tests.conftest import compose_keytokens
+    from tests.support import compose_keytokens
 
     monkeypatch.setattr(ModelChoice, "load", lambda self, compute, gpus=None: ("loaded", self.spec))
     settings = KeyTokenSettings.from_config(

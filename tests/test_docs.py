@@ -27,7 +27,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"

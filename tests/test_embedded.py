@@ -11,7 +11,7 @@ import torch
 from pipeline.artifact import reader as artifacts
 from pipeline.models.loading import load_model
 from pipeline.text.tokenization import encode_with_offsets
-from tests.conftest import ROOT, compose_keytokens, run_keytokens
+from tests.support import ROOT, compose_keytokens, run_keytokens
 
 pytestmark = pytest.mark.integration
 SAMPLE = ROOT / "data" / "govreport-sample.jsonl"

@@ -10,7 +10,7 @@ import torch
 from pipeline.models import float32_head, logprobs
 from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.logprobs import TargetScorer
-from tests.conftest import build_model
+from tests.support import build_model
 
 VOCAB = 300
 

@@ -16,7 +16,6 @@ from scipy import stats
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.commands.forgetting_curve import main as forgetting_main
 from pipeline.commands.forgetting_curve import run as forgetting_run
-from pipeline.commands.shell import FORGETTING_CONF, compose
 from pipeline.errors import PipelineError
 from pipeline.forgetting import curve
 from pipeline.forgetting.samples import build_input, draw_samples, grid_lengths, special_tokens
@@ -25,7 +24,13 @@ from pipeline.reporting import leaderboard
 from pipeline.reporting.forgetting import forgetting_png
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results.score import read_scores
-from tests.conftest import STAGE1_TEXTS, TRAINING_TEXT, build_model, build_tokenizer, save_tiny_model
+from tests.support import (
+    build_model,
+    build_tokenizer,
+    compose_forgetting,
+    save_tiny_model,
+)
+from tests.support import run_forgetting as run
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 400
@@ -148,37 +153,6 @@ def test_memory_lengths():
 
 # ----------------------------------------------------------------------------------------------
 # The command on a saved tiny model and a text corpus
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
-    texts = [*STAGE1_TEXTS, " ".join(TRAINING_TEXT)]
-    path.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
-    return path
-
-
-def overrides(model_dir, corpus, out: Path, *extra) -> list[str]:
-    return [
-        "model=local",
-        f"model.spec={model_dir}",
-        "corpus=local",
-        f"corpus.path={corpus}",
-        f"results={out / 'forgetting.jsonl'}",
-        f"plot_dir={out}",
-        "dtype=float64",
-        "device=cpu",
-        "progress=false",
-        "grid=linear",
-        "n=2",
-        "R=2",
-        "max_length=21",
-        *extra,
-    ]
-
-
-def run(model_dir, corpus, out, *extra) -> dict:
-    return forgetting_run(compose_forgetting(overrides(model_dir, corpus, out, *extra)))
 
 
 def test_run_writes_row_and_plot_and_is_deterministic(tiny_model_dir, corpus, tmp_path):
@@ -307,7 +281,7 @@ def test_results_reader_rejects_bad_lines(tiny_model_dir, corpus, tmp_path):
 
 
 def test_leaderboard_memory_columns(tmp_path):
-    from tests.test_leaderboard import base_rows, write_lines
+    from tests.support import base_rows, write_lines
 
     scores = write_lines(tmp_path / "scores.jsonl", base_rows())
     memory = {"fine": 512, "fine_censored": False, "coarse": 4094, "coarse_censored": True}
@@ -330,7 +304,7 @@ def test_leaderboard_memory_columns(tmp_path):
 
 
 def leaderboard_cfg(scores: Path, out: Path):
-    from tests.conftest import compose_config
+    from tests.support import compose_config
 
     return compose_config("leaderboard", [f"results={scores}", f"out_dir={out}"])
 
@@ -343,7 +317,3 @@ def test_embedded_smollm2_short_curve(tmp_path):
     assert row["model"]["bos_from"] == "tokenizer" and row["settings"]["context"] == 8192
     (point,) = row["points"]
     assert point["input_tokens"] == 131 and point["copy_mean"] > point["lm_mean"]
-
-
-def compose_forgetting(overrides: list[str]):
-    return compose("forgetting", overrides, config_dir=FORGETTING_CONF)

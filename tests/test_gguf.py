@@ -21,9 +21,7 @@ from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
 from pipeline.files import umask
 from pipeline.models import gguf
-from tests.conftest import ROOT, STAGE1_TEXTS, build_model
-from tests.test_cli_errors import one_error, run_cli
-from tests.test_model_identity import swap_two_token_ids
+from tests.support import ROOT, STAGE1_TEXTS, build_model, one_error, run_cli, swap_two_token_ids
 
 
 def fake_gguf(path):
@@ -87,7 +85,7 @@ def test_a_whole_conversion_is_read_once_then_known_by_its_version(converted, mo
 KILLED_MIDWAY = """
 import os, signal, sys
 from pipeline.models import gguf
-from tests.conftest import build_model, build_tokenizer
+from tests.support import build_model, build_tokenizer
 tokenizer = build_tokenizer()
 gguf.read_gguf = lambda path: (tokenizer, build_model("llama", len(tokenizer)).float())
 gguf.new_file_modes = lambda folder: os.kill(os.getpid(), signal.SIGKILL)  # killed while staging

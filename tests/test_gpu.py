@@ -17,8 +17,8 @@ from pipeline.models.float32_head import float32_logits, float32_output_supporte
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.precision import full_precision_reductions
 from studies import random_models as random_weights
-from tests.conftest import build_model
-from tests.test_numeric_causes import bound
+from tests.support import build_model
+from tests.support import sum_order_bound as bound
 
 pytestmark = [
     pytest.mark.cuda,
@@ -176,7 +176,7 @@ def test_the_float32_head_is_one_gemm_with_float32_output():
 
 def reordering_bound(scorer: TargetScorer, seq: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
     """How far the log-probs of the two float32 heads may differ, position by position
-    (``tests.test_numeric_causes.bound``: a log-prob is z_t - logsumexp(z), both terms move by at most
+    (``tests.support.sum_order_bound``: a log-prob is z_t - logsumexp(z), both terms move by at most
     max_j |dz_j|, plus float32 rounding), with dz the two GEMMs' difference on the same hidden states.
     Measured on an H100: log-probs of 13 to 34 nats differed by up to 1.6e-4, the logits by up to
     1e-5 of their largest (16): the old 1e-4 was below what the other order of sums allows."""
@@ -217,7 +217,9 @@ def test_sliding_window_attention_memory_on_gpu(monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_two_nccl_ranks_bind_their_own_gpus(tiny_model_dir, tmp_path):
-    from tests.test_distributed import WORDS, keytokens_command, run_cmd, tables
+    from tests.support import DISTRIBUTED_WORDS as WORDS
+    from tests.support import keytokens_command, run_cmd
+    from tests.support import table_bytes as tables
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(

@@ -31,10 +31,18 @@ from pipeline.errors import PipelineError
 from pipeline.reporting import leaderboard
 from pipeline.reporting.board import other_contents
 from pipeline.results.score import RESULTS_VERSION, read_lines, read_scores, same_artifact
-from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
-from tests.test_artifact_checks import cell, craft, first_plain_row
-from tests.test_artifact_inputs import key_end_over_the_next_tokens, remerged
-from tests.test_score import score
+from tests.support import (
+    cell,
+    compose_config,
+    compose_keytokens,
+    craft,
+    first_plain_row,
+    key_end_over_the_next_tokens,
+    keytokens_overrides,
+    remerged,
+    run_keytokens,
+    score,
+)
 
 
 def jittered(scale: float, seed: int = 0, only_doc: str | None = None):

@@ -13,30 +13,14 @@ from pipeline.artifact.schema import (
     KINDS,
     MANIFEST,
     PER_TOKEN,
-    KeyTokenArtifact,
-    new_manifest,
-    settings_fingerprint,
 )
-from pipeline.artifact.writer import write_artifact
 from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import keytoken_page, leaderboard
 from pipeline.results.score import read_scores
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
-from tests.conftest import compose_config
-from tests.test_score import score
-
-
-@pytest.fixture(scope="module")
-def spans_artifact(tiny_artifact, tmp_path_factory):
-    """The tiny artifact's documents and key spans alone, as a key_spans artifact."""
-    full = load_artifact(tiny_artifact)
-    root = tmp_path_factory.mktemp("key-spans") / "spans-only"
-    fingerprint = settings_fingerprint(full.settings, KEY_SPANS)
-    manifest = new_manifest(KEY_SPANS, fingerprint, full.settings, {"documents": full.manifest["documents"]})
-    write_artifact(root, KeyTokenArtifact(root, manifest, full.documents, None, full.spans))
-    return root
+from tests.support import compose_config, score
 
 
 def test_the_kind_is_declared_and_read(spans_artifact, tiny_artifact):

@@ -12,8 +12,7 @@ from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
 from pipeline.reporting import keytoken_page
 from pipeline.sharing import hub_dataset as publish
-from tests.test_artifact_checks import craft
-from tests.test_cli_errors import cli, error_lines
+from tests.support import cli, craft, error_lines
 
 
 def test_pages_and_card_escape_the_manifest(tiny_artifact, tmp_path):

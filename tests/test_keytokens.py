@@ -18,7 +18,7 @@ from pipeline.artifact.writer import ArtifactWriter
 from pipeline.definition import merge_spans
 from pipeline.errors import PipelineError
 from pipeline.provenance import file_sha256, text_sha256
-from tests.conftest import STAGE1_TEXTS, compose_keytokens, keytokens_overrides, run_keytokens
+from tests.support import STAGE1_TEXTS, compose_keytokens, keytokens_overrides, run_keytokens
 
 TEXTS = STAGE1_TEXTS
 
@@ -343,7 +343,7 @@ def test_a_non_finite_logprob_names_its_token(tokenizer, which, bos):
     from pipeline.keytokens.tables import keytoken_tables
     from pipeline.models.logprobs import TargetScorer
     from pipeline.text.corpus import Document
-    from tests.conftest import build_model
+    from tests.support import build_model
 
     enc = tokenizer(TEXTS[0], add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = np.array(enc["input_ids"]), np.array(enc["offset_mapping"])
@@ -372,7 +372,7 @@ def test_no_key_token_is_said_and_explained(tiny_model_dir, other_model_dir, wri
     """beta=5: LCL is a log-probability (at most 0), so no token can be key; the run goes on (the soft
     weights and the grid still hold) and both summaries say why LongPPL is n/a."""
     from pipeline.commands.score import run as run_score
-    from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
+    from tests.support import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 
     corpus = write_corpus([{"id": f"d{i}", "text": t} for i, t in enumerate(STAGE1_TEXTS)])
     run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path, "beta=5")))

@@ -16,9 +16,17 @@ import pytest
 from pipeline import files
 from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
-from tests.conftest import ROOT, compose_keytokens, keytokens_overrides, run_keytokens
-from tests.test_artifact_checks import cell, craft, first_key_row
-from tests.test_cli_errors import cli, error_lines
+from tests.support import (
+    ROOT,
+    cell,
+    cli,
+    compose_keytokens,
+    craft,
+    error_lines,
+    first_key_row,
+    keytokens_overrides,
+    run_keytokens,
+)
 
 
 def test_regenerate_advice_works_for_a_cut_manifest_and_an_edited_table(

@@ -9,41 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.commands.ladder import run as run_ladder
-from pipeline.commands.score import run as run_score
 from pipeline.errors import PipelineError
 from pipeline.ladder.effective import LadderSums, effective_length, within
 from pipeline.results import ladder as ladder_results
-from tests.conftest import build_tokenizer, compose_config, save_tiny_model
-from tests.test_key_spans_artifact import spans_artifact  # noqa: F401 (a fixture)
-
-MODEL = ["model=local", "dtype=float64", "device=cpu", "progress=false", "head_chunk=16"]
-
-
-def ladder(model_dir, artifact, tmp_path, *extra):
-    return run_ladder(
-        compose_config(
-            "ladder",
-            [*MODEL, f"model.spec={model_dir}", f"artifact={artifact}", f"results={tmp_path}/ladder.jsonl",
-             f"plot_dir={tmp_path}/plots", "bootstrap=200", *extra],
-        )
-    )  # fmt: skip
-
-
-def score(model_dir, artifact, tmp_path, *extra):
-    return run_score(
-        compose_config(
-            "score",
-            [
-                *MODEL,
-                f"model.spec={model_dir}",
-                f"artifact={artifact}",
-                f"results={tmp_path}/scores.jsonl",
-                *extra,
-            ],
-        )
-    )
-
+from tests.support import build_tokenizer, compose_config, ladder, save_tiny_model, score
 
 # ----------------------------------------------------------------------------------------------
 # Exactness: each rung is the score stage at that context limit
@@ -83,7 +52,7 @@ def test_key_sums_and_limited_tokens(other_model_dir, tiny_artifact, tmp_path):
     assert row["rungs"][0]["n_key_limited"] == row["rungs"][-1]["corpus"]["n_key_tokens"] > 0
 
 
-def test_key_spans_artifact(spans_artifact, other_model_dir, tmp_path):  # noqa: F811 (the fixture)
+def test_key_spans_artifact(spans_artifact, other_model_dir, tmp_path):
     """Key spans alone: PPL and LongPPL per rung, LongPPL-soft null with the reason, as `make score`."""
     row = ladder(other_model_dir, spans_artifact, tmp_path, "ladder=[32]")
     scored = score(other_model_dir, spans_artifact, tmp_path, "context_limit=32")
@@ -185,7 +154,7 @@ def test_results_line_is_validated(other_model_dir, tiny_artifact, tmp_path):
 
 def test_cli_errors_are_one_line(tiny_artifact, tmp_path):
     """Through the command line: each bad input is one ``error:`` line, exit status 2."""
-    from tests.test_cli_errors import cli, error_lines
+    from tests.support import cli, error_lines
 
     short = save_tiny_model(tmp_path / "short", build_tokenizer(300), "llama", max_positions=512)
     done = cli(
@@ -291,7 +260,7 @@ def test_embedded_smollm2_rungs_equal_make_score(write_corpus, tmp_path):
     from pipeline.models.loading import ModelChoice
     from pipeline.score.engine import score as score_call
     from pipeline.settings import Compute, ScoreSettings
-    from tests.conftest import ROOT, compose_keytokens, run_keytokens
+    from tests.support import ROOT, compose_keytokens, run_keytokens
 
     sample = json.loads((ROOT / "data" / "govreport-sample.jsonl").read_text().splitlines()[0])
     corpus = write_corpus([{"id": sample["id"], "text": sample["text"][:1500]}])

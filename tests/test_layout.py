@@ -11,34 +11,9 @@ import ast
 import re
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support import ROOT, cycles_in, rank
 
 PIPELINE = ROOT / "pipeline"
-# Lowest first. A module belongs to the first layer whose prefix it has; `__main__` modules (the
-# commands' shells) are the top layer, whatever their package.
-LAYERS = [
-    (
-        "foundation",
-        (
-            "pipeline.errors",
-            "pipeline.files",
-            "pipeline.formats",
-            "pipeline.provenance",
-            "pipeline.hub",
-            "pipeline.commands.shell",
-        ),
-    ),
-    ("settings", ("pipeline.definition", "pipeline.settings")),
-    ("inputs", ("pipeline.text", "pipeline.models")),
-    ("contract", ("pipeline.artifact", "pipeline.results")),
-    ("stages", ("pipeline.keytokens", "pipeline.score", "pipeline.forgetting", "pipeline.training")),
-    ("stages", ("pipeline.official", "pipeline.ladder", "pipeline.loogle")),
-    ("api", ("pipeline.api", "pipeline.lmeval")),
-    ("reports", ("pipeline.reporting",)),
-    ("sharing", ("pipeline.sharing",)),
-    ("commands", ("pipeline.commands",)),
-]
-RANKS = {name: rank for rank, name in enumerate(dict.fromkeys(name for name, _ in LAYERS))}
 
 
 def modules() -> dict[str, Path]:
@@ -47,15 +22,6 @@ def modules() -> dict[str, Path]:
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         out[name.removesuffix(".__init__")] = path
     return out
-
-
-def rank(module: str) -> int:
-    if module == "pipeline":
-        return RANKS["api"]  # the package's lazy re-exports of the Python API
-    for name, prefixes in LAYERS:
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return RANKS[name]
-    raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py and docs/architecture.md")
 
 
 def imports(path: Path, known: dict[str, Path]) -> set[str]:
@@ -85,28 +51,6 @@ def test_every_import_runs_down_the_layers():
             if rank(target) > rank(module) and not module.startswith(target + "."):
                 upward.append(f"{module} -> {target}")
     assert not upward, upward
-
-
-def cycles_in(edges: dict[str, set[str]]) -> list[str]:
-    """Every import cycle of a graph (node -> the nodes it imports), as ``a -> b -> a``."""
-    state: dict[str, int] = {}
-    cycles: list[str] = []
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        stack.append(node)
-        for target in sorted(edges[node]):
-            if state.get(target) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
-            elif not state.get(target):
-                visit(target, stack)
-        stack.pop()
-        state[node] = 2
-
-    for node in edges:
-        if not state.get(node):
-            visit(node, [])
-    return cycles
 
 
 def test_a_cycle_is_found():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import subprocess
 import sys
@@ -17,56 +16,18 @@ from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
 from pipeline.reporting import correlations, leaderboard
 from pipeline.results.score import METRICS, RESULTS_VERSION, read_scores
+from tests.support import BOARD_ARTIFACT as ARTIFACT
+from tests.support import BOARD_SCORES as SCORES
+from tests.support import base_rows, write_lines
+from tests.support import result_line as result
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACT = {"name": "govreport_sample--gemma3-270m--K1024-d1024-max4096", "fingerprint": "ab12cd34ef56" * 4}
 OLD_ARTIFACT = {"name": "govreport_sample--gemma3-270m--K512-d512-max2048", "fingerprint": "0f1e2d3c4b5a" * 4}
-SETTINGS = {"context_limit": None, "add_bos": True, "dtype": "float32", "allow_truncation": False}
-# model: (ppl, longppl, longppl_soft)
-SCORES = {
-    "smollm2-135m": (18.25, 9.8125, 12.5),
-    "qwen2.5-0.5b": (14.5, 6.25, 9.375),
-    "gemma3-270m": (16.75, 11.625, 13.0),
-}
 BENCHMARKS = {
     "smollm2-135m": (21.5, 14.0, 30.25),
     "qwen2.5-0.5b": (27.0, 22.0, 41.5),
     "gemma3-270m": (19.25, 18.0, 26.0),
 }
-
-
-def result(model: str, scores: tuple, date: str, artifact: dict = ARTIFACT, **settings) -> dict:
-    ppl, longppl, soft = scores
-    grid = {"alpha=2,beta=-2": {"longppl": longppl, "n_key_tokens": 800}}
-    return {
-        "result_id": hashlib.sha256(f"{model}|{date}|{longppl}|{settings}".encode()).hexdigest()[:16],
-        "model_name": model,
-        "model": {"spec": model, "kind": "embedded", "revision": None, "file_sha256": "00" * 32},
-        "artifact": {**artifact, "source": f"artifacts/keytokens/{artifact['name']}"},
-        "settings": {**SETTINGS, **settings},
-        "date": date,
-        "wall_seconds": 12.3,
-        "pipeline_version": "0.1.0",
-        "corpus": {
-            "ppl": ppl,
-            "longppl": longppl,
-            "longppl_soft": soft,
-            "n_tokens": 50000,
-            "n_key_tokens": 800 if longppl is not None else 0,
-            "key_char_coverage": 0.97,
-            "grid": grid,
-        },
-        "documents": [{"doc_id": "govreport-00", "ppl": ppl, "longppl": longppl, "n_tokens": 10}],
-    }
-
-
-def write_lines(path: Path, rows: list) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
-
-
-def base_rows() -> list[dict]:
-    return [result(m, s, f"2026-11-22T0{i + 1}:00:00+00:00") for i, (m, s) in enumerate(SCORES.items())]
 
 
 def write_benchmarks(path: Path, rows: dict, header: str = "model,LongBench,LongEval,RULER") -> Path:

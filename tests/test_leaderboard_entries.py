@@ -27,14 +27,9 @@ from pipeline.results import ladder as ladder_results
 from pipeline.results.keys import context_name
 from pipeline.results.score import read_lines, read_scores
 from pipeline.settings import ScoreSettings
-from tests.conftest import (
-    ROOT,
-    compose_config,
-)
-from tests.test_forgetting import corpus, run  # noqa: F401 (corpus is a fixture)
-from tests.test_ladder import ladder, score
-from tests.test_leaderboard import result, write_lines
-from tests.test_results_files import genuine_line
+from tests.support import ROOT, compose_config, genuine_line, ladder, score, write_lines
+from tests.support import result_line as result
+from tests.support import run_forgetting as run
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +147,7 @@ def test_one_entrys_results_that_differ_are_shown_as_a_conflict(tmp_path):
     assert embedded.tolerance == board.CONFLICT_TOLERANCE  # the refreshes' tolerance
 
 
-def good_and_failed_runs(tiny_model_dir, corpus, out: Path, monkeypatch) -> tuple[dict, dict]:  # noqa: F811
+def good_and_failed_runs(tiny_model_dir, corpus, out: Path, monkeypatch) -> tuple[dict, dict]:
     good = run(tiny_model_dir, corpus, out)
 
     def out_of_memory(scorer, ids, length):
@@ -173,7 +168,7 @@ def score_of(run: dict) -> dict:
     return result(run["model_name"], (2.0, 1.5, 1.8), "2026-11-22T01:00:00+00:00") | {"model": run["model"]}
 
 
-def test_a_failed_forgetting_run_hides_no_good_one(tiny_model_dir, corpus, tmp_path, monkeypatch):  # noqa: F811
+def test_a_failed_forgetting_run_hides_no_good_one(tiny_model_dir, corpus, tmp_path, monkeypatch):
     """Same model, same settings: the newer run failed at every length. Its picture goes to another
     file, and the leaderboard shows the good run's memory lengths."""
     good, failed = good_and_failed_runs(tiny_model_dir, corpus, tmp_path, monkeypatch)
@@ -191,7 +186,7 @@ def test_a_failed_forgetting_run_hides_no_good_one(tiny_model_dir, corpus, tmp_p
     assert row["forgetting_result_id"] == good["result_id"]
 
 
-def test_a_model_with_only_failed_runs_is_marked_incomplete(tiny_model_dir, corpus, tmp_path, monkeypatch):  # noqa: F811
+def test_a_model_with_only_failed_runs_is_marked_incomplete(tiny_model_dir, corpus, tmp_path, monkeypatch):
     good, failed = good_and_failed_runs(tiny_model_dir, corpus, tmp_path, monkeypatch)
     only_failed = tmp_path / "failed.jsonl"
     only_failed.write_text(json.dumps(failed) + "\n")
@@ -207,7 +202,7 @@ def test_a_model_with_only_failed_runs_is_marked_incomplete(tiny_model_dir, corp
     assert row["fine_memory"] == row["coarse_memory"] == ""
 
 
-def test_a_curve_of_another_model_of_the_same_name_is_not_shown(tiny_model_dir, corpus, tmp_path):  # noqa: F811
+def test_a_curve_of_another_model_of_the_same_name_is_not_shown(tiny_model_dir, corpus, tmp_path):
     """Curves are matched to entries by the model's identity: a score line of the same name but other
     weights gets no memory lengths from this curve."""
     good = run(tiny_model_dir, corpus, tmp_path)

@@ -25,9 +25,8 @@ from pipeline.errors import PipelineError  # noqa: E402
 from pipeline.lmeval import LongPPLLM, LongPPLTask, task_manager  # noqa: E402
 from pipeline.lmeval.results_schema import schema_problems  # noqa: E402
 from pipeline.results.lmeval import read_lmeval_results  # noqa: E402
-from tests.conftest import ROOT, build_model, compose_config  # noqa: E402
-from tests.test_compute_reaches import COMPUTE, check, spy  # noqa: E402, F401  (spy: a fixture)
-from tests.test_key_spans_artifact import spans_artifact  # noqa: E402, F401  (a fixture)
+from tests.support import COMPUTE, ROOT, build_model, compose_config  # noqa: E402
+from tests.support import check_compute_reached as check  # noqa: E402
 
 METRICS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bits_per_byte": "bpb",
            "key_bits_per_byte": "key_bpb"}  # fmt: skip
@@ -78,7 +77,7 @@ def test_the_task_gives_the_numbers_of_make_score(tiny_lm, manager, tiny_artifac
 
 def test_key_spans_report_longppl_soft_as_null_with_the_reason(
     tiny_lm,
-    spans_artifact,  # noqa: F811  (the fixture)
+    spans_artifact,
     tiny_artifact,
     tmp_path,
 ):
@@ -133,7 +132,7 @@ def test_a_wrong_pin_another_model_and_a_missing_artifact_are_errors(tiny_artifa
         evaluate(hf, [task], task_manager(root=tmp_path), limit=1)
 
 
-def test_every_compute_setting_reaches_the_model(spy, tiny_model_dir):  # noqa: F811  (the fixture)
+def test_every_compute_setting_reaches_the_model(spy, tiny_model_dir):
     """As for every command (tests/test_compute_reaches.py): the loader and every scorer."""
     model = LongPPLLM(
         str(tiny_model_dir), device="cpu", dtype="float64", cache_dir=spy["cache_dir"], **COMPUTE

@@ -11,9 +11,7 @@ from pipeline import api
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
 from pipeline.models.loading import load_model
-from tests.conftest import STAGE1_TEXTS, compose_config
-from tests.test_cli_errors import one_error, run_cli
-from tests.test_leaderboard import base_rows, write_lines
+from tests.support import STAGE1_TEXTS, base_rows, compose_config, one_error, run_cli, write_lines
 
 lm_eval = pytest.importorskip("lm_eval", reason="needs lm-eval: `make setup-lmeval` (make test installs it)")
 

@@ -15,7 +15,7 @@ from pipeline.models.logprobs import (
     short_windows,
 )
 from pipeline.models.top1 import top1_hits
-from tests.conftest import build_model
+from tests.support import build_model
 
 VOCAB = 97
 BOS = 0

@@ -10,7 +10,7 @@ from pipeline.errors import PipelineError
 from pipeline.keytokens.settings import KeyTokenSettings
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from studies.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure
-from tests.conftest import compose_keytokens
+from tests.support import compose_keytokens
 
 
 def test_the_long_preset_composes_pg19_at_128k():

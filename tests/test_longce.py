@@ -22,7 +22,7 @@ from pipeline.score.documents import score_document
 from pipeline.settings import Compute, ScoreSettings, parse
 from pipeline.text.tokenization import encode_with_offsets
 from pipeline.training.longce import ArtifactWeights, LongCE, LongCESettings
-from tests.conftest import ROOT, build_model, compose_config
+from tests.support import ROOT, build_model, compose_config
 
 VOCAB = 97
 
@@ -253,7 +253,7 @@ def test_artifact_weights_equal_stage2_soft_weights(other_model_dir, tiny_artifa
 def test_artifact_weights_of_the_full_text_of_a_truncated_document(other_model_dir, tiny_artifact):
     from pipeline.text.corpus import Document
     from pipeline.training.sequences import build_sequences
-    from tests.conftest import STAGE1_TEXTS
+    from tests.support import STAGE1_TEXTS
 
     art = artifacts.load_artifact(tiny_artifact)
     assert all(art.documents["truncated"].to_pylist())  # stage 1 scored a prefix of each
@@ -326,7 +326,7 @@ def finetune_cfg(model_dir, corpus, out, *extra):
 
 @pytest.fixture
 def stage1_corpus(tmp_path):
-    from tests.conftest import STAGE1_TEXTS
+    from tests.support import STAGE1_TEXTS
 
     path = tmp_path / "corpus.jsonl"
     path.write_text(
@@ -365,7 +365,7 @@ def test_finetune_entry_runs_end_to_end(source, other_model_dir, tiny_artifact, 
 
 def test_finetune_artifact_must_match_the_corpus(other_model_dir, tiny_artifact, tmp_path, write_corpus):
     from pipeline.commands.finetune import run as finetune_run
-    from tests.conftest import STAGE1_TEXTS
+    from tests.support import STAGE1_TEXTS
 
     corpus = write_corpus([{"id": "doc-0", "text": STAGE1_TEXTS[0]}, {"id": "doc-1", "text": "other text"}])
     cfg = finetune_cfg(other_model_dir, corpus, tmp_path, "source=artifact", f"artifact={tiny_artifact}")

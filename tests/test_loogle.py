@@ -17,9 +17,7 @@ from pipeline.loogle.generation import answering as run
 from pipeline.loogle.generation import decoding as generation
 from pipeline.reporting import loogle as loogle_board
 from pipeline.results import loogle as loogle_results
-from tests.conftest import compose_config
-from tests.test_cli_errors import cli, error_lines
-from tests.test_leaderboard import base_rows, write_lines
+from tests.support import base_rows, cli, compose_config, error_lines, write_lines
 
 PICARDO = "José Luis Picardo"
 

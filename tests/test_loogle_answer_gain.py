@@ -20,7 +20,7 @@ from pipeline.loogle.generation.decoding import tokenize_prompt
 from pipeline.models.logprobs import TargetScorer
 from studies.validation import loogle_report, loogle_target
 from studies.validation.options import LoogleTargetOptions
-from tests.conftest import build_model
+from tests.support import build_model
 
 FILLER = "The committee met in the old hall and talked about the roads, the school and the harvest. "
 FIRST = "Gamma Mill was built in 1850 by the river."

@@ -20,8 +20,17 @@ from pipeline.errors import PipelineError
 from pipeline.loogle.data.keytoken_corpus import load_loogle_corpus
 from pipeline.provenance import file_sha256, text_sha256
 from pipeline.text.corpus import CorpusSpec
-from tests.conftest import EARLY, ROOT, TEXT_A, TEXT_B, compose_config, compose_keytokens, keytokens_overrides
-from tests.test_cli_errors import one_error, run_cli
+from tests.support import (
+    EARLY,
+    ROOT,
+    TEXT_A,
+    TEXT_B,
+    compose_config,
+    compose_keytokens,
+    keytokens_overrides,
+    one_error,
+    run_cli,
+)
 
 
 def loogle_spec(folder: Path, tasks=("shortdep_qa", "longdep_qa")) -> CorpusSpec:

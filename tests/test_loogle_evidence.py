@@ -11,7 +11,7 @@ import pytest
 from pipeline.commands.loogle_evidence import run
 from pipeline.loogle.data.reading import DataSource, load_questions
 from pipeline.loogle.evidence.locating import Document, locate, normalise
-from tests.conftest import ROOT, compose_config
+from tests.support import ROOT, compose_config
 
 SHARED = ROOT.parent / "shared" / "data" / "loogle"
 FILLER = "Unrelated words fill the page here. " * 20

@@ -20,7 +20,7 @@ from pipeline.loogle.evidence.keytoken_rates import (
     shifted_sums,
     used_evidence,
 )
-from tests.conftest import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
+from tests.support import compose_config, compose_keytokens, keytokens_overrides, run_keytokens
 
 FILLER = "The committee met in the old hall and talked about the roads, the school and the harvest. "
 TEXT = (

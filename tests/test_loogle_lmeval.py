@@ -9,7 +9,7 @@ lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: make 
 
 from pipeline.lmeval import LongPPLLM, task_manager  # noqa: E402
 from pipeline.loogle.data.questions import jsonl_rows  # noqa: E402
-from tests.conftest import compose_config  # noqa: E402
+from tests.support import compose_config  # noqa: E402
 
 
 def test_the_task_gives_the_numbers_of_make_loogle(tiny_model_dir, tmp_path):

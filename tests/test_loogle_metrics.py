@@ -17,7 +17,7 @@ from pipeline.loogle.metrics import reorder
 from pipeline.loogle.metrics import similarity as metrics
 from pipeline.loogle.metrics.evaluation import evaluate
 from pipeline.loogle.metrics.task_scores import score_task
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "loogle"
 REFERENCE = json.loads((FIXTURES / "reference.json").read_text())
@@ -131,7 +131,7 @@ def test_bertscore_equals_bert_scores_own_call_with_the_same_model(tmp_path, mon
     from transformers import RobertaConfig, RobertaModel
 
     from pipeline.loogle.metrics import task_scores as scoring
-    from tests.conftest import build_tokenizer
+    from tests.support import build_tokenizer
 
     tokenizer = build_tokenizer()
     tokenizer.model_max_length, tokenizer.pad_token = 128, tokenizer.eos_token

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")

@@ -14,14 +14,15 @@ from pipeline import api
 from pipeline.models.loading import load_model
 from pipeline.reporting.board import select
 from pipeline.results.score import read_lines, read_scores
-from tests.conftest import (
+from tests.support import (
     STAGE1_TEXTS,
     compose_keytokens,
     keytokens_overrides,
     run_keytokens,
     save_tiny_model,
+    score,
+    swap_two_token_ids,
 )
-from tests.test_ladder import score
 
 
 def test_two_models_of_one_name_are_two_entries(other_model_dir, tiny_model_dir, tiny_artifact, tmp_path):
@@ -56,18 +57,6 @@ def test_a_model_folder_with_another_tokenizer_is_another_model(other_model_dir,
     assert before["model"]["tokenizer_sha256"] != after["model"]["tokenizer_sha256"]
     assert before["result_id"] != after["result_id"]
     assert select(read_scores(tmp_path / "scores.jsonl")).height == 2
-
-
-def swap_two_token_ids(path, text: str) -> None:
-    """Swap the ids of two vocabulary entries that ``text`` uses (the file still loads)."""
-    from tokenizers import Tokenizer
-
-    spec = json.loads(path.read_text())
-    ids = list(dict.fromkeys(Tokenizer.from_file(str(path)).encode(text).ids))[:2]
-    vocab = spec["model"]["vocab"]
-    names = {i: t for t, i in vocab.items() if i in ids}
-    vocab[names[ids[0]]], vocab[names[ids[1]]] = ids[1], ids[0]
-    path.write_text(json.dumps(spec))
 
 
 @pytest.fixture

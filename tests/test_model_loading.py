@@ -16,8 +16,7 @@ import sys
 import pytest
 
 from pipeline.errors import PipelineError
-from tests.conftest import ROOT
-from tests.test_cli_errors import cli, job, messages
+from tests.support import ROOT, cli, job, messages
 
 
 class RunsCode:

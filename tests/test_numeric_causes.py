@@ -17,7 +17,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipeline.models import attention
-from tests.conftest import build_model
+from tests.support import build_model
+from tests.support import sum_order_bound as bound
 
 
 class Float32Ops(TorchDispatchMode):
@@ -97,15 +98,6 @@ def bfloat16_head(seed: int = 0, positions: int = 16, hidden: int = 512, vocab: 
 
 def logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logits.log_softmax(dim=-1).gather(1, targets[:, None])[:, 0]
-
-
-def bound(a: torch.Tensor, b: torch.Tensor, lp: torch.Tensor) -> torch.Tensor:
-    """How far log-probs from logits ``a`` may be from those from ``b`` when the two differ only by
-    the order of float32 sums: a log-prob is z_t - logsumexp(z), and both terms move by at most
-    max_j |dz_j| (the logsumexp is 1-Lipschitz in the max norm), so 2 max_j |dz_j|, plus 8 ulp of the
-    magnitudes involved for the float32 rounding of the logsumexp and the subtraction. Row by row."""
-    moved = (a - b).abs().amax(dim=1)
-    return 2 * moved + 8 * torch.finfo(torch.float32).eps * (b.abs().amax(dim=1) + lp.abs())
 
 
 def test_the_head_reordering_bound_holds_for_another_order_of_sums_and_fails_for_rounding():

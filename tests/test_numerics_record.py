@@ -12,7 +12,7 @@ import torch
 
 from pipeline.errors import PipelineError
 from pipeline.models import placement
-from tests.conftest import (
+from tests.support import (
     ROOT,
     STAGE1_TEXTS,
     compose_config,
@@ -66,7 +66,7 @@ def test_a_16_bit_run_records_its_blocks_and_resumes_only_with_them(stage1):
 def test_a_gpu_run_records_its_gpus(monkeypatch):
     """A model whose head runs on cuda:0 through its accelerate hook (this machine has no GPU: the
     name comes from a stand-in for torch.cuda.get_device_name)."""
-    from tests.conftest import build_model
+    from tests.support import build_model
 
     model = build_model("llama", 97)
 

@@ -17,83 +17,9 @@ from pipeline.commands.import_official import run as import_official
 from pipeline.errors import PipelineError
 from pipeline.official.span_files import merge_overlaps, parse_spans, read_span_folder
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
-from pipeline.text.corpus import CorpusSpec, load_corpus
-from tests.conftest import ROOT, compose_config
-
-TEXTS = [
-    "The committee reported the bill to the House. " * 8 + "line 7: REGISTER_CONTENT is 4512. " * 5,
-    "Federal law provides a variety of powers for the President to use in response to crisis. " * 5,
-    "Emoji 😀 and 中文字符 with café, CRLF\r\nand tabs\t. The Congressional Research Service reports. " * 4,
-]
-SHORT = "short text"
-MIN_LEN, K = 40, 16
-
-
-def decoded_corpus(dataset: Path, decoder: Path) -> list:
-    spec = CorpusSpec(
-        name="govreport_paper",
-        dataset=str(dataset),
-        tokenized_with=str(decoder),
-        min_tokenized_len=MIN_LEN,
-        id_field=None,
-    )
-    return load_corpus(spec)
-
-
-def save_dataset(path: Path, tokenizer, texts: list[str], prefix: str = "") -> Path:
-    """A DatasetDict with a test split, rows as emozilla/govreport-test-tokenized has them."""
-    import datasets
-
-    ids = [
-        [tokenizer.bos_token_id, *tokenizer(prefix + t, add_special_tokens=False)["input_ids"]] for t in texts
-    ]
-    data = datasets.Dataset.from_dict({"input_ids": ids, "tokenized_len": [len(i) for i in ids]})
-    datasets.DatasetDict({"test": data}).save_to_disk(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory, tokenizer, other_model_dir):
-    """The fixture's sources, and the evaluated model's view of them."""
-    from longppl.longppl import find_key_token
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    root = tmp_path_factory.mktemp("official")
-    tokenizer.save_pretrained(root / "decoder")
-    dataset = save_dataset(root / "dataset", tokenizer, [TEXTS[0], SHORT, TEXTS[1], TEXTS[2]])
-    evaluator = AutoModelForCausalLM.from_pretrained(other_model_dir).eval()
-    evaluator_tokenizer = AutoTokenizer.from_pretrained(other_model_dir)
-    spans = root / "key_text" / "Tiny-Evaluator"
-    spans.mkdir(parents=True)
-    for i, doc in enumerate(decoded_corpus(dataset, root / "decoder")):
-        n = len(evaluator_tokenizer(doc.text)["input_ids"])
-        d = next(w for w in (8, 7, 6) if (n - K) % w != 1)  # the official code fails on a 1-token last window
-        find_key_token(
-            doc.text, evaluator, evaluator_tokenizer, K, d, str(spans / f"slice_{i}.txt"), 0.5, -30
-        )
-    return {
-        "root": root,
-        "dataset": dataset,
-        "decoder": root / "decoder",
-        "spans": spans,
-        "evaluator": other_model_dir,
-    }
-
-
-def import_overrides(src: dict, out: Path, *extra: str) -> list[str]:
-    return [
-        f"corpus.dataset={src['dataset']}",
-        f"corpus.tokenized_with={src['decoder']}",
-        f"corpus.min_tokenized_len={MIN_LEN}",
-        f"spans_dir={src['spans']}",
-        f"official.tokenizer={src['evaluator']}",
-        "official.evaluator=tiny/evaluator",
-        "official.folder=Tiny-Evaluator",
-        f"K={K}",
-        f"output_dir={out}",
-        "progress=false",
-        *extra,
-    ]
+from tests.support import OFFICIAL_SHORT as SHORT
+from tests.support import OFFICIAL_TEXTS as TEXTS
+from tests.support import ROOT, compose_config, decoded_corpus, import_overrides, save_dataset
 
 
 def run_import(src: dict, out: Path, *extra: str) -> dict:

@@ -11,7 +11,7 @@ from pipeline.api.dropin import compute_longppl
 from pipeline.errors import PipelineError
 from pipeline.models.loading import load_model
 from pipeline.models.pairing import worse_than_uniform
-from tests.conftest import ROOT, STAGE1_TEXTS, build_model, build_tokenizer
+from tests.support import ROOT, STAGE1_TEXTS, build_model, build_tokenizer
 
 SWAPPED = r"its BOS is token 1, the model's config says 0; its EOS is token 0, the model's config says 1"
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.keytokens.settings import KeyTokenSettings
-from tests.conftest import compose_keytokens, run_keytokens
+from tests.support import compose_keytokens, run_keytokens
 
 TEXTS = [
     "The committee reported the bill. " * 6,
@@ -111,7 +111,7 @@ def test_the_paper_preset_without_a_gpu_stops_at_once_unless_the_cpu_is_chosen()
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.support import ROOT
 
     cmd = [sys.executable, "-m", "pipeline.commands.keytokens", "preset=paper", "evaluator=llama3.1-8b"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -12,7 +12,7 @@ from pipeline.errors import PipelineError
 from pipeline.models import placement
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.top1 import top1_hits
-from tests.conftest import build_model
+from tests.support import build_model
 
 VOCAB = 97
 REST = {"model.layers": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu"}

@@ -10,8 +10,7 @@ import torch
 from pipeline.errors import PipelineError
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.precision import full_precision_reductions, rounding_tolerance, ulp
-from tests.conftest import build_model
-from tests.test_api_inputs import held  # noqa: F401 (a fixture)
+from tests.support import build_model
 
 
 def positive_bfloat16() -> torch.Tensor:
@@ -114,7 +113,7 @@ def test_the_check_runs_with_float32_reductions_and_restores_the_setting(monkeyp
     assert matmul.allow_bf16_reduced_precision_reduction is True
 
 
-def test_a_damaged_weight_is_named_not_blamed_on_float16_overflow(held):  # noqa: F811
+def test_a_damaged_weight_is_named_not_blamed_on_float16_overflow(held):
     """A coarsely damaged checkpoint (a run of NaN weights) in float32 was blamed on float16 overflow."""
     import torch
 

@@ -13,8 +13,7 @@ from pipeline.artifact.reader import load_artifact
 from pipeline.commands import publish as publish_command
 from pipeline.errors import PipelineError
 from pipeline.sharing import hub_dataset as publish
-from tests.conftest import compose_config
-from tests.test_score import score
+from tests.support import compose_config, score
 
 
 def test_dry_run_folder_loads_and_scores(tiny_artifact, other_model_dir, tmp_path):

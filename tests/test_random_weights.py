@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from studies.random_models import LLAMA31_8B, SMALL, config, random_model, tiny_config
-from tests.conftest import build_model
+from tests.support import build_model
 
 
 def fingerprint(model) -> str:

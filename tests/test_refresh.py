@@ -17,11 +17,7 @@ from pipeline.artifact.reader import load_artifact
 from pipeline.commands import leaderboard_refresh as refresh_command
 from pipeline.errors import PipelineError
 from pipeline.sharing import refresh
-from tests.conftest import (
-    compose_config,
-)
-from tests.test_cli_errors import cli
-from tests.test_results_files import genuine_line
+from tests.support import cli, compose_config, genuine_line
 
 
 def refresh_config(artifact, model_dir, recorded, *extra, models=None):

@@ -16,7 +16,7 @@ from studies.rehearsal_checks import (
     check_texts,
     check_values,
 )
-from tests.conftest import compose_config
+from tests.support import compose_config
 
 
 def composed(name: str, overrides: list[str]) -> dict:
@@ -106,7 +106,7 @@ def test_the_refresh_comparison_passes_the_official_values_and_fails_them_3_perc
     from types import SimpleNamespace
 
     from studies.rehearse_paper import compare_as_the_refresh_does
-    from tests.conftest import ROOT
+    from tests.support import ROOT
 
     row = json.loads((ROOT / "conf" / "refresh" / "recorded.jsonl").read_text().splitlines()[0])
     row["settings"] |= {"add_bos": False, "dtype": "bfloat16"}  # as the official refresh scores

@@ -23,10 +23,18 @@ from pipeline.errors import PipelineError
 from pipeline.reporting import leaderboard
 from pipeline.results import lines
 from pipeline.results.score import read_lines, read_scores
-from tests.conftest import ROOT, compose_config
-from tests.test_cli_errors import cli, error_lines, job, messages
-from tests.test_leaderboard import base_rows, write_lines
-from tests.test_score import score
+from tests.support import (
+    ROOT,
+    base_rows,
+    cli,
+    compose_config,
+    error_lines,
+    genuine_line,
+    job,
+    messages,
+    score,
+    write_lines,
+)
 
 # The score command with a disk that holds `quota` more bytes of the results file: one short write,
 # then ENOSPC (what a full filesystem does), injected into os.write for that file only.
@@ -201,13 +209,6 @@ def test_results_files_with_bad_bytes(tmp_path):
         f"{utf8} line 1 is not a valid result (not UTF-8: byte 0xff at column 18): fix or delete that line"
     )
     assert job(found, f"results={torn}").startswith(f"no scores in {torn} (its only line, 1, was cut short)")
-
-
-RECORDED = ROOT / "conf" / "refresh" / "recorded.jsonl"  # a genuine result line (schema 5)
-
-
-def genuine_line() -> dict:
-    return json.loads(RECORDED.read_text().splitlines()[0])
 
 
 def identity_values(line: dict) -> dict:

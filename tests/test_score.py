@@ -7,37 +7,11 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from pipeline.artifact import reader as artifacts
-from pipeline.commands.score import run as run_score
 from pipeline.errors import PipelineError
 from pipeline.models.loading import load_model
-from tests.conftest import build_tokenizer, compose_config, save_tiny_model
-
-
-def score(model_dir, artifact, tmp_path, *extra):
-    cfg = compose_config(
-        "score",
-        [
-            "model=local",
-            f"model.spec={model_dir}",
-            f"artifact={artifact}",
-            f"results={tmp_path}/scores.jsonl",
-            "dtype=float64",
-            "device=cpu",
-            "progress=false",
-            "head_chunk=16",
-            *extra,
-        ],
-    )
-    return run_score(cfg)
-
-
-def direct_logprobs(model, ids: list[int]) -> np.ndarray:
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].double()
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1).numpy()
+from tests.support import build_tokenizer, direct_logprobs, save_tiny_model, score
 
 
 def test_metrics_equal_a_direct_computation(other_model_dir, tiny_artifact, tmp_path):

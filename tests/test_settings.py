@@ -13,8 +13,17 @@ from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.keytokens.settings import STAGE_COMPUTE
 from pipeline.settings import Compute, ScoreSettings, parse
-from tests.conftest import ROOT, STAGE1_TEXTS, compose_config, keytokens_overrides
-from tests.test_cli_errors import cli, error_lines, job, messages, one_error
+from tests.support import (
+    ROOT,
+    STAGE1_TEXTS,
+    cli,
+    compose_config,
+    error_lines,
+    job,
+    keytokens_overrides,
+    messages,
+    one_error,
+)
 
 
 def test_yaml_defaults_are_the_types_defaults():

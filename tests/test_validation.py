@@ -19,7 +19,7 @@ from pipeline.models.logprobs import TargetScorer, context_limited_logprobs
 from pipeline.models.top1 import context_limited_top1
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from studies.validation import figures, report, study, synthetic
-from tests.conftest import ROOT, build_model
+from tests.support import ROOT, build_model
 
 # ----------------------------------------------------------------------------------------------
 # The generator

@@ -14,28 +14,12 @@ from studies.validate import run as run_validation
 from studies.validate import settings
 from studies.validation import family, synthetic
 from studies.validation.claims import load
-from tests.conftest import compose_config, save_tiny_model
+from tests.support import compose_config, save_tiny_model, validate_config
 
 
 def validate_settings(tmp_path, *overrides):
     """The study's typed settings, as `make validate` gives them."""
     return settings(plain(validate_config(tmp_path, *overrides)))
-
-
-def validate_config(tmp_path, *overrides):
-    return compose_config(
-        "validate",
-        [
-            f"work_dir={tmp_path / 'work'}",
-            f"docs_dir={tmp_path / 'docs'}",
-            f"report={tmp_path / 'validation.md'}",
-            "dtype=float64",
-            "device=cpu",
-            "head_chunk=16",
-            "progress=false",
-            *overrides,
-        ],
-    )
 
 
 def test_members_from_the_config(tmp_path, tiny_model_dir):
@@ -120,7 +104,7 @@ def test_family_numbers_equal_the_score_stage(
 def test_evaluator_on_other_texts_is_an_error(
     tmp_path, tiny_artifact, tiny_model_dir, other_model_dir, write_corpus
 ):
-    from tests.conftest import compose_keytokens, keytokens_overrides, run_keytokens
+    from tests.support import compose_keytokens, keytokens_overrides, run_keytokens
 
     corpus = write_corpus([{"id": "doc-0", "text": "Some other text entirely. " * 10}])
     run_keytokens(compose_keytokens(keytokens_overrides(tiny_model_dir, corpus, tmp_path, "name=other")))
