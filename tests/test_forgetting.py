@@ -24,15 +24,9 @@ from pipeline.reporting import leaderboard
 from pipeline.reporting.forgetting import forgetting_png
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results.score import read_scores
-from tests.support import (
-    build_model,
-    build_tokenizer,
-    compose_forgetting,
-    save_tiny_model,
-)
+from tests.support import build_model, build_tokenizer, compose_forgetting, save_tiny_model
 from tests.support import run_forgetting as run
 
-ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 400
 
 

@@ -18,10 +18,9 @@ from pipeline.reporting import correlations, leaderboard
 from pipeline.results.score import METRICS, RESULTS_VERSION, read_scores
 from tests.support import BOARD_ARTIFACT as ARTIFACT
 from tests.support import BOARD_SCORES as SCORES
-from tests.support import base_rows, write_lines
+from tests.support import ROOT, base_rows, write_lines
 from tests.support import result_line as result
 
-ROOT = Path(__file__).resolve().parents[1]
 OLD_ARTIFACT = {"name": "govreport_sample--gemma3-270m--K512-d512-max2048", "fingerprint": "0f1e2d3c4b5a" * 4}
 BENCHMARKS = {
     "smollm2-135m": (21.5, 14.0, 30.25),
