@@ -1,4 +1,4 @@
-"""The benchmarks' graph, checked as ``tests/test_layout.py`` checks the pipeline's: ``bench/`` may
+"""The benchmarks' graph, checked as ``tests/project/test_layout.py`` checks the pipeline's: ``bench/`` may
 import ``pipeline/``, never the other way; inside ``bench/`` no import cycle, and every import runs
 down a declared order of layers (function-level imports count)."""
 

@@ -40,7 +40,7 @@ def stage1(tiny_model_dir, write_corpus, tmp_path):
 
 def test_cpu_tables_in_float32_do_not_depend_on_the_blocks(stage1):
     """Other head blocks, vocabulary tiles and window batches: the same fingerprint (no ``numerics``),
-    the same key tokens, log-probs equal to float32 rounding (float64: tests/test_logprobs.py)."""
+    the same key tokens, log-probs equal to float32 rounding (float64: tests/models/test_logprobs.py)."""
     default, tokens = stage1("default", "dtype=float32")
     other, other_tokens = stage1("blocks", "dtype=float32", *BLOCKS)
     assert "numerics" not in default["settings"] and default["fingerprint"] == other["fingerprint"]

@@ -133,7 +133,7 @@ def test_a_wrong_pin_another_model_and_a_missing_artifact_are_errors(tiny_artifa
 
 
 def test_every_compute_setting_reaches_the_model(spy, tiny_model_dir):
-    """As for every command (tests/test_compute_reaches.py): the loader and every scorer."""
+    """As for every command (tests/commands/test_compute_reaches.py): the loader and every scorer."""
     model = LongPPLLM(
         str(tiny_model_dir), device="cpu", dtype="float64", cache_dir=spy["cache_dir"], **COMPUTE
     )

@@ -1,4 +1,4 @@
-"""The causes behind the GPU tests' tolerances (tests/test_gpu.py), pinned on the CPU.
+"""The causes behind the GPU tests' tolerances (tests/models/test_gpu.py), pinned on the CPU.
 
 - A float64 model is not float64 throughout: transformers computes its RMSNorm and its rotary
   embedding in float32, so CPU and CUDA, whose float32 kernels round otherwise, differ at float32
@@ -71,7 +71,7 @@ def float32_ops_by_module(model: torch.nn.Module, ids: torch.Tensor) -> dict[str
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_a_float64_model_runs_its_norms_and_rotary_embedding_in_float32(arch):
     """Every float32 op in a float64 forward is in an RMSNorm or a rotary embedding: the steps whose
-    float32 kernels round otherwise on CUDA (tests/test_gpu.py, the device-map test)."""
+    float32 kernels round otherwise on CUDA (tests/models/test_gpu.py, the device-map test)."""
     model = build_model(arch, 97).to(torch.float64).eval()
     model.config._attn_implementation = attention.NAME
     found = float32_ops_by_module(model, torch.randint(2, 97, (1, 40)))

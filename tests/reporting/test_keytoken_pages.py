@@ -1,6 +1,6 @@
 """The key-token pages (`make show`) and the dataset card: whatever the manifest holds is escaped, and
 pages are written only inside the artifact, never through a symbolic link. (The pages in a real
-browser: tests/test_keytoken_page_browser.py.)"""
+browser: tests/reporting/test_keytoken_page_browser.py.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The float32 head of a 16-bit model as one GEMM with float32 output (``torch.mm(..., out_dtype=...)``):
 what the CPU supports, the scorer's use of it where a device has it, and its fallback elsewhere.
-The GEMM itself runs on CUDA only (tests/test_gpu.py compares it with the upcast computation)."""
+The GEMM itself runs on CUDA only (tests/models/test_gpu.py compares it with the upcast computation)."""
 
 from __future__ import annotations
 
