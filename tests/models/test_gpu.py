@@ -44,7 +44,7 @@ def test_device_map_split_across_gpu_and_cpu(tmp_path, arch, device_map):
 
     Against the plain model on the CPU the log-probs differ by up to 2.8e-5 (measured on an H100):
     transformers computes a float64 model's RMSNorm and rotary embedding in float32
-    (tests/test_float64_models.py lists those steps), and CUDA's float32 kernels round them otherwise
+    (tests/models/test_numeric_causes.py lists those steps), and CUDA's float32 kernels round them otherwise
     than the CPU's (test_float32_steps_round_otherwise_on_cuda). Like with like, the split itself
     changes nothing."""
     build_model(arch, VOCAB).save_pretrained(tmp_path)
