@@ -241,16 +241,16 @@ test-gpu: $(STAMP)
 	@$(BIN)/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('error: make test-gpu needs a CUDA GPU and a CUDA build of torch (this one is ' + torch.__version__ + ', torch.cuda.is_available() is False): nothing was tested')" || exit 2
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m cuda -rs $(ARGS)
 
-# tests/test_keytoken_page_browser.py loads the key-token page in headless Chromium (Debian's package, ~400 MB,
+# tests/reporting/test_keytoken_page_browser.py loads the key-token page in headless Chromium (Debian's package, ~400 MB,
 # about 20 s to install). Installed here when missing and we are root; otherwise the fix is printed
 # and that test fails.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing chromium (apt-get) for tests/test_keytoken_page_browser.py"; \
+	  echo "installing chromium (apt-get) for tests/reporting/test_keytoken_page_browser.py"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	else \
-	  echo "chromium is missing: run 'sudo apt-get install -y --no-install-recommends chromium' (tests/test_keytoken_page_browser.py)"; \
+	  echo "chromium is missing: run 'sudo apt-get install -y --no-install-recommends chromium' (tests/reporting/test_keytoken_page_browser.py)"; \
 	fi
 
 lint: $(STAMP)
@@ -264,7 +264,7 @@ bench-memory: $(STAMP)
 	$(BIN)/python -m bench.stage1_memory $(ARGS)
 
 # Both stages at 32k, 64k and 128k tokens with a tiny random model on the CPU: peak memory grows
-# linearly with the text (docs/reports/memory.md; tests/test_long_memory.py asserts it).
+# linearly with the text (docs/reports/memory.md; tests/bench/test_long_memory.py asserts it).
 bench-long-memory: $(STAMP)
 	$(BIN)/python -m bench.long_memory $(ARGS)
 

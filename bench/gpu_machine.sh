@@ -63,7 +63,7 @@ if [ "$phase" = 1 ]; then
   cp -r bench/standin/. $SITE/  # polars: an import-only stand-in (its 40 MB wheel does not fit)
   mkdir -p /tmp/gguf && cp .gpu/a/gguf.gz.part-a /tmp/gguf/
   step nvidia-smi nvidia-smi
-  ($PY -m pytest -q -m cuda -rs -p no:cacheprovider tests/test_gpu.py >"$OUT/test-gpu.log" 2>&1
+  ($PY -m pytest -q -m cuda -rs -p no:cacheprovider tests/models/test_gpu.py >"$OUT/test-gpu.log" 2>&1
    echo "exit status $?" >>"$OUT/test-gpu.log") &
   tests=$!
   echo "== importtime -> importtime.txt" >>"$log"  # not a step: a step sends stderr to the log

@@ -9,7 +9,7 @@ grow faster than n. Stage 1 is
 ``sequence_logprobs`` (one pass, no context limit), both with the default compute settings. Each
 length runs in its own process, one torch thread (``--threads``); peak: resident memory above the
 start of each call (``bench.harness.PeakMemory``), the model loaded and one 12-token check pass done.
-tests/test_long_memory.py runs the same measurement and asserts linear growth.
+tests/bench/test_long_memory.py runs the same measurement and asserts linear growth.
 
     make bench-long-memory                                  # 32768, 65536, 131071 tokens
     .venv/bin/python -m bench.long_memory --tokens 32768 65536 --threads 1
@@ -195,7 +195,7 @@ def document(rows: list[dict], machine: str, threads: int) -> str:
         "# Both stages at 128k tokens: peak memory against the text's length\n\n"
         "What this page is for: the peak memory and time of stage 1's log-probs (the long pass and the "
         "short windows, K=4096, d=1024) and of stage 2's (`make score`'s one pass) on one document of "
-        "32k, 64k and 128k tokens: both grow linearly with the text (tests/test_long_memory.py asserts "
+        "32k, 64k and 128k tokens: both grow linearly with the text (tests/bench/test_long_memory.py asserts "
         "it on the same measurement).\n\n"
         "Regenerate: `make bench-long-memory` (bench/long_memory.py). A tiny random model loaded through "
         "`load_model` (Llama's layout: one full causal attention layer, as every 128k evaluator's long "

@@ -1,6 +1,6 @@
 """What the paper's run must be, written from the paper and the official code independently of this
 project's configs, and the checks that compare a configuration, an artifact or its texts with it
-(``studies.rehearse_paper``; tests/test_rehearsal.py runs them on broken settings).
+(``studies.rehearse_paper``; tests/studies/test_rehearse_paper.py runs them on broken settings).
 
 Sources: the paper's Appendix A.1 (K, d, alpha, beta, gamma); the official ``run_ppl.sh``
 (``emozilla/govreport-test-tokenized``, ``--dataset-min-tokens 16384 --samples 50``, max_length 32768)

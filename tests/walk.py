@@ -12,7 +12,7 @@ function that gets one uses a value, and is not handed the settings. The *walk* 
 those calls' functions in call order, repeats in a row merged. Counted on it:
 
 - ``modules``: the distinct modules it enters;
-- ``climbs``: the steps to a module of a higher layer than the step before (``tests.layout``'s layers);
+- ``climbs``: the steps to a module of a higher layer than the step before (``tests.support``'s layers);
 - ``returns``: the steps to a module it had already left; ``most returns``: the largest count of them
   for one module.
 """
@@ -138,7 +138,7 @@ class Walk:
 
 def tiny_inputs(folder: Path) -> dict[str, Path]:
     """A tiny evaluator and model (saved checkpoints), a corpus of three texts, a LooGLE folder."""
-    from tests.conftest import STAGE1_TEXTS, build_tokenizer, loogle_folder, save_tiny_model
+    from tests.support import STAGE1_TEXTS, build_tokenizer, loogle_folder, save_tiny_model
 
     corpus = folder / "corpus.jsonl"
     corpus.write_text(
@@ -154,13 +154,13 @@ def tiny_inputs(folder: Path) -> dict[str, Path]:
 
 
 def keytokens_cfg(inputs: dict[str, Path]) -> Any:
-    from tests.conftest import compose_keytokens, keytokens_overrides
+    from tests.support import compose_keytokens, keytokens_overrides
 
     return compose_keytokens(keytokens_overrides(inputs["evaluator"], inputs["corpus"], inputs["out"]))
 
 
 def command_cfg(command: str, inputs: dict[str, Path]) -> Any:
-    from tests.conftest import compose_config
+    from tests.support import compose_config
 
     out = inputs["out"]
     common = [f"model.spec={inputs['model']}", "dtype=float64", "device=cpu", "progress=false"]
@@ -178,7 +178,7 @@ def walk(command: str) -> Walk:
     """The walk of one command's run on tiny inputs."""
     import importlib
 
-    from tests.conftest import run_keytokens
+    from tests.support import run_keytokens
 
     with tempfile.TemporaryDirectory() as tmp:
         inputs = tiny_inputs(Path(tmp))
@@ -198,7 +198,7 @@ def walk(command: str) -> Walk:
 
 
 def main() -> None:
-    from tests.test_layout import rank
+    from tests.support import rank
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("commands", nargs="+")

@@ -157,7 +157,7 @@ def numerics_record(lm: LoadedModel, compute: Compute, head_dtype: torch.dtype) 
     differently (0.06 nats per bfloat16 ulp of a logit of 8 to 16, against LSD thresholds); on a GPU
     the GPU's name, CUDA and cuBLAS's reductions choose the kernels (``gpu_record``). A CPU run in
     float32 or float64 records none of it (its blocks move log-probs by float32 rounding at most,
-    tests/test_numerics_record.py), so its fingerprint is unchanged."""
+    tests/keytokens/test_numerics_record.py), so its fingerprint is unchanged."""
     sixteen_bit = min(lm.dtype.itemsize, head_dtype.itemsize) < 4
     gpu = gpu_record(lm.model)
     if not (sixteen_bit or gpu):

@@ -26,7 +26,7 @@ def rounding_tolerance(logits: torch.Tensor, softcap: float | None = None) -> to
     in 16 bits, as the model's forward does) is counted from c, not from the row: a GEMM ulp of z
     moves s by up to two ulp(c) after the three roundings, and the 16-bit s is within 1.51 ulp(c) of
     the exact value of an unrounded z (a float32 head), both found exhaustively over every bfloat16
-    z for c in [0.5, 128) (tests/test_precision.py); so a log-prob moves by up to 4 ulp(c) (0.5 at
+    z for c in [0.5, 128) (tests/models/test_precision.py); so a log-prob moves by up to 4 ulp(c) (0.5 at
     Gemma 2's c = 30), plus the float32 allowance for the log-softmax."""
     rows = logits.shape[0]
     if logits.dtype == torch.float64:

@@ -1,0 +1,2 @@
+"""Tests of ``pipeline.artifact``: the key-token artifact's checks, its two identities, its inputs, kinds
+and lock."""

@@ -1,0 +1,1 @@
+"""Tests of ``bench/``: the benchmarks' harness, report pages, GPU benches and memory measurement."""

@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.forgetting``: the forgetting curve on tiny models."""

@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.ladder``: the context ladder on tiny models."""

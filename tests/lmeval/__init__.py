@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.lmeval``: LongPPL and LooGLE inside lm-evaluation-harness."""

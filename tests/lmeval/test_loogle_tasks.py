@@ -1,0 +1,35 @@
+"""LooGLE's tasks in lm-evaluation-harness: one engine, two shells. With the model ``longppl`` a task
+gives the numbers of `make loogle` on the same model, questions and settings."""
+
+from __future__ import annotations
+
+import pytest
+
+lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: make setup-lmeval")
+
+from pipeline.lmeval import LongPPLLM, task_manager  # noqa: E402
+from pipeline.loogle.data.questions import jsonl_rows  # noqa: E402
+from tests.support import compose_config  # noqa: E402
+
+
+def test_the_task_gives_the_numbers_of_make_loogle(tiny_model_dir, tmp_path):
+    from pipeline.commands.loogle import run as loogle
+
+    overrides = ["model=local", f"model.spec={tiny_model_dir}", "task=longdep_qa", "limit=2", "device=cpu",
+                 "dtype=float64", "max_new_tokens=20", "progress=false", f"predictions_dir={tmp_path}",
+                 f"results={tmp_path / 'r.jsonl'}"]  # fmt: skip
+    ours = loogle(compose_config("loogle", overrides))["longdep_qa"]["metrics"]
+    lm = LongPPLLM(str(tiny_model_dir), dtype="float64", device="cpu")
+    manager = task_manager(root=tmp_path / "none")
+    results = lm_eval.simple_evaluate(
+        model=lm, tasks=["loogle_longdep_qa"], task_manager=manager, limit=2, gen_kwargs="max_gen_toks=20",
+        bootstrap_iters=0, log_samples=True,
+    )  # fmt: skip
+    theirs = results["results"]["loogle_longdep_qa"]
+    for metric in ("bleu1", "bleu4", "rouge1", "rouge2", "rougeL", "meteor"):
+        assert theirs[f"{metric},none"] == pytest.approx(ours[metric], abs=1e-12), metric
+    # the very answers of make loogle: the same prompts, cut and generation
+    (path,) = tmp_path.glob("*longdep_qa*.jsonl")
+    answers = [sample["resps"][0][0] for sample in results["samples"]["loogle_longdep_qa"]]
+    assert answers == [row["prediction"] for row in jsonl_rows(path)] and all(answers)
+    assert results["configs"]["loogle_longdep_qa"]["metadata"]["loogle_data"] == "sample"

@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.loogle``: LooGLE's data, generation, metrics and evidence."""

@@ -1,0 +1,206 @@
+"""The answer gain of LooGLE questions (``pipeline.loogle.evidence.answer_gain``) and `make validate`'s LooGLE
+target (``studies.validation.loogle_target``): log-likelihoods equal to a direct float64 computation,
+questions counted only with their located evidence inside the kept context, exclusions counted with
+their reasons, the power of n members, and the report's section."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pipeline.artifact.qa import ArtifactQuestion, Evidence
+from pipeline.errors import PipelineError
+from pipeline.loogle.data.prompts import build_prompt
+from pipeline.loogle.evidence import answer_gain
+from pipeline.loogle.generation.decoding import tokenize_prompt
+from pipeline.models.logprobs import TargetScorer
+from studies.validation import loogle_report, loogle_target
+from studies.validation.options import LoogleTargetOptions
+from tests.support import build_model
+
+FILLER = "The committee met in the old hall and talked about the roads, the school and the harvest. "
+FIRST = "Gamma Mill was built in 1850 by the river."
+MIDDLE = "The mill burned in 1901 and was rebuilt in stone."
+LAST = "In 2010 the mill became a library for the town."
+TEXT = f"{FIRST} {FILLER * 2}{MIDDLE} {FILLER * 3}{LAST}"
+
+
+@pytest.fixture(scope="module")
+def scorer(tokenizer) -> TargetScorer:
+    model = build_model("llama", len(tokenizer), max_positions=512).to(torch.float64)
+    scorer = TargetScorer(model, head_chunk=7, vocab_tile=64)
+    # As every stage does before its first real pass: on torch 2.13.0 (CPU, float64) the first sdpa
+    # call of a process was seen to differ from every later one by about 4e-5 relative in 3 of 8 runs.
+    scorer.check_against_full_forward()
+    return scorer
+
+
+def question(*evidence: str | None, answer: str = "a library", kind: str = "computation") -> ArtifactQuestion:
+    """A question about TEXT whose evidence strings are located where they occur (None: unlocated)."""
+    found = tuple(
+        Evidence("?", "unlocated", (), 0, None)
+        if e is None
+        else Evidence(e, "exact", ((TEXT.index(e), TEXT.index(e) + len(e)),), 1, None)
+        for e in evidence
+    )
+    return ArtifactQuestion(
+        "doc", 0, "longdep_qa", "longdep_qa/q", kind, "What is the mill now?", answer, found
+    )
+
+
+def test_the_answer_log_likelihood_is_a_direct_computation(scorer, tokenizer):
+    prompt, _ = tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))
+    answer = tokenizer("a library", add_special_tokens=False)["input_ids"]
+    seq = torch.tensor([prompt + answer])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(scorer.model(seq).logits[0].double(), dim=-1)
+    direct = sum(float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+    assert answer_gain.answer_logprob(scorer, prompt, answer) == pytest.approx(direct, abs=1e-10)
+
+
+def test_a_question_counts_only_with_its_evidence_inside_the_kept_context(scorer, tokenizer):
+    texts = {"doc": TEXT}
+    gains = answer_gain.answer_gains(
+        tokenizer,
+        scorer,
+        [question(MIDDLE), question(FIRST, LAST, None), question(None)],
+        texts,
+        [500, 200, 40],
+    )
+    whole, ends, none = gains[:3]
+    assert (whole.excluded, ends.excluded, none.excluded) == (None, None, answer_gain.NO_EVIDENCE)
+    assert ends.unlocated == 1 and whole.prompt_tokens == len(
+        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))[0]
+    )
+    assert whole.nats == whole.with_document - whole.question_only
+    assert whole.bits_per_byte == pytest.approx(whole.nats / math.log(2) / len(b"a library"))
+    middle, first_last = gains[3:5]  # cut to 200 tokens: the first and last halves keep both ends only
+    assert middle.excluded == answer_gain.OUTSIDE and first_last.excluded is None
+    assert first_last.question_only == ends.question_only  # one computation per question
+    assert first_last.prompt_tokens == 2 * ((200 - whole.answer_tokens) // 2)
+    assert all(g.excluded == answer_gain.NO_ROOM for g in gains[6:8])  # 40 tokens: not even the question
+    (row,) = [r for r in answer_gain.summary(gains) if r["limit"] == 200 and r["type"] == "all"]
+    assert (row["n_questions"], row["n_counted"], row["n_no_evidence"], row["n_outside"]) == (3, 1, 1, 1)
+    assert row["gain_nats"] == first_last.nats and row["counted_unlocated_evidence"] == 1
+
+
+def test_evidence_past_the_artifacts_text_is_outside(scorer, tokenizer):
+    kept = TEXT[: TEXT.index(LAST)]  # the artifact kept the text up to the last sentence
+    (gain,) = answer_gain.answer_gains(tokenizer, scorer, [question(LAST)], {"doc": kept}, [500])
+    assert gain.excluded == answer_gain.OUTSIDE and gain.to_dict()["gain_nats"] is None
+
+
+def test_an_empty_answer_is_an_error(scorer, tokenizer):
+    with pytest.raises(PipelineError, match="its answer is empty"):
+        answer_gain.answer_gains(tokenizer, scorer, [question(FIRST, answer="")], {"doc": TEXT}, [500])
+
+
+def test_power_of_n_members():
+    assert loogle_target.critical_r(8) == pytest.approx(0.7067, abs=1e-4)  # the textbook table's 0.707
+    assert loogle_target.critical_r(2) is None
+
+
+def target_row(label: str, gain: float | None, ppl: float, longppl: float, common: float = 0.0) -> dict:
+    counted = 0 if gain is None else 3
+    counts = {"n_counted": counted, "n_questions": 4}
+    part = {"gain_bits_per_byte": gain, "gain_bits_per_byte_se": 0.01, "gain_nats": gain, **counts,
+            "n_no_evidence": 1, "n_outside": 3 - counted, "n_no_room": 0, "positive": counted,
+            "ppl": ppl, "longppl": longppl, "longppl_soft": longppl, "n_key_tokens": 5, "n_truncated": 0,
+            "self_evaluation": label == "m2", "limit": 64,
+            "by_type": [{"type": "computation", "gain_bits_per_byte": gain, **counts}],
+            "questions": [{"source_id": q, "excluded": None if gain is not None else "x",
+                           "gain_bits_per_byte": gain + extra if gain is not None else None}
+                          for q, extra in (("q1", 0.0), ("q2", common))]}  # fmt: skip
+    return {"label": label, "model": label, "loogle": part}
+
+
+def test_correlations_rank_against_the_answer_gain_and_the_report_says_so():
+    rows = [target_row("m1", 0.1, 10.0, 30.0), target_row("m2", 0.2, 9.0, 20.0),
+            target_row("m3", 0.3, 11.0, 10.0), target_row("m4", None, 8.0, 5.0)]  # fmt: skip
+    stats = loogle_target.correlations(rows)
+    assert stats["members"] == 3 and stats["members_without_questions"] == ["m4"]
+    by = {r["metric"]: r for r in stats["rows"]}
+    assert by["longppl"]["spearman_r"] == pytest.approx(-1.0) and by["ppl"]["spearman_r"] == pytest.approx(
+        0.5
+    )
+    assert stats["ranking"] == {"best": ["longppl", "longppl_soft"], "best_spearman": pytest.approx(-1.0),
+                                "longppl_vs_ppl": "better"}  # fmt: skip
+    assert stats["common"]["questions"] == ["q1", "q2"]  # both counted by every member with questions
+    rows[2]["loogle"]["questions"][1]["excluded"] = "outside"  # m3 does not count q2: q1 alone is common
+    rows[0]["loogle"]["questions"][1]["gain_bits_per_byte"] = 9.0  # and m1's q2 no longer matters
+    common = loogle_target.correlations(rows)["common"]
+    assert common["questions"] == ["q1"] and common["rows"][1]["spearman_r"] == pytest.approx(-1.0)
+    results = {"family": rows, "loogle": {"correlations": stats}}
+    tables = loogle_report.context(results)["tables"]
+    assert "| m2 (self) | 64 | 3 / 4 | 1 / 0 / 0 | +0.200 | +0.2000 (± 0.010) | 3 of 3 |" in tables["members"]
+    assert "| m1 | +0.1000 (3 of 4) |" in tables["types"]
+    assert "| LongPPL | -1.000 |" in tables["correlations"]
+
+
+def test_an_artifact_without_questions_is_one_error(tiny_artifact, tmp_path):
+    v = SimpleNamespace(options=SimpleNamespace(loogle=LoogleTargetOptions(artifact=str(tiny_artifact))))
+    with pytest.raises(PipelineError, match="has no questions: give an artifact of corpus=loogle_sample"):
+        loogle_target.target(v, tmp_path)
+    v.options.loogle = LoogleTargetOptions(enabled=False)
+    assert loogle_target.target(v, tmp_path) is None
+
+
+def test_the_target_reads_an_artifacts_questions(loogle_artifact, tmp_path):
+    options = LoogleTargetOptions(artifact=str(loogle_artifact), tasks=["longdep_qa"])
+    t = loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), tmp_path)
+    assert [q.task for q in t.questions] == [
+        "longdep_qa"
+    ] * 3  # the shortdep_qa question left out and set(t.texts) == {q.doc_id for q in t.questions}
+    record = loogle_target.record(t, options)
+    assert record["questions"] == 3 and record["types"] == [
+        "comprehension_and_reasoning",
+        "computation",
+        "timeline_reorder",
+    ]
+    with pytest.raises(PipelineError, match="no question of the tasks shortdep_cloze"):
+        options = LoogleTargetOptions(artifact=str(loogle_artifact), tasks=["shortdep_cloze"])
+        loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), Path(tmp_path))
+
+
+def test_the_api_gives_each_questions_gain_on_a_model_in_memory(whole_loogle_artifact, tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline import api
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float64)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    gains = api.answer_gains(model, tokenizer, whole_loogle_artifact, [512, 64])
+    assert [g.limit for g in gains] == [512] * 3 + [64] * 3
+    no_room, no_evidence = answer_gain.NO_ROOM, answer_gain.NO_EVIDENCE
+    assert [g.excluded for g in gains] == [None, no_evidence, None, no_room, no_evidence, no_room]
+    first = gains[0]
+    scorer = TargetScorer(model)
+    assert first.question_only == answer_gain.answer_logprob(
+        scorer,
+        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What came after the fire?", ""))[0],
+        tokenizer(first_answer := "a museum", add_special_tokens=False)["input_ids"],
+    )
+    assert first.answer_bytes == len(first_answer)
+    with pytest.raises(PipelineError, match="unknown setting 'K'"):
+        api.answer_gains(model, tokenizer, whole_loogle_artifact, [512], K=4)
+
+
+def test_a_document_longer_than_a_whole_context_member_is_scored_truncated(whole_loogle_artifact, tokenizer):
+    from pipeline.models.loading import in_memory
+    from pipeline.settings import Compute
+
+    lm = in_memory(build_model("llama", len(tokenizer), max_positions=256).to(torch.float64), tokenizer)
+    options = LoogleTargetOptions(artifact=str(whole_loogle_artifact))
+    t = loogle_target.target(SimpleNamespace(options=SimpleNamespace(loogle=options)), Path("unused"))
+    member = SimpleNamespace(label="short", context_limit=None, choice=SimpleNamespace(spec="short"))
+    part = loogle_target.member_part(Compute(dtype="float64"), member, lm, lm_scorer(lm), t)
+    assert part["limit"] == 256 and part["n_truncated"] == 2  # texts of 386 and 288 tokens
+    assert part["n_questions"] == 3 and part["ppl"] > 1
+
+
+def lm_scorer(lm) -> TargetScorer:
+    return TargetScorer(lm.model, head_chunk=16, vocab_tile=64)

@@ -1,0 +1,170 @@
+"""LooGLE's evidence located (``pipeline.loogle.evidence.locating``): each rule on small strings, spans that
+map back to the original characters exactly, a paraphrase left unlocated, and the located counts of the
+embedded sample (and of LooGLE's whole test data where ``../shared/data/loogle`` is present), pinned."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.commands.loogle_evidence import run
+from pipeline.loogle.data.reading import DataSource, load_questions
+from pipeline.loogle.evidence.locating import Document, locate, normalise
+from tests.support import ROOT, compose_config
+
+SHARED = ROOT.parent / "shared" / "data" / "loogle"
+FILLER = "Unrelated words fill the page here. " * 20
+
+
+def spans_text(text: str, evidence: str) -> tuple[str, list[str]]:
+    """The rule that located ``evidence`` in ``text`` and the text of each span."""
+    found = locate(evidence, Document(text))
+    return found.rule, [text[start:end] for start, end in found.spans]
+
+
+def test_an_exact_substring_is_exact():
+    text = FILLER + "Parador de Arcos de la Frontera opened to guests on 7 November 1966." + FILLER
+    rule, spans = spans_text(text, "  opened to guests on 7 November 1966.\n")
+    assert (rule, spans) == ("exact", ["opened to guests on 7 November 1966."])
+
+
+def test_a_question_mark_stands_for_non_ascii_characters():
+    text = FILLER + "The Parador at Jaén, and Gülbaşı District's state hospital, were destroyed." + FILLER
+    rule, spans = spans_text(text, "Parador at Ja?n, and G?lba?? District's state hospital")
+    assert (rule, spans) == ("normalised", ["Parador at Jaén, and Gülbaşı District's state hospital"])
+    # a no-break space written as "?" in the evidence, a plain space in the text
+    rule, spans = spans_text(
+        FILLER + "a conventional firearm, reminiscent of fireworks", "firearm,?\nreminiscent"
+    )
+    assert (rule, spans) == ("normalised", ["firearm, reminiscent"])
+
+
+def test_citation_markers_are_ignored_on_either_side():
+    text = FILLER + "On qualifying in 1951, Picardo pursued his interest in historical architecture." + FILLER
+    rule, spans = spans_text(text, "On qualifying in 1951,[6][7] Picardo pursued his interest")
+    assert (rule, spans) == ("normalised", ["On qualifying in 1951, Picardo pursued his interest"])
+    text = FILLER + "The assembly was destroyed,[158] as was St. Paul's Church [159] and the mosque." + FILLER
+    rule, spans = spans_text(text, "destroyed, as was St. Paul's Church and the mosque")
+    assert (rule, spans) == ("normalised", ["destroyed,[158] as was St. Paul's Church [159] and the mosque"])
+
+
+def test_whitespace_case_and_quotes_are_normalised():
+    text = (
+        FILLER + 'Reuters voiced that the tone had deteriorated, "reminiscent" of the Yellow Vests.' + FILLER
+    )
+    rule, spans = spans_text(text, "Reuters Voiced That The Tone Had\nDeteriorated, 'Reminiscent' Of")
+    assert (rule, spans) == (
+        "normalised",
+        ['Reuters voiced that the tone had deteriorated, "reminiscent" of'],
+    )
+
+
+def test_elided_evidence_is_located_piece_by_piece():
+    first, second = (
+        "At least 300 buildings were razed in Malatya.",
+        "The ceiling of Malatya Erhaç Airport collapsed.",
+    )
+    text = FILLER + first + " Several hundred people were rescued from the rubble. " + second + FILLER
+    rule, spans = spans_text(text, f"{first} ......{second.replace('ç', '?')}")
+    assert (rule, spans) == ("pieces", [first, second])
+    # pieces out of order, or one too short to place, locate nothing
+    assert spans_text(text, f"{second} ... {first}")[0] == "unlocated"
+    assert spans_text(text, f"In Malatya,......{second}")[0] == "unlocated"
+
+
+def test_a_close_copy_is_located_by_the_fuzzy_rule():
+    sentence = (
+        "Singapore stated there was no international consensus on the death penalty or what was the "
+        "threshold of serious crimes, and every country has the sovereign right to decide on its use."
+    )
+    evidence = "2." + sentence.replace("stated there", "stated that there").replace("its use", "the use")
+    found = locate(evidence, Document(FILLER + sentence + FILLER))
+    assert found.rule == "fuzzy" and found.ratio is not None and found.ratio >= 0.9
+    ((start, end),) = found.spans
+    assert (FILLER + sentence + FILLER)[start:end] == sentence  # not the "2." the annotator added
+
+
+def test_a_paraphrase_stays_unlocated():
+    text = (
+        FILLER
+        + (
+            "The committee approved the new budget on Monday after a long debate about the costs of the "
+            "program, which several members had criticised as far too high for the city."
+        )
+        + FILLER
+    )
+    paraphrase = "After a lengthy discussion of the program's costs, the city's budget was passed on Monday."
+    assert locate(paraphrase, Document(text)).rule == "unlocated"
+    # a verbatim stretch (an anchor) with the rest rewritten is still too far from the text
+    half = (
+        "The committee approved the new budget on Monday, although members called the whole thing too dear."
+    )
+    assert locate(half, Document(text)).rule == "unlocated"
+
+
+def test_normalised_characters_map_back_to_the_original():
+    original = "Jaén  [6]Gülbaşı\u00a0x  [es] “quoted”\n\tEND? é?"
+    norm = normalise(original)
+    assert norm.text == "ja?ng?lba?x?quoted?end?"
+    for i, char in enumerate(norm.text):
+        piece = original[norm.starts[i] : norm.ends[i]]
+        assert normalise(piece).text == char, (i, piece)
+    assert norm.starts == sorted(norm.starts) and all(
+        s < e for s, e in zip(norm.starts, norm.ends, strict=True)
+    )
+
+
+def exact_checks(task: str, source: DataSource, report: dict) -> None:
+    """Each exactly located span is the evidence itself; every located span lies in its document."""
+    questions = {q.qid: q for q in load_questions(task, source)}
+    for record in report["evidence"]:
+        question = questions[record["qid"]]
+        text = question.evidence[record["evidence_index"]]
+        if record["rule"] == "exact":
+            ((start, end),) = record["spans"]
+            assert question.context[start:end] == text.strip()
+        assert all(0 <= s < e <= len(question.context) for s, e in record["spans"])
+
+
+def test_the_sample_evidence_located_counts_are_pinned(tmp_path):
+    out = tmp_path / "evidence.json"
+    result = run(compose_config("loogle_evidence", [f"out={out}"]))
+    assert json.loads(out.read_text()) == result
+    by_task = {rep["task"]: rep for rep in result["tasks"]}
+    assert by_task["shortdep_qa"]["by_rule"] == {
+        "exact": 7,
+        "normalised": 3,
+        "pieces": 0,
+        "fuzzy": 0,
+        "unlocated": 1,
+    }
+    assert by_task["longdep_qa"]["by_rule"] == {
+        "exact": 6,
+        "normalised": 19,
+        "pieces": 0,
+        "fuzzy": 7,
+        "unlocated": 2,
+    }
+    assert by_task["shortdep_qa"]["fraction_located"] == 10 / 11
+    assert by_task["longdep_qa"]["fraction_located"] == 32 / 34
+    assert [(m["qid"], m["evidence_index"]) for m in by_task["longdep_qa"]["unlocated"]] == [
+        ("José Luis Picardo#4", 1),
+        ("Assassination of Shinzo Abe#0", 1),
+    ]
+    for task, report in by_task.items():
+        exact_checks(task, DataSource(), report)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="LooGLE's test data is not in ../shared/data/loogle")
+def test_the_whole_test_data_located_counts_are_pinned(tmp_path):
+    result = run(compose_config("loogle_evidence", [f"data={SHARED}", f"out={tmp_path / 'e.json'}"]))
+    counts = {rep["task"]: list(rep["by_rule"].values()) for rep in result["tasks"]}
+    assert counts == {  # exact, normalised, pieces, fuzzy, unlocated
+        "shortdep_qa": [61, 13, 0, 3, 3],
+        "longdep_qa": [52, 45, 4, 13, 10],
+        "shortdep_cloze": [0, 0, 0, 0, 94],  # its "evidence" is a summary of the segment
+        "longdep_summarization": [0, 0, 0, 0, 0],
+    }
+    for report in result["tasks"]:
+        exact_checks(report["task"], DataSource(str(SHARED)), report)

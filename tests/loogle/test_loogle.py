@@ -1,0 +1,196 @@
+"""LooGLE's data in both layouts, its protocol on a tiny random model (the cut, the predictions file,
+resuming a killed run), and each bad input as one ``error:`` line with exit status 2 and nothing
+half-written."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from pipeline.commands import leaderboard as leaderboard_command
+from pipeline.errors import PipelineError
+from pipeline.loogle.data.questions import SAMPLE_DIR, jsonl_rows, questions_from_rows
+from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
+from pipeline.loogle.generation import answering as run
+from pipeline.loogle.generation import decoding as generation
+from pipeline.reporting import loogle as loogle_board
+from pipeline.results import loogle as loogle_results
+from tests.support import base_rows, cli, compose_config, error_lines, write_lines
+
+PICARDO = "José Luis Picardo"
+
+
+def test_the_sample_holds_the_wikipedia_questions():
+    short, long = (load_questions(t, DataSource()) for t in ("shortdep_qa", "longdep_qa"))
+    assert (len(short), len(long)) == (11, 13)
+    assert {q.doc_id for q in long} == {PICARDO, "Assassination of Shinzo Abe"}
+    assert short[0].context == long[0].context and short[0].qid == f"{PICARDO}#0"
+    with pytest.raises(PipelineError, match="sample has no shortdep_cloze: its texts' licenses"):
+        load_questions("shortdep_cloze", DataSource())
+
+
+def test_the_question_layout_gives_the_same_questions():
+    documents = load_questions("longdep_qa", DataSource())
+    rows = [
+        {"title": q.doc_id, "context": q.context, "question": q.question, "answer": q.answer}
+        | {"evidence": list(q.evidence), "type": q.kind}
+        for q in documents
+    ]
+    assert questions_from_rows("longdep_qa", rows, "rows") == documents
+    cloze = [{"context": "text", "question": "Who is <mask-0>?", "answer": "{'<mask-0>': 'Bob'}"}] * 2
+    questions = questions_from_rows("shortdep_cloze", cloze, "rows")
+    assert [q.qid for q in questions] == ["doc-0#0", "doc-0#1"] and questions[0].answer == {"<mask-0>": "Bob"}
+
+
+@pytest.mark.parametrize(
+    "qa_pairs, message",
+    [
+        ("[{'Q': 'a', 'A': 'b'", "not a Python literal"),
+        ("__import__('os').getcwd()", "not a Python literal"),  # read, never run
+        ("[{'Q': 'a'}]", "item 0: expected a mapping with Q and A"),
+        ("{'Q': 'a', 'A': 'b'}", "expected a non-empty list"),
+    ],
+)
+def test_malformed_qa_pairs(qa_pairs, message):
+    row = {"input": "text", "title": "t", "qa_pairs": qa_pairs, "output": None}
+    with pytest.raises(PipelineError, match=message):
+        questions_from_rows("shortdep_qa", [row], "rows")
+
+
+def test_the_hub_dataset_offline_is_one_line_naming_it_and_the_fix():
+    with pytest.raises(PipelineError) as caught:
+        load_questions("longdep_qa", DataSource("hub", revision="bdc356116a09a6a3d552e28a9f330878915b1696"))
+    message = str(caught.value)
+    assert "\n" not in message and "bigainlco/LooGLE" in message and "hf download" in message
+    with pytest.raises(PipelineError, match="needs the revision"):
+        load_questions("longdep_qa", DataSource("hub", revision=None))
+    assert compose_config("loogle", [])["revision"] == "bdc356116a09a6a3d552e28a9f330878915b1696"
+
+
+def test_the_cut_keeps_the_first_and_last_halves_of_the_tokens(tokenizer):
+    question = load_questions("shortdep_qa", DataSource())[0]
+    ids = tokenizer(generation.prompt_for(question).text)["input_ids"]
+    cut = generation.cut_prompt(tokenizer, question, 301)
+    assert (
+        cut.ids == ids[:150] + ids[-150:]
+        and cut.prompt_tokens == len(ids)
+        and cut.cut_tokens == len(ids) - 300
+    )
+    assert tokenizer.decode(cut.ids).endswith(f"Question: {question.question}\nAnswer: ")
+    with pytest.raises(PipelineError, match="cannot fit even its instruction and question"):
+        generation.cut_prompt(tokenizer, question, 20)
+
+
+def loogle_overrides(model_dir, out, *extra: str) -> list[str]:
+    return [
+        "model=local",
+        f"model.spec={model_dir}",
+        "task=shortdep_qa",
+        "limit=3",
+        "max_new_tokens=3",
+        "device=cpu",
+        "progress=false",
+        f"predictions_dir={out}",
+        f"results={out / 'results' / 'loogle.jsonl'}",
+        *extra,
+    ]
+
+
+def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    from pipeline.commands.loogle import run as loogle
+
+    result = loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
+    (path,) = tmp_path.glob("*.jsonl")
+    (line,) = loogle_results.read_rows(tmp_path / "results" / "loogle.jsonl")
+    assert (line["task"], line["n_questions"], line["settings"]["limit"]) == ("shortdep_qa", 3, 3)
+    assert line["metrics"] == result["shortdep_qa"]["metrics"] and line["model"]["weights_sha256"]
+    board = loogle_board.files(tmp_path / "results" / "loogle.jsonl")["loogle.md"].decode()
+    # make leaderboard: the LooGLE table beside LongPPL's, from loogle.jsonl beside the scores file
+    scores = write_lines(tmp_path / "results" / "scores.jsonl", base_rows())
+    out = tmp_path / "board"
+    paths = leaderboard_command.run(compose_config("leaderboard", [f"results={scores}", f"out_dir={out}"]))
+    assert paths["loogle.md"].read_text() == board and (out / "leaderboard.md").is_file()
+    assert re.search(rf"\| {tiny_model_dir.name} \| shortdep_qa \| sample \| 3 \| 509 \|", board), board
+    rows = jsonl_rows(path)
+    assert [r["qid"] for r in rows] == [f"{PICARDO}#{i}" for i in range(3)]
+    assert rows[0]["max_length"] == 512 - 3  # the tiny model's context less the new tokens
+    assert rows[0]["kept_tokens"] == 508 and rows[0]["cut_tokens"] == rows[0]["prompt_tokens"] - 508
+    assert rows[0]["fingerprint"] == fingerprint(load_questions("shortdep_qa", DataSource())[:3])
+    assert result["shortdep_qa"]["n_questions"] == 3
+    # killed after two questions: the run resumes with the third and generates nothing else
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    calls = []
+    real = generation.generate
+    monkeypatch.setattr(run, "generate", lambda *a: calls.append(a) or real(*a))
+    loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
+    assert len(calls) == 1 and jsonl_rows(path) == rows
+    assert len(loogle_board.table(tmp_path / "results" / "loogle.jsonl")) == 1  # the same entry, newest kept
+
+
+def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_path):
+    """make loogle-metrics: empty, another task's, another sample's, partial and malformed files; make
+    loogle: malformed qa_pairs and a prompt that cannot hold its question."""
+    sample = load_questions("shortdep_qa", DataSource())
+    line = {"task": "shortdep_qa", "data": "sample", "fingerprint": fingerprint(sample), "limit": None}
+    files = {
+        "empty": "",
+        "task": json.dumps({**line, "task": "longdep_qa", "qid": "x", "prediction": "p"}) + "\n",
+        "sample": json.dumps({**line, "fingerprint": "0" * 12, "qid": "x", "prediction": "p"}) + "\n",
+        "count": json.dumps({**line, "qid": sample[0].qid, "prediction": "p"}) + "\n",
+        "malformed": json.dumps({"qa_pairs": "[{'Q': 1", "llm_output": ["a"], "output": ["b"]}) + "\n",
+        "shape": json.dumps({"qa_pairs": "none", "llm_output": ["a"], "output": ["b"]}) + "\n",
+    }
+    messages = {
+        "empty": "is empty",
+        "task": "predictions of task longdep_qa, not shortdep_qa",
+        "sample": "predictions of other questions",
+        "count": "1 distinct predictions \\(1 lines\\) for 11 questions",
+        "malformed": "not a Python literal",
+        "shape": "no question per answer",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.jsonl").write_text(text)
+    paths = ",".join(str(tmp_path / f"{name}.jsonl") for name in files)
+    done = cli(
+        "pipeline.commands.loogle_metrics",
+        "--multirun",
+        f"predictions={paths}",
+        "task=shortdep_qa",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )
+    lines = error_lines(done.stderr)
+    assert len(lines) == len(files)
+    for name, message in messages.items():
+        assert re.search(message, next(x for x in lines if f"{name}.jsonl" in x)), name
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "shortdep_qa.jsonl").write_text(
+        json.dumps({"input": "t", "title": "t", "qa_pairs": "[{", "output": None})
+    )
+    out = tmp_path / "predictions"
+    done = cli(
+        "pipeline.commands.loogle",
+        "--multirun",
+        *loogle_overrides(
+            tiny_model_dir,
+            out,
+            f"data={SAMPLE_DIR},{bad}",
+            "max_length=12",
+            f"hydra.sweep.dir={tmp_path / 'sweep2'}",
+        ),
+    )
+    lines = error_lines(done.stderr)
+    assert len(lines) == 2
+    assert any("cannot fit even its instruction and question" in x for x in lines)
+    assert any("qa_pairs of" in x and "not a Python literal" in x for x in lines)
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_a_hub_download_folder_with_the_later_config_names(tmp_path):
+    (tmp_path / "data").mkdir()
+    row = {"input": "A paper.", "title": "2201.00001", "qa_pairs": "none", "output": "Its abstract."}
+    (tmp_path / "data" / "summarization.jsonl").write_text(json.dumps(row) + "\n")
+    (question,) = load_questions("longdep_summarization", DataSource(str(tmp_path)))
+    assert (question.qid, question.question, question.answer) == ("2201.00001#0", "", "Its abstract.")

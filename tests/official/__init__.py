@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.official``: importing the paper's key spans."""

@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.reporting``: the leaderboard and the key-token pages."""

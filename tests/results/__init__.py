@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.results``: the results files."""

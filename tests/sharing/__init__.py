@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.sharing``: publishing an artifact and refreshing the leaderboard."""

@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.text``: corpora and the alignment of key spans across tokenizers."""
