@@ -81,15 +81,17 @@ def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.artifact.writer import ArtifactWriter
     from pipeline.commands import keytokens as command
     from pipeline.jobs import keytokens as run
+    from pipeline.keytokens import stage
+    from pipeline.models.loading import ModelChoice
     from pipeline.models.logprobs import TargetScorer
 
     timed = [
         *load_parts(),
         (run, "load_corpus", "corpus"),
-        (run, "load_evaluator", "model load"),
-        (run, "select", "selection"),
+        (ModelChoice, "load", "model load"),
+        (stage, "select", "selection"),
         (TargetScorer, "check_against_full_forward", "self-check"),
-        (run, "keytoken_tables", "text"),
+        (stage, "keytoken_tables", "text"),
         (ArtifactWriter, "finalize", "finalize"),
         (run, "statistics", "summary"),
         (run, "write_views", "pages"),

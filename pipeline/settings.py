@@ -139,3 +139,9 @@ def parse(cls: type[T], values: Mapping[str, Any], *, prefix: str = "", strict: 
         value = values.get(str(first["loc"][0])) if first["type"] == "missing" else first.get("input")
         message = first["msg"].removeprefix("Value error, ")
         raise PipelineError(f"setting {prefix}{where}={value!r}: {message}") from None
+
+
+def parse_group(cls: type[T], values: Mapping[str, Any], group: str) -> T:
+    """A config group of ``values`` (``model``, ``evaluator``, ``corpus``: a mapping of its own keys)
+    as ``cls``, strictly: an unknown key of the group is a typo, ``setting <group>.<key>: ...``."""
+    return parse(cls, values.get(group) or {}, prefix=f"{group}.", strict=True)

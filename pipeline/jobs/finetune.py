@@ -21,7 +21,7 @@ from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
 from pipeline.models.sources import is_local_model
 from pipeline.provenance import library_versions
-from pipeline.settings import Compute, DirectoryName, directory_name, parse
+from pipeline.settings import Compute, DirectoryName, directory_name, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
 from pipeline.training.sequences import TrainingSequence, build_sequences
@@ -62,11 +62,11 @@ class FinetuneJob:
     def from_config(cls, values: Mapping[str, Any]) -> FinetuneJob:
         """``conf/finetune.yaml`` as plain data, typed and checked."""
         return cls(
-            model=ModelChoice.parse(values["model"]),
+            model=parse_group(ModelChoice, values, "model"),
             options=parse(Finetune, values),
             definition=parse(KeyTokenDefinition, values),
             compute=parse(Compute, values),
-            corpus=CorpusSpec.parse(values["corpus"]),
+            corpus=parse_group(CorpusSpec, values, "corpus"),
             training=dict(values["training"]),
             config=dict(values),
         )

@@ -32,11 +32,11 @@ from pipeline.forgetting.samples import (
 )
 from pipeline.jobs.recipe import JobResult, ModelInput, Record
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
-from pipeline.models.logprobs import TargetScorer, scorer_for
+from pipeline.models.logprobs import TargetScorer
 from pipeline.provenance import json_sha256
 from pipeline.reporting.forgetting import plot_name, write_plot
 from pipeline.results import forgetting as curve_lines
-from pipeline.settings import Compute, parse
+from pipeline.settings import Compute, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
 PRESETS = ("cpu", "paper")  # conf/forgetting/preset/
@@ -81,10 +81,10 @@ class CurveJob:
         """``conf/forgetting/forgetting.yaml`` as plain data, typed and checked."""
         options = parse(CurveOptions, values)
         return cls(
-            model=ModelChoice.parse(values["model"]),
+            model=parse_group(ModelChoice, values, "model"),
             options=options,
             compute=parse(Compute, values),
-            corpus=CorpusSpec.parse(values["corpus"]) if options.source == "corpus" else None,
+            corpus=parse_group(CorpusSpec, values, "corpus") if options.source == "corpus" else None,
             results=Path(str(values["results"])),
             plot_dir=Path(str(values["plot_dir"])),
             progress=bool(values["progress"]),
@@ -101,9 +101,10 @@ class CurveJob:
 
     append = staticmethod(curve_lines.append)
 
-    def measure(self, lm: LoadedModel, docs: list[Document], record: Record, started: float) -> JobResult:
+    def measure(
+        self, lm: LoadedModel, scorer: TargetScorer, docs: list[Document], record: Record, started: float
+    ) -> JobResult:
         """The curve, its picture, its line; lengths that failed are an error once the line is written."""
-        scorer = scorer_for(lm, self.compute)
         row = measure(lm, scorer, self.options, (self.corpus, docs), model_name=self.model.display_name,
                       progress=self.progress, started=started)  # fmt: skip
         plot = self.plot_dir.absolute() / plot_name(row)

@@ -45,7 +45,7 @@ from pipeline.official.boundaries import (
 from pipeline.official.pinned_inputs import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
 from pipeline.provenance import file_sha256, json_sha256, library_versions
-from pipeline.settings import DirectoryName, Text, directory_name, parse
+from pipeline.settings import DirectoryName, Text, directory_name, parse, parse_group
 from pipeline.text.alignment import hard_key_mask
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
@@ -89,7 +89,7 @@ class ImportJob:
         options = parse(ImportOptions, values)
         parse(OfficialSpans, values["official"], prefix="official.", strict=True)
         definition = parse(KeyTokenDefinition, {**values, "short_window_bos": False})
-        return cls(options, definition, CorpusSpec.parse(values["corpus"]))
+        return cls(options, definition, parse_group(CorpusSpec, values, "corpus"))
 
 
 def run(job: ImportJob) -> dict[str, Any]:

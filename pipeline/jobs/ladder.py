@@ -11,25 +11,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.files import recorded_path
 from pipeline.formats import file_slug
-from pipeline.hub import is_hub_dataset
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import ArtifactInput, JobResult, ModelInput, Record
 from pipeline.ladder.effective import effective_length
 from pipeline.ladder.rungs import LadderRun, LadderSettings, run_ladder
 from pipeline.models.loading import LoadedModel, ModelChoice
+from pipeline.models.logprobs import TargetScorer
 from pipeline.reporting.ladder import write_plot
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_lines
 from pipeline.results.keys import model_key
 from pipeline.results.score import score_row
-from pipeline.settings import Compute, ScoreSettings, parse
+from pipeline.settings import Compute, ScoreSettings, parse, parse_group
 
 
 @dataclass(frozen=True)
-class LadderJob:
+class LadderJob(ArtifactInput):
     """`make ladder`'s settings, typed: the model, the artifact, the rungs and how the effective length
     is read, the score settings of every rung, and where the line, the picture and the model's
     forgetting curve are."""
@@ -51,7 +50,7 @@ class LadderJob:
         results_path = Path(str(values["results"]))
         forgetting = values.get("forgetting_results") or results_path.with_name("forgetting.jsonl")
         return cls(
-            model=ModelChoice.parse(values["model"]),
+            model=parse_group(ModelChoice, values, "model"),
             artifact=str(values["artifact"]),
             ladder=parse(LadderSettings, values),
             settings=parse(ScoreSettings, values),
@@ -62,22 +61,18 @@ class LadderJob:
             progress=bool(values["progress"]),
         )
 
-    def outputs(self) -> dict[str, Path]:
-        return {}
-
-    def needs_hub(self) -> bool:
-        return is_hub_dataset(self.artifact)
-
-    def open(self) -> KeyTokenArtifact:
-        return open_artifact(self.artifact)
-
     append = staticmethod(ladder_lines.append)
 
     def measure(
-        self, lm: LoadedModel, artifact: KeyTokenArtifact, record: Record, started: float
+        self,
+        lm: LoadedModel,
+        scorer: TargetScorer,
+        artifact: KeyTokenArtifact,
+        record: Record,
+        started: float,
     ) -> JobResult:
         """The rungs' passes, the effective length, the line; the picture written before the line."""
-        passes = run_ladder(artifact, lm, self.ladder, self.settings, self.compute, progress=self.progress)
+        passes = run_ladder(artifact, lm, self.ladder, self.settings, scorer, progress=self.progress)
         row = ladder_line(passes, self.ladder, self.model.display_name, lm, started)
         name = f"{file_slug(row['model_name'], 'model')}--{file_slug(row['artifact']['name'], 'artifact')}"
         plot = self.plot_dir.absolute() / f"{name}--{row['result_id']}.png"

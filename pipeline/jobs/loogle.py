@@ -27,10 +27,11 @@ from pipeline.loogle.generation.answering import (
 from pipeline.loogle.metrics.evaluation import evaluate
 from pipeline.loogle.metrics.task_scores import bertscore_mode
 from pipeline.models.loading import LoadedModel, ModelChoice
+from pipeline.models.logprobs import TargetScorer
 from pipeline.results import loogle as loogle_lines
 from pipeline.results.loogle import loogle_row
 from pipeline.results.score import model_record
-from pipeline.settings import Compute, parse
+from pipeline.settings import Compute, parse, parse_group
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -82,7 +83,9 @@ class LoogleJob:
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> LoogleJob:
         """``conf/loogle.yaml`` as plain data, typed and checked."""
-        return cls(ModelChoice.parse(values["model"]), parse(Compute, values), parse(LoogleOptions, values))
+        return cls(
+            parse_group(ModelChoice, values, "model"), parse(Compute, values), parse(LoogleOptions, values)
+        )
 
     results_setting = "results"
 
@@ -106,7 +109,12 @@ class LoogleJob:
     append = staticmethod(loogle_lines.append)
 
     def measure(
-        self, lm: LoadedModel, questions: dict[str, list[Question]], record: Record, started: float
+        self,
+        lm: LoadedModel,
+        scorer: TargetScorer,
+        questions: dict[str, list[Question]],
+        record: Record,
+        started: float,
     ) -> JobResult:
         """Every task's prompts checked before any generation, then each task in turn: its predictions
         (resumed), its metrics, its results line."""

@@ -7,7 +7,7 @@ command line. Top to bottom:
    instead of waiting on download retries; the setting is put back after the job);
 3. the model: checked (a missing path, a file that is not GGUF, a Hub id out of reach: one line, now);
 4. the inputs: opened and checked (an artifact, a corpus, LooGLE's questions);
-5. the model: loaded;
+5. the model: loaded, with its scorer (``scorer_for``: the compute settings' head blocks and batches);
 6. the measurement: the job's own computation, each results line appended as soon as it is made;
 7. the warnings: what looks wrong with the numbers, said once the lines are written; an error the
    lines record (lengths of a curve that failed) comes back with the result (``JobResult.check``).
@@ -25,8 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pipeline.artifact.reader import open_artifact
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
+from pipeline.hub import is_hub_dataset
 from pipeline.models.loading import LoadedModel
+from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.results.lines import check_writable
 from pipeline.settings import Compute
 
@@ -67,8 +71,27 @@ class Job(Protocol):
     def append(self, path: Path, row: dict[str, Any]) -> None:
         """One results line appended, checked by its schema."""
 
-    def measure(self, lm: LoadedModel, inputs: Any, record: Record, started: float) -> JobResult:
+    def measure(
+        self, lm: LoadedModel, scorer: TargetScorer, inputs: Any, record: Record, started: float
+    ) -> JobResult:
         """The job's computation; ``record`` appends each results line it makes."""
+
+
+class ArtifactInput:
+    """What a job against one key-token artifact (its ``artifact``: a directory, ``hf://datasets/...``
+    or an artifact in memory) declares: no file but its results, the Hub when the artifact is there,
+    the artifact opened with every check."""
+
+    artifact: Any
+
+    def outputs(self) -> dict[str, Path]:
+        return {}
+
+    def needs_hub(self) -> bool:
+        return is_hub_dataset(self.artifact)
+
+    def open(self) -> KeyTokenArtifact:
+        return open_artifact(self.artifact)
 
 
 @dataclass
@@ -101,8 +124,9 @@ def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
         job.model.check()
         inputs = job.open()
         lm = job.model.load(job.compute)
+        scorer = scorer_for(lm, job.compute)
         rows: list[dict[str, Any]] = []
-        result = job.measure(lm, inputs, functools.partial(record, job.append, path, rows), started)
+        result = job.measure(lm, scorer, inputs, functools.partial(record, job.append, path, rows), started)
     result.rows, result.path = rows, path
     for warning in result.warnings:
         (warn or stderr_warning)(warning)

@@ -10,22 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
-from pipeline.hub import is_hub_dataset
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import ArtifactInput, JobResult, ModelInput, Record
 from pipeline.models.loading import LoadedModel, ModelChoice
+from pipeline.models.logprobs import TargetScorer
 from pipeline.results import score as score_lines
 from pipeline.results.keys import context_name
 from pipeline.score.engine import score
-from pipeline.settings import Compute, ScoreSettings, parse
+from pipeline.settings import Compute, ScoreSettings, parse, parse_group
 
 Documents = int | Sequence[str] | None  # all, the first N, or these ids
 KeyTokens = str | Path | KeyTokenArtifact  # a directory, hf://datasets/<org>/<name>@<rev>, or in memory
 
 
 @dataclass(frozen=True)
-class ScoreJob:
+class ScoreJob(ArtifactInput):
     """`make score`'s settings, typed: the model, the artifact, the score and compute settings, where
     the line goes (None: nowhere), which documents, and whether to show progress."""
 
@@ -42,7 +41,7 @@ class ScoreJob:
     def from_config(cls, values: Mapping[str, Any]) -> ScoreJob:
         """``conf/score.yaml`` as plain data (a command's config, overrides applied), typed and checked."""
         return cls(
-            model=ModelChoice.parse(values["model"]),
+            model=parse_group(ModelChoice, values, "model"),
             artifact=str(values["artifact"]),
             settings=parse(ScoreSettings, values),
             compute=parse(Compute, values),
@@ -50,24 +49,18 @@ class ScoreJob:
             progress=bool(values["progress"]),
         )
 
-    def outputs(self) -> dict[str, Path]:
-        return {}
-
-    def needs_hub(self) -> bool:
-        return is_hub_dataset(self.artifact)
-
-    def open(self) -> KeyTokenArtifact:
-        return open_artifact(self.artifact)
-
     append = staticmethod(score_lines.append)
 
     def measure(
-        self, lm: LoadedModel, artifact: KeyTokenArtifact, record: Record, started: float
+        self,
+        lm: LoadedModel,
+        scorer: TargetScorer,
+        artifact: KeyTokenArtifact,
+        record: Record,
+        started: float,
     ) -> JobResult:
         """The score call, then its line (the name with one ``@ctx<N>``, the context limit used)."""
-        scored = score(
-            artifact, lm, self.settings, self.compute, documents=self.documents, progress=self.progress
-        )
+        scored = score(artifact, lm, self.settings, scorer, documents=self.documents, progress=self.progress)
         name = context_name(self.model.display_name, self.settings.context_limit)
         record(score_lines.score_row(name, lm, scored, time.time() - started))
         return JobResult(scored, warnings=scored.warnings)

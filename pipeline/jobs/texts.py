@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.jobs.recipe import JobResult, ModelInput, Record
 from pipeline.models.loading import LoadedModel
+from pipeline.models.logprobs import TargetScorer
 from pipeline.score.engine import Text, logprobs, plain_texts
 from pipeline.settings import Compute, ScoreSettings
 
@@ -39,13 +40,15 @@ class TextsJob:
     def append(self, path: Path, row: dict[str, Any]) -> None:
         raise AssertionError("a texts job writes no results line")
 
-    def measure(self, lm: LoadedModel, texts: tuple[Text, ...], record: Record, started: float) -> JobResult:
+    def measure(
+        self, lm: LoadedModel, scorer: TargetScorer, texts: tuple[Text, ...], record: Record, started: float
+    ) -> JobResult:
         """``ModelTokens`` per text, in the order given (a repeated text is computed once)."""
         unique = plain_texts(list(texts), lm, self.settings)
         tokens = dict(
             zip(
                 (t.text for t in unique.texts),
-                logprobs(unique, lm, self.compute, progress=self.progress),
+                logprobs(unique, lm, scorer, progress=self.progress),
                 strict=True,
             )
         )

@@ -8,9 +8,10 @@ one rank and nothing here does anything.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -131,3 +132,14 @@ def assign(lengths: list[int], world: int) -> list[int]:
         owners[i] = rank
         heapq.heappush(loads, (load + lengths[i], rank))
     return owners
+
+
+@contextlib.contextmanager
+def rank_zero_first(ranks: Ranks, applies: bool = True) -> Iterator[None]:
+    """The block on rank 0 first and on the other ranks once it is done (``applies``: the same on every
+    rank, since they all meet the barrier): a one-time conversion into a shared cache is made once."""
+    if applies and not ranks.is_main:
+        ranks.barrier()
+    yield
+    if applies and ranks.is_main:
+        ranks.barrier()

@@ -21,8 +21,8 @@ from pipeline.definition import NotBool, Positive
 from pipeline.errors import PipelineError
 from pipeline.ladder.effective import LadderSums, Rung
 from pipeline.models.loading import LoadedModel
-from pipeline.score.engine import ScoreResult, Texts, score_texts, texts_of
-from pipeline.settings import Compute, ScoreSettings
+from pipeline.score.engine import ScoreResult, Scoring, Texts, score_texts, texts_of
+from pipeline.settings import ScoreSettings
 
 # The most bootstrap resamples: each holds one count per document (8 bytes) and one sum per rung, so
 # 100000 resamples of 50 documents take 40 MB; percentile intervals need a few thousand.
@@ -113,7 +113,7 @@ def run_ladder(
     lm: LoadedModel,
     ladder: LadderSettings,
     settings: ScoreSettings,
-    compute: Compute,
+    scoring: Scoring,
     *,
     progress: bool = False,
 ) -> LadderRun:
@@ -124,6 +124,6 @@ def run_ladder(
     proper = ladder.ladder or default_ladder(artifact, max(texts.lengths))
     check_rungs(lm, proper, texts)
     rungs: tuple[Rung, ...] = (*proper, None)
-    scored = score_texts(texts, lm, compute, rungs, progress=progress)
+    scored = score_texts(texts, lm, scoring, rungs, progress=progress)
     sums = LadderSums(rungs, key_nll=scored.key_nll[0], key_n=scored.key_n[0], limited=scored.key_limited[0])
     return LadderRun(rungs, scored.results[0], sums, scored.seconds, scored.copied)

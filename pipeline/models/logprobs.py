@@ -96,6 +96,7 @@ class TargetScorer:
         # A float32 head over 16-bit weights as one GEMM with float32 output where the device has it
         # (``uses_float32_output``); False: always on upcast operands (benchmarks compare the two).
         self.float32_output = True
+        self.compute: Compute | None = None  # the settings it was built with (``scorer_for``)
 
     @torch.inference_mode()
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -239,9 +240,11 @@ def scorer_for(model: LoadedModel | torch.nn.Module, compute: Compute) -> Target
         parameter = next(model.parameters())
         module, dtype, device = model, parameter.dtype, parameter.device
     head_dtype = resolve_head_dtype(compute.head_dtype, dtype, device)
-    return TargetScorer(
+    scorer = TargetScorer(
         module, compute.head_chunk, compute.vocab_tile, head_dtype, compute.window_batch_tokens
     )
+    scorer.compute = compute  # what results record of how it scored
+    return scorer
 
 
 @dataclass(frozen=True)

@@ -122,11 +122,14 @@ class Scores:
     copied: list[int]  # per limit, documents of the first artifact whose sequence fits it
 
 
+Scoring = TargetScorer | Compute  # the model's scorer, or the compute settings to build it with
+
+
 def score(
     artifact: KeyTokenArtifact,
     lm: LoadedModel,
     settings: ScoreSettings,
-    compute: Compute,
+    scoring: Scoring,
     *,
     documents: Documents = None,
     progress: bool = False,
@@ -134,7 +137,12 @@ def score(
     """``lm`` against ``artifact`` at ``settings.context_limit``: one forward pass per document
     (windows with a context limit)."""
     texts = texts_of([artifact], lm, settings, documents=documents)
-    return score_texts(texts, lm, compute, progress=progress).results[0][0]
+    return score_texts(texts, lm, scoring, progress=progress).results[0][0]
+
+
+def scorer_of(lm: LoadedModel, scoring: Scoring) -> TargetScorer:
+    """The scorer given, or the model's under these compute settings (``scorer_for``)."""
+    return scoring if isinstance(scoring, TargetScorer) else scorer_for(lm, scoring)
 
 
 def texts_of(
@@ -161,27 +169,25 @@ def plain_texts(texts: list[Text], lm: LoadedModel, settings: ScoreSettings) -> 
     return Texts(settings, [], [], unique, [whole_sequence(lm, t, settings.add_bos) for t in unique])
 
 
-def logprobs(texts: Texts, lm: LoadedModel, compute: Compute, *, progress: bool = False) -> list[ModelTokens]:
+def logprobs(texts: Texts, lm: LoadedModel, scoring: Scoring, *, progress: bool = False) -> list[ModelTokens]:
     """The model's tokens of each text and their log-probs at ``settings.context_limit``, as `make
     score` computes them (the same loop, ``passes``), in the order of ``texts.texts``."""
-    scorer = scorer_for(lm, compute)
-    return [
-        one.tokens for one in passes(texts, lm, scorer, (texts.settings.context_limit,), progress=progress)
-    ]
+    scorer, limits = scorer_of(lm, scoring), (texts.settings.context_limit,)
+    return [one.tokens for one in passes(texts, lm, scorer, limits, progress=progress)]
 
 
 def score_texts(
-    texts: Texts, lm: LoadedModel, compute: Compute, limits: Sequence[Limit] | None = None, *, progress=False
+    texts: Texts, lm: LoadedModel, scoring: Scoring, limits: Sequence[Limit] | None = None, *, progress=False
 ) -> Scores:
     """Every artifact's documents at each context limit (default: ``settings.context_limit`` alone),
     each limit checked as `make score` checks its ``context_limit``. The model is in eval mode
     throughout, then back in the mode it was in."""
     limits = (texts.settings.context_limit,) if limits is None else tuple(limits)
-    scorer = scorer_for(lm, compute)
+    scorer = scorer_of(lm, scoring)
     tally = Tally(texts, limits)
     for one in passes(texts, lm, scorer, limits, progress=progress):
         tally.add(one)
-    records = [settings_record(at, compute, lm, scorer) for at in at_limits(texts.settings, limits)]
+    records = [settings_record(at, scorer.compute, lm, scorer) for at in at_limits(texts.settings, limits)]
     results = [
         [result(artifact, tally.in_order(a, r), records[r], tally.seconds[r]) for r in range(len(limits))]
         for a, artifact in enumerate(texts.artifacts)
@@ -343,13 +349,15 @@ def pick_documents(artifact: KeyTokenArtifact, documents: Documents) -> list[Art
 
 
 def settings_record(
-    settings: ScoreSettings, compute: Compute, lm: LoadedModel, scorer: TargetScorer
+    settings: ScoreSettings, compute: Compute | None, lm: LoadedModel, scorer: TargetScorer
 ) -> dict[str, Any]:
     """What a result records of how it was computed: the score settings, the head blocks and window
     batches, the resolved dtypes and where the model ran (on a GPU: which, ``gpu_record``)."""
+    names = ("head_chunk", "vocab_tile", "window_batch_tokens")  # a scorer made without scorer_for: its own
+    blocks = compute.record() if compute is not None else {name: getattr(scorer, name) for name in names}
     return {
         **settings.record(),
-        **compute.record(),
+        **blocks,
         "dtype": dtype_name(lm.dtype),
         "head_dtype": dtype_name(scorer.head_dtype),
         "device": lm.placement,

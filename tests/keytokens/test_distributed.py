@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -267,19 +266,17 @@ BARRIERS: list[int] = []
 @pytest.mark.parametrize(
     ("spec", "waits"), [("/models/llama", False), ("smollm2-135m", True), ("m.gguf", True)]
 )
-def test_ranks_wait_for_rank_0_only_for_a_gguf_evaluator(monkeypatch, tiny_model_dir, spec, waits):
+def test_ranks_wait_for_rank_0_only_for_a_gguf_evaluator(spec, waits):
     """A checkpoint loads on every rank at once; a GGUF file (its one-time conversion into the cache)
-    on rank 0 first, the other ranks once it is done: one barrier each, met by all."""
-    from pipeline.jobs.keytokens import KeyTokenSettings, load_evaluator
-    from pipeline.models.loading import ModelChoice
-    from tests.support import compose_keytokens
+    on rank 0 first, the other ranks once it is done: one barrier each, met by all (the keytokens job
+    loads its evaluator in ``rank_zero_first(ranks, is_gguf(spec))``)."""
+    from pipeline.keytokens.ranks import rank_zero_first
+    from pipeline.models.sources import is_gguf
 
-    monkeypatch.setattr(ModelChoice, "load", lambda self, compute, gpus=None: ("loaded", self.spec))
-    settings = KeyTokenSettings.from_config(
-        compose_keytokens(["evaluator=local", f"evaluator.spec={tiny_model_dir}", "device=cpu"])
-    )
-    settings = dataclasses.replace(settings, evaluator=dataclasses.replace(settings.evaluator, spec=spec))
     BARRIERS.clear()
+    loaded = []
     for rank in (0, 1):
-        assert load_evaluator(settings, CountingRanks(rank=rank, world=2)) == ("loaded", spec)
+        with rank_zero_first(CountingRanks(rank=rank, world=2), is_gguf(spec)):
+            loaded.append((rank, len(BARRIERS)))
     assert ([0, 1] if waits else []) == BARRIERS
+    assert loaded == ([(0, 0), (1, 1)] if waits else [(0, 0), (1, 0)])  # rank 1 after rank 0's barrier

@@ -280,7 +280,7 @@ def test_a_failed_run_leaves_nothing_a_rerun_trips_over(run_stage1, tmp_path, mo
         raise RuntimeError("out of memory")
 
     with monkeypatch.context() as patch:
-        patch.setattr("pipeline.jobs.keytokens.keytoken_tables", out_of_memory)
+        patch.setattr("pipeline.keytokens.stage.keytoken_tables", out_of_memory)
         with pytest.raises(RuntimeError, match="out of memory"):
             run_stage1()
     assert not (tmp_path / "out" / "test").exists()

@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.support import ROOT, cycles_in, rank
+from tests.support import LAYERS, RANKS, ROOT, cycles_in, rank
 
 PIPELINE = ROOT / "pipeline"
 STUDIES = ROOT / "studies"  # the lab's code, held to the same sizes
@@ -25,16 +25,16 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(path: Path, known: dict[str, Path]) -> set[str]:
+def imports(path: Path, known: dict[str, Path], prefixes: tuple[str, ...] = ("pipeline",)) -> set[str]:
     """The pipeline modules a module imports (``from pipeline.x import y`` counts module ``pipeline.x.y``
-    when that is a module, else ``pipeline.x``)."""
+    when that is a module, else ``pipeline.x``); ``prefixes``: the top packages followed."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(prefixes):
             names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
         elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names if a.name.startswith("pipeline")]
+            names = [a.name for a in node.names if a.name.startswith(prefixes)]
         for name in names:
             while name and name not in known:
                 name = name.rpartition(".")[0]
@@ -151,3 +151,119 @@ def test_every_package_says_what_it_holds_and_what_it_may_import():
         if len(doc) < 80 or "TODO" in doc or "May import:" not in doc:
             missing.append(str(init.relative_to(ROOT)))
     assert not missing, missing
+
+
+# ----------------------------------------------------------------------------------------------
+# The picture of the import graph on docs/architecture.md
+
+LAB = ("studies", "bench", "tests")  # the lab's layers, above the product
+
+
+def layer_of(module: str) -> str:
+    """A module's layer: the product's (``rank``) or the lab package it is in."""
+    top = module.split(".")[0]
+    return top if top in LAB else next(name for name, r in RANKS.items() if r == rank(module))
+
+
+def layer_graph() -> str:
+    """The import graph between layers as a Mermaid flowchart: each layer with its packages, and an
+    arrow from a layer to each layer it imports that no import through a third layer accounts for (the
+    transitive reduction; ``python -m tests.project.test_layout`` prints it)."""
+    known = {**modules(), **{m: p for top in LAB for m, p in package_modules(top).items()}}
+    found = {
+        (layer_of(m), layer_of(t))
+        for m, p in known.items()
+        for t in imports(p, known, prefixes=("pipeline", *LAB)) - {"pipeline"}  # the lazy API re-exports
+        if layer_of(t) != layer_of(m)
+    }
+    edges = transitive_reduction(found)
+    order = [*dict.fromkeys(name for name, _ in LAYERS), *LAB]
+    members = {name: sorted({packages_of(m) for m in known if layer_of(m) == name}) for name in order}
+    lines = ["```mermaid", "flowchart BT"]
+    lines += [f'  {name}["{name}: {", ".join(members[name])}"]' for name in order if members[name]]
+    lines += [
+        f"  {a} --> {b}" for a, b in sorted(edges, key=lambda e: (order.index(e[0]), order.index(e[1])))
+    ]
+    return "\n".join([*lines, "```"])
+
+
+def transitive_reduction(edges: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The edges ``a -> b`` of an acyclic graph with no other path from ``a`` to ``b``."""
+
+    def reaches(start: str, goal: str) -> bool:
+        todo, seen = [start], set()
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            seen.add(node)
+            todo += [b for a, b in edges if a == node and b not in seen]
+        return False
+
+    nodes = {x for edge in edges for x in edge}
+    return {
+        (a, b)
+        for a, b in edges
+        if not any(c not in (a, b) and (a, c) in edges and reaches(c, b) for c in nodes)
+    }
+
+
+def packages_of(module: str) -> str:
+    """``pipeline/score/engine.py`` is shown as ``score/``; a top module as its name."""
+    parts = module.split(".")
+    if module == "pipeline.commands.shell":
+        return "commands.shell"
+    if parts[0] in LAB:
+        return f"{parts[0]}/"
+    path = ROOT.joinpath(*parts[:2])
+    return f"{parts[1]}/" if len(parts) > 1 and path.is_dir() else (parts[1] if len(parts) > 1 else parts[0])
+
+
+def package_modules(top: str) -> dict[str, Path]:
+    out = {}
+    for path in sorted((ROOT / top).rglob("*.py")):
+        out[".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")] = path
+    return out
+
+
+def test_the_architecture_page_shows_the_import_graph_as_it_is():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert layer_graph() in page, "docs/architecture.md: paste `python -m tests.project.test_layout`'s graph"
+
+
+if __name__ == "__main__":
+    print(layer_graph())
+
+
+# Role packages: a module there is named after the concept it serves (the score concept's command, job,
+# results file and summary are all score.py); elsewhere a module's file name is its concept, once.
+ROLE_PACKAGES = ("commands", "jobs", "results", "reporting")
+SAME_ROLE = {"identity.py": {"pipeline/artifact", "pipeline/models"}}  # an artifact's and a model's identity
+
+
+def test_one_name_per_concept():
+    """No two modules of pipeline/, studies/ and bench/ share a file name, but in the role packages and
+    the declared pairs of the same role."""
+    places: dict[str, list[str]] = {}
+    for top in ("pipeline", "studies", "bench"):
+        for path in (ROOT / top).rglob("*.py"):
+            folder = path.parent.relative_to(ROOT).as_posix()
+            if path.name not in ("__init__.py", "__main__.py") and path.parent.name not in ROLE_PACKAGES:
+                places.setdefault(path.name, []).append(folder)
+    shared = {
+        name: folders
+        for name, folders in places.items()
+        if len(folders) > 1 and set(folders) != SAME_ROLE.get(name, set())
+    }
+    assert not shared, shared
+
+
+def test_every_command_is_thin():
+    """A command module parses its settings once, calls one library function and prints through
+    reporting/: at most 25 lines."""
+    long = {
+        path.name: len(path.read_text().splitlines())
+        for path in (PIPELINE / "commands").glob("*.py")
+        if path.stem not in ("__init__", "shell") and len(path.read_text().splitlines()) > 25
+    }
+    assert not long, long

@@ -1,6 +1,7 @@
-"""How straight a command's run is: its settings followed through the calls that pass them on.
+"""How straight a command's run is: its settings followed through the calls that pass them on; the
+tests hold `make score`'s, `make keytokens`'s and `make loogle`'s walks within ``LIMITS``.
 
-    python -m tests.walk score        # or keytokens, loogle; --show prints the walk itself
+    python -m tests.project.test_walks score keytokens loogle   # --show: the calls; --values: stricter
 
 The command runs on tiny random-weight models (built here, in a temporary folder) under a profiler.
 A call *passes the settings on* when one of its arguments, other than ``self``, is a settings object:
@@ -30,7 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+from tests.support import ROOT
+
 PIPELINE = str(ROOT / "pipeline")
 LIMITS = {"modules": 12, "climbs": 3, "most returns": 2}
 
@@ -51,15 +55,20 @@ def is_settings_object(value: Any) -> bool:
 class Walk:
     """The walk of one run (``trace``): the modules of the calls that pass the settings on."""
 
-    def __init__(self) -> None:
+    def __init__(self, values: bool = False) -> None:
+        self.values = values  # also follow the values taken out of the settings (--values: stricter)
         self.tracked: dict[int, Any] = {}  # id -> object (kept alive, so ids stay unique)
         self.types: set[type] = set()  # the settings types tracked
         self.steps: list[str] = []
+        self.calls: list[str] = []  # every settings-passing call, module.function (``--show``)
 
     def track(self, value: Any) -> None:
         """A settings object, and the settings inside it: the mappings and lists of a mapping or list,
-        the typed settings held by a job or settings type."""
-        if id(value) in self.tracked or value is None or isinstance(value, (str, bytes, int, float, Path)):
+        the typed settings held by a job or settings type (with ``values``: also its text of more than 8
+        characters, paths and tuples)."""
+        if id(value) in self.tracked or value is None or isinstance(value, (bool, int, float)):
+            return
+        if isinstance(value, (str, bytes, Path, tuple)) and not (self.values and len(str(value)) > 8):
             return
         self.tracked[id(value)] = value
         if is_settings_object(value):
@@ -73,7 +82,7 @@ class Walk:
         else:
             children = []
         for item in children:
-            if isinstance(item, (dict, list)) or is_settings_object(item):
+            if isinstance(item, (dict, list)) or is_settings_object(item) or self.values:
                 self.track(item)
 
     def passes_settings(self, frame: Any) -> bool:
@@ -100,7 +109,10 @@ class Walk:
         module = module_of(frame.f_code.co_filename)
         if module is None or frame.f_code.co_name.startswith("<"):
             return
-        if self.passes_settings(frame) and (not self.steps or self.steps[-1] != module):
+        if not self.passes_settings(frame):
+            return
+        self.calls.append(f"{module}.{frame.f_code.co_name}")
+        if not self.steps or self.steps[-1] != module:
             self.steps.append(module)
 
     @contextmanager
@@ -174,7 +186,7 @@ def command_cfg(command: str, inputs: dict[str, Path]) -> Any:
     raise SystemExit(f"no walk for {command}: use keytokens, score or loogle")
 
 
-def walk(command: str) -> Walk:
+def walk(command: str, values: bool = False) -> Walk:
     """The walk of one command's run on tiny inputs."""
     import importlib
 
@@ -184,14 +196,14 @@ def walk(command: str) -> Walk:
         inputs = tiny_inputs(Path(tmp))
         cfg = keytokens_cfg(inputs)
         if command == "keytokens":
-            found = Walk()
+            found = Walk(values)
             with found.trace(cfg):
                 run_keytokens(cfg)
             return found
         run_keytokens(cfg)
         cfg = command_cfg(command, inputs)
         run = importlib.import_module(f"pipeline.commands.{command}").run
-        found = Walk()
+        found = Walk(values)
         with found.trace(cfg):
             run(cfg)
         return found
@@ -202,14 +214,45 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("commands", nargs="+")
-    parser.add_argument("--show", action="store_true", help="print the walk, one module a line")
+    parser.add_argument("--show", action="store_true", help="print the calls of the walk, one a line")
+    parser.add_argument("--values", action="store_true", help="also follow values taken out of the settings")
     args = parser.parse_args()
     for command in args.commands:
-        found = walk(command)
+        found = walk(command, args.values)
         counts = found.counts(rank)
         print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         if args.show:
-            print("\n".join(f"  {step}" for step in found.steps))
+            print("\n".join(f"  {call}" for call in found.calls))
+
+
+@pytest.mark.parametrize("command", ["score", "keytokens", "loogle"])
+def test_a_run_is_a_straight_walk(command):
+    """Few modules, few climbs back to a higher layer, never back to a module more than twice."""
+    from tests.support import rank
+
+    counts = walk(command).counts(rank)
+    assert (counts["modules"], counts["climbs"], counts["most returns"]) <= (
+        LIMITS["modules"],
+        LIMITS["climbs"],
+        LIMITS["most returns"],
+    ) and all(counts[k] <= v for k, v in LIMITS.items()), counts
+
+
+def test_the_count_sees_a_bounce():
+    """A walk that goes down and back up is counted as such: the counts can fail."""
+    found = Walk()
+    engine, settings = "pipeline.score.engine", "pipeline.settings"
+    found.steps = ["pipeline.commands.score", settings, engine, settings, engine, settings]
+    from tests.support import rank
+
+    counts = found.counts(rank)
+    assert counts == {
+        "modules": 3,
+        "climbs": 2,
+        "returns": 3,
+        "most returns": 2,
+        "most returned to": "pipeline.settings",
+    }
 
 
 if __name__ == "__main__":
