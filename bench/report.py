@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.harness import ROOT
+from bench.runner import ROOT
 from pipeline.files import write_bytes_atomic
 
 REPORTS = ROOT / "docs" / "reports"

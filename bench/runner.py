@@ -31,6 +31,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -51,9 +52,12 @@ def slug(name: str) -> str:
 
 
 def relative(path: str | Path) -> str:
-    """A path as a record holds it: relative to the repository, or only its name when it lies outside."""
-    full = Path(path).resolve()
-    return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else full.name
+    """A path as a record holds it: a relative path as given (the benchmarks run from the repository
+    root), an absolute one relative to the repository, or only its name when it lies outside."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
 
 
 def default_artifact() -> Path:
@@ -62,6 +66,12 @@ def default_artifact() -> Path:
     from pipeline.files import conf_file
 
     return Path(conf_file("common.yaml")["default_artifact"])
+
+
+def sample_texts() -> list[str]:
+    """The texts of the shipped GovReport sample (data/govreport-sample.jsonl), in order."""
+    path = ROOT / "data/govreport-sample.jsonl"
+    return [json.loads(line)["text"] for line in path.open(encoding="utf-8")]
 
 
 def arguments(doc: str | None) -> argparse.ArgumentParser:
@@ -223,9 +233,10 @@ class Skip(Exception):
 
 @dataclass(frozen=True)
 class Case:
-    """A benchmark: its contenders and sizes, and how one contender runs at one size: ``setup(contender,
-    size, **options)`` in a child process returns the work to time (a callable returning facts to keep,
-    or None), or ``command(contender, size, **options)`` gives a command line (or (command, env))."""
+    """A benchmark: its contenders and sizes, and how one contender runs at one size: ``command(contender,
+    size, **options)`` gives its command line (or (command line, environment)); without ``command``, or
+    where it gives None, ``setup(contender, size, **options)`` in a child process returns the work to
+    time (a callable; a dict it returns is kept in the row)."""
 
     name: str  # bench/<name>.py, make bench-<name with - for _>
     contenders: tuple[str, ...]
@@ -249,6 +260,7 @@ def run(
     budget: float | None = None,
     logs: Path | None = None,
     cache: Path | None = None,
+    parallel: int = 1,
     strict: bool = False,
 ) -> list[dict]:
     """One row per (contender, size), each measured in its own process (or one per size, ``together``):
@@ -256,37 +268,33 @@ def run(
     past ``cap_gb`` of memory or ``timeout`` seconds) or ``skipped`` (a ``Skip``, or past ``budget``
     seconds for the whole run). ``repeats``: a setup's work is timed that many times in its process, a
     command run that many times. ``logs``: each process's output kept there; ``cache``: rows measured
-    before are read back from that JSON Lines file; ``strict``: a failure stops the bench."""
-    contenders, sizes, options = list(contenders or case.contenders), list(sizes or case.sizes), options or {}
-    groups = [contenders] if case.together else [[c] for c in contenders]
+    before are read back from that JSON Lines file; ``parallel``: processes run at once (for what does
+    not depend on the machine being idle); ``strict``: a failure stops the bench."""
+    names, options = list(contenders or case.contenders), options or {}
+    groups = [names] if case.together else [[c] for c in names]
     deadline = None if budget is None else time.monotonic() + budget
-    rows = []
-    for size in sizes:
-        for group in groups:
-            job = {
-                "case": case.name,
-                "contenders": group,
-                "size": size,
-                "options": options,
-                "repeats": repeats,
-            }
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left < 20:
-                found = [
-                    {"contender": c, "size": size, "skipped": f"out of time ({budget:.0f} s)"} for c in group
-                ]
-            else:
-                limit = timeout if left is None else min(left, timeout or left)
-                found = cached(
-                    cache, {**job, "cap_gb": cap_gb}, partial(measure, case, job, cap_gb, limit, logs)
-                )
-            for row in found:
-                outcome = row.get("failed") or row.get("skipped") or "done"
-                print(f"{case.name} {row['contender']} {size}: {outcome}", file=sys.stderr, flush=True)
-                if strict and "failed" in row:
-                    raise SystemExit(f"{case.name} {row['contender']} at {size} failed: {row['failed']}")
-            rows += found
-    return rows
+
+    def one(size: Any, group: list[str]) -> list[dict]:
+        job = {"case": case.name, "contenders": group, "size": size, "options": options, "repeats": repeats}
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left < 20:
+            found = [
+                {"contender": c, "size": size, "skipped": f"out of time ({budget:.0f} s budget)"}
+                for c in group
+            ]
+        else:
+            limit = timeout if left is None else min(left, timeout or left)
+            found = cached(cache, {**job, "cap_gb": cap_gb}, partial(measure, case, job, cap_gb, limit, logs))
+        for row in found:
+            outcome = row.get("failed") or row.get("skipped") or "done"
+            print(f"{case.name} {row['contender']} {size}: {outcome}", file=sys.stderr, flush=True)
+            if strict and "failed" in row:
+                raise SystemExit(f"{case.name} {row['contender']} at {size} failed: {row['failed']}")
+        return found
+
+    jobs = [(size, group) for size in (sizes or case.sizes) for group in groups]
+    with ThreadPoolExecutor(parallel) as pool:
+        return [row for found in pool.map(lambda job: one(*job), jobs) for row in found]
 
 
 def measure(
@@ -295,13 +303,13 @@ def measure(
     """The rows of one process: a setup's child, or a contender's command run ``repeats`` times."""
     group, size = job["contenders"], job["size"]
     log = None if logs is None else logs / f"{slug(' '.join(group))}-{slug(str(size))}.log"
-    if case.command is None:
+    command = case.command(group[0], size, **job["options"]) if case.command else None
+    if command is None:
         argv = [sys.executable, "-m", f"bench.{case.name}", CHILD, json.dumps(job)]
         process, records = run_process(argv, cap_gb=cap_gb, timeout=timeout, log=log, nvml=case.device_memory)
         found = {r["contender"]: r for r in records}
         lost = {"size": size, "failed": process.get("failed") or "no record"}
         return [{"contender": c, **found.get(c, lost), "process": process} for c in group]
-    command = case.command(group[0], size, **job["options"])
     argv, env = command if isinstance(command, tuple) else (command, {})
     runs = [run_process(argv, cap_gb=cap_gb, timeout=timeout, log=log, env=env, nvml=case.device_memory)[0]
             for _ in range(job["repeats"])]  # fmt: skip
