@@ -48,7 +48,7 @@ PAGES: dict[str, Page] = {
             Section(
                 "dropin",
                 "the drop-in `compute_longppl` against the official one",
-                "make bench-dropin",
+                'make bench-official ARGS="--only dropin"',
                 "artifacts/bench/jobs.jsonl",
             ),
             Section(
