@@ -1,21 +1,14 @@
-"""The benchmarks' one runner. A case is a module ``bench/<name>.py`` (run by ``make bench-<name>``)
-that declares a ``CASE``: its contenders, its sizes, and how one contender runs at one size, either
-a command line (``command``) or ``setup``, which readies it in a child process (a model loaded, a
-warm-up) and returns the work to time. ``run`` measures every (contender, size) in its own watched
-process (``python -m bench.<name> --child ...`` for a setup) and returns one row each; the case
-renders the rows and writes its section of a report page (``bench.report``).
-
-One clock measures everything (``Clock``): wall and CPU seconds of a block and the peak of a memory
-reading during it. In a child it clocks the work: the process's resident memory, or on a CUDA device
-torch's allocation peak between two synchronisations. Around a child process it clocks the process:
-the resident memory of its process tree (or the device's by NVML), with a memory cap and a time limit;
-its CPU time is the kernel's account of that process. ``machine`` and ``stamp`` record where, which
-commit and when. Paths in a record are relative to the repository (``relative``); the benchmarks run
-from the repository root, as the Makefile runs them."""
+"""The benchmarks' one runner. A case, ``bench/<name>.py`` (``make bench-<name>``), declares a ``CASE``:
+its contenders, its sizes, and how one contender runs at one size: a command line, or a ``setup`` that
+readies it in a child process and returns the work to time. ``run`` measures every (contender, size)
+in its own watched process and returns one row each; the case renders them (``bench.report``). One
+clock measures everything (``Clock``): wall and CPU seconds of a block and the peak of a memory reading
+during it: in a child, of the work (resident memory, or torch's allocation on a CUDA device, between
+two synchronisations); around a child, of its process (its tree's resident memory or the GPU's by
+NVML, a memory cap and a time limit). ``machine`` and ``stamp`` record where, which commit and when."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import gc
@@ -30,80 +23,40 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-GIB = 2**30
+from bench.shared import ROOT, slug
+
 CHILD, RECORD = "--child", "bench-record: "  # a child's argument; the prefix of each record it prints
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the embedded models and local artifacts need no network
 
 Reader = Callable[[], int]
 Work = Callable[[], Any]  # what setup returns: the work timed; a dict it returns is kept in the row
 
 
-def slug(name: str) -> str:
-    """A contender's or run's name as a file name: lower case, anything but letters and digits a '-'."""
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
-
-
-def relative(path: str | Path) -> str:
-    """A path as a record holds it: a relative path as given (the benchmarks run from the repository
-    root), an absolute one relative to the repository, or only its name when it lies outside."""
-    path = Path(path)
-    if not path.is_absolute():
-        return str(path)
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
-
-
-def default_artifact() -> Path:
-    """The artifact `make keytokens` writes by default (``default_artifact`` in conf/common.yaml),
-    relative to the repository."""
-    from pipeline.files import conf_file
-
-    return Path(conf_file("common.yaml")["default_artifact"])
-
-
-def sample_texts() -> list[str]:
-    """The texts of the shipped GovReport sample (data/govreport-sample.jsonl), in order."""
-    path = ROOT / "data/govreport-sample.jsonl"
-    return [json.loads(line)["text"] for line in path.open(encoding="utf-8")]
-
-
-def arguments(doc: str | None) -> argparse.ArgumentParser:
-    """A case's command line, its module's docstring as the help (kept as written)."""
-    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
-# ----------------------------------------------------------------------------------------------
-# The clock
-
-
+@dataclass
 class Clock:
     """Wall seconds (``seconds``; ``began`` and ``ended`` since the epoch), CPU seconds (``cpu_s``, of
     ``cpu()``) and peak memory (``start`` and ``peak`` bytes of ``memory()``, sampled every ``interval``
     seconds in a thread) of a block, between two calls of ``sync`` (a device synchronisation).
     ``cuda``: the memory is torch's allocation on the CUDA device (its peak counter, reset on entry)."""
 
-    def __init__(
-        self,
-        memory: Reader | None = None,
-        *,
-        cpu: Callable[[], float] | None = None,
-        sync: Callable[[], None] | None = None,
-        interval: float = 0.01,
-        cuda: bool = False,
-    ):
-        self.memory, self.cpu, self.sync, self.interval, self.cuda = memory, cpu, sync, interval, cuda
-        self.start = self.peak = 0
-        self.seconds = self.began = self.ended = 0.0
-        self.cpu_s: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+    memory: Reader | None = None
+    cpu: Callable[[], float] | None = None
+    sync: Callable[[], None] | None = None
+    interval: float = 0.01
+    cuda: bool = False
+    start: int = 0
+    peak: int = 0
+    seconds: float = 0.0
+    began: float = 0.0
+    ended: float = 0.0
+    cpu_s: float | None = None
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
@@ -119,6 +72,8 @@ class Clock:
             self.start = self.peak = torch.cuda.memory_allocated()
         elif self.memory:
             self.start = self.peak = self.memory()
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
         self._cpu0 = self.cpu() if self.cpu else 0.0
         self.began, self._wall0 = time.time(), time.perf_counter()
@@ -150,8 +105,7 @@ class Clock:
 
 def own_cpu() -> float:
     """CPU seconds (user and system, every thread) of this process so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
 
 
 def rss_reader(pid: int | None = None, tree: bool = True) -> Reader:
@@ -162,9 +116,8 @@ def rss_reader(pid: int | None = None, tree: bool = True) -> Reader:
     def read() -> int:
         try:
             root = psutil.Process(pid)
-            return sum(
-                p.memory_info().rss for p in ([root, *root.children(recursive=True)] if tree else [root])
-            )
+            processes = [root, *root.children(recursive=True)] if tree else [root]
+            return sum(p.memory_info().rss for p in processes)
         except psutil.Error:
             return 0
 
@@ -183,19 +136,22 @@ def nvml_reader(index: int = 0) -> Reader | None:
     return lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
 
 
-def cuda_sync() -> None:
-    """Wait for the CUDA device where torch has started it (no import, no start otherwise)."""
+def cuda_started() -> bool:
+    """Whether torch has started a CUDA device in this process (no import, no start otherwise)."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+    return torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def cuda_sync() -> None:
+    if cuda_started():
+        sys.modules["torch"].cuda.synchronize()
 
 
 def clock(interval: float = 0.01) -> Clock:
     """The clock of work in this process: on a started CUDA device, its allocation peak between two
     synchronisations; else the resident memory, after giving freed heap back to the system."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        return Clock(cpu=own_cpu, sync=torch.cuda.synchronize, cuda=True)
+    if cuda_started():
+        return Clock(cpu=own_cpu, sync=cuda_sync, cuda=True)
     gc.collect()
     with contextlib.suppress(OSError):  # glibc: give freed heap back, so that the peak shows
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -209,22 +165,18 @@ def process_started() -> float:
     return psutil.Process().create_time()
 
 
-def summary(clocks: list[Clock]) -> dict[str, Any]:
-    """Repeated measurements of one thing: median seconds and CPU seconds, the largest peak above its
-    start, and each run's (seconds, CPU seconds)."""
-    cpu = [c.cpu_s for c in clocks if c.cpu_s is not None]
+def summary(records: list[dict]) -> dict[str, Any]:
+    """Repeated measurements of one thing (``Clock.record()``s, or summaries): the median seconds and
+    CPU seconds, the first start, the largest peak and peak above its start, each run's (seconds, CPU)."""
+    cpu = [r["cpu_s"] for r in records if r["cpu_s"] is not None]
     return {
-        "seconds": statistics.median(c.seconds for c in clocks),
+        "seconds": statistics.median(r["seconds"] for r in records),
         "cpu_s": statistics.median(cpu) if cpu else None,
-        "start_bytes": clocks[0].start,
-        "peak_bytes": max(c.peak for c in clocks),
-        "above_start_bytes": max(c.peak - c.start for c in clocks),
-        "runs": [[c.seconds, c.cpu_s] for c in clocks],
+        "start_bytes": records[0]["start_bytes"],
+        "peak_bytes": max(r["peak_bytes"] for r in records),
+        "above_start_bytes": max(r["peak_bytes"] - r["start_bytes"] for r in records),
+        "runs": [[r["seconds"], r["cpu_s"]] for r in records],
     }
-
-
-# ----------------------------------------------------------------------------------------------
-# A case and its contenders, each in a watched process
 
 
 class Skip(Exception):
@@ -263,13 +215,12 @@ def run(
     parallel: int = 1,
     strict: bool = False,
 ) -> list[dict]:
-    """One row per (contender, size), each measured in its own process (or one per size, ``together``):
+    """One row per (contender, size), each measured in its own process (one per size, ``together``):
     ``{"contender", "size", facts..., "work": summary, "process": summary}``, or ``failed`` (an error,
-    past ``cap_gb`` of memory or ``timeout`` seconds) or ``skipped`` (a ``Skip``, or past ``budget``
-    seconds for the whole run). ``repeats``: a setup's work is timed that many times in its process, a
-    command run that many times. ``logs``: each process's output kept there; ``cache``: rows measured
-    before are read back from that JSON Lines file; ``parallel``: processes run at once (for what does
-    not depend on the machine being idle); ``strict``: a failure stops the bench."""
+    past ``cap_gb`` or ``timeout`` seconds) or ``skipped`` (``Skip``, or past ``budget`` seconds in all).
+    ``repeats``: times the work is timed (a command: run); ``logs``: the processes' output kept there;
+    ``cache``: rows measured before, read back; ``parallel``: processes at once; ``strict``: a failure
+    stops the bench."""
     names, options = list(contenders or case.contenders), options or {}
     groups = [names] if case.together else [[c] for c in names]
     deadline = None if budget is None else time.monotonic() + budget
@@ -315,19 +266,7 @@ def measure(
             for _ in range(job["repeats"])]  # fmt: skip
     row = {"contender": group[0], "size": size, "process": runs[-1]}
     failed = next((r["failed"] for r in runs if "failed" in r), None)
-    return [row | ({"failed": failed} if failed else {"work": merged(runs)})]
-
-
-def merged(runs: list[dict]) -> dict:
-    """The summary of several runs of one command (each a summary of one run)."""
-    return {
-        "seconds": statistics.median(r["seconds"] for r in runs),
-        "cpu_s": statistics.median(r["cpu_s"] for r in runs),
-        "start_bytes": runs[0]["start_bytes"],
-        "peak_bytes": max(r["peak_bytes"] for r in runs),
-        "above_start_bytes": max(r["above_start_bytes"] for r in runs),
-        "runs": [[r["seconds"], r["cpu_s"]] for r in runs],
-    }
+    return [row | ({"failed": failed} if failed else {"work": summary(runs)})]
 
 
 def cached(cache: Path | None, key: dict, measured: Callable[[], list[dict]]) -> list[dict]:
@@ -368,10 +307,13 @@ def run_process(
             status, usage, killed = wait(proc, watched, cap_gb, timeout)
         out.seek(0)
         lines = out.read().splitlines()
-    result = {**summary([watched]), "cpu_s": usage.ru_utime + usage.ru_stime, "returncode": status}
+    result = {**summary([watched.record()]), "cpu_s": sum(usage[:2]), "returncode": status}
     result["memory"] = "nvml: the GPU's memory in use" if device else "resident memory of the process tree"
-    if failed := killed or failure(status, lines):
-        result["failed"] = failed
+    last = ([line for line in lines if line.strip()] or ["no output"])[-1][:300]
+    if killed or status:  # a signal: the kernel's OOM killer acts before the watchdog's next look
+        result["failed"] = killed or (
+            f"killed by signal {-status} (out of memory)" if status < 0 else f"error: {last}"
+        )
     records = [json.loads(line.removeprefix(RECORD)) for line in lines if line.startswith(RECORD)]
     return result, records
 
@@ -379,26 +321,16 @@ def run_process(
 def wait(proc: subprocess.Popen, watched: Clock, cap_gb: float | None, timeout: float | None) -> tuple:
     """Wait for ``proc`` (its exit status and resource usage); kill it past ``cap_gb`` or ``timeout``."""
     killed, started = None, time.perf_counter()
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage, killed
-        if not killed and cap_gb is not None and watched.peak > cap_gb * 1e9:
-            killed = f"exceeded the {cap_gb:g} GB memory cap"
-        elif not killed and timeout is not None and time.perf_counter() - started > timeout:
-            killed = f"timed out ({timeout:.0f} s)"
+    while not (reaped := os.wait4(proc.pid, os.WNOHANG))[0]:
+        if cap_gb is not None and watched.peak > cap_gb * 1e9:
+            killed = killed or f"exceeded the {cap_gb:g} GB memory cap"
+        elif timeout is not None and time.perf_counter() - started > timeout:
+            killed = killed or f"timed out ({timeout:.0f} s)"
         if killed:
             proc.kill()
         time.sleep(0.05)
-
-
-def failure(returncode: int, lines: list[str]) -> str | None:
-    if returncode < 0:  # the kernel's OOM killer acts before the watchdog's next look
-        return f"killed by signal {-returncode} (out of memory)"
-    if returncode != 0:
-        return "error: " + ([line for line in lines if line.strip()] or ["no output"])[-1][:300]
-    return None
+    proc.returncode = os.waitstatus_to_exitcode(reaped[1])
+    return proc.returncode, reaped[2], killed
 
 
 def child(case: Case) -> bool:
@@ -416,7 +348,7 @@ def child(case: Case) -> bool:
             for _ in range(job["repeats"]):
                 with clock(case.interval) as c:
                     out = work()
-                clocks.append(c)
+                clocks.append(c.record())
                 facts = out if isinstance(out, dict) else {}
             row |= {**facts, "work": summary(clocks)}
         except Skip as why:
@@ -426,16 +358,6 @@ def child(case: Case) -> bool:
             row["failed"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         print(RECORD + json.dumps(row), flush=True)
     return True
-
-
-def rows_by(rows: Iterable[dict], *keys: str) -> dict:
-    """Rows by (contender, size) or the given keys: ``rows_by(rows)[("ours", 4096)]``."""
-    keys = keys or ("contender", "size")
-    return {tuple(r.get(k) for k in keys): r for r in rows}
-
-
-# ----------------------------------------------------------------------------------------------
-# Where a measurement ran
 
 
 def machine() -> dict:
@@ -449,31 +371,26 @@ def machine() -> dict:
               "date": time.strftime("%Y-%m-%d")}  # fmt: skip
     if torch.cuda.is_available():
         record["gpu"] = torch.cuda.get_device_name(0)
-        record["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
+        record["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
         record["cuda"] = torch.version.cuda
         with contextlib.suppress(Exception):
             import pynvml
 
             pynvml.nvmlInit()
             record["driver"] = pynvml.nvmlSystemGetDriverVersion()
-    try:
-        from importlib.metadata import version
-
-        record["longppl"] = version("longppl")
-    except Exception:
-        record["longppl"] = None
+    record["longppl"] = next((d.version for d in metadata.distributions(name="longppl")), None)
     return record
 
 
 def commit() -> str | None:
     """The commit measured: ``BENCH_COMMIT`` where set (a copy without git), else git's HEAD."""
-    if os.environ.get("BENCH_COMMIT"):
-        return os.environ["BENCH_COMMIT"]
+    git = ["git", "rev-parse", "--short", "HEAD"]
     try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        return (
+            os.environ.get("BENCH_COMMIT")
+            or subprocess.run(git, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+            or None
         )
-        return done.stdout.strip() or None
     except OSError:
         return None
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench import runner
+from bench import runner, shared
 
 PRINTS = (
     "import json, time; x = bytearray(200 * 2**20); x[::4096] = b'x' * len(x[::4096]); time.sleep(0.3); "
@@ -109,6 +109,6 @@ def test_the_clock_sees_an_allocation_and_synchronises_around_the_block():
 
 
 def test_paths_are_recorded_relative_to_the_repository(tmp_path):
-    assert runner.relative(runner.ROOT / "artifacts" / "x") == "artifacts/x"
-    assert runner.relative("../shared/data") == "../shared/data" and runner.relative(tmp_path / "y") == "y"
-    assert not runner.default_artifact().is_absolute()
+    assert shared.relative(shared.ROOT / "artifacts" / "x") == "artifacts/x"
+    assert shared.relative("../shared/data") == "../shared/data" and shared.relative(tmp_path / "y") == "y"
+    assert not shared.default_artifact().is_absolute()
