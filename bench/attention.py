@@ -20,7 +20,7 @@ Writes its section of docs/reports/memory.md.
 
 from __future__ import annotations
 
-from bench import runner
+from bench import runner, shared
 from bench.report import publish
 
 
@@ -138,7 +138,7 @@ def document(rows: list[dict], machine: str, math: bool = False) -> str:
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(CASE.sizes))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import runner
+from bench import runner, shared
 from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.identity import artifact_identity
@@ -78,8 +78,8 @@ CASE = runner.Case("checks", contenders=(*STEPS, FIRST_LOAD), setup=setup)
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
-    parser.add_argument("--artifact", default=str(runner.default_artifact()))
+    parser = shared.arguments(__doc__)
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--results", default="artifacts/results/scores.jsonl")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--cold-repeats", type=int, default=3)

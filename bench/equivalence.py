@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import runner
+from bench import runner, shared
 from pipeline.artifact.identity import TOLERANCE, compare_tables, differences
 from pipeline.artifact.reader import open_artifact
 
@@ -93,15 +93,15 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = runner.arguments(__doc__)
-    parser.add_argument("--artifact", default=str(runner.default_artifact()))
+    parser = shared.arguments(__doc__)
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--other", action="append", default=[], help="an artifact made elsewhere")
     parser.add_argument("--documents", type=int, default=CASE.sizes[0], help="documents of each variant run")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     base = open_artifact(args.artifact)
-    rows = [comparison(f"other: {runner.relative(path)}", base, open_artifact(path)) for path in args.other]
+    rows = [comparison(f"other: {shared.relative(path)}", base, open_artifact(path)) for path in args.other]
     with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
         runs = runner.run(
             CASE, contenders=args.variants, sizes=[args.documents], options={"out": tmp}, strict=True
@@ -120,7 +120,7 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
-            json.dumps({"artifact": runner.relative(args.artifact), "rows": rows}, indent=1) + "\n"
+            json.dumps({"artifact": shared.relative(args.artifact), "rows": rows}, indent=1) + "\n"
         )
         print(f"wrote {args.out}")
 

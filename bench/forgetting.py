@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from bench import runner
+from bench import runner, shared
 
 
 def full_logits_accuracy(model, ids, length: int) -> float:
@@ -41,7 +41,7 @@ def setup(way: str, length: int, model: str, dtype: str) -> runner.Work:
     from pipeline.text.corpus import CorpusSpec, load_corpus
 
     lm = load_model(model, dtype=dtype, device="cpu")
-    path = str(runner.ROOT / "data/govreport-sample.jsonl")
+    path = str(shared.ROOT / "data/govreport-sample.jsonl")
     tokens = corpus_tokens(load_corpus(CorpusSpec(name="govreport_sample", path=path)), lm.tokenizer)
     (sample,) = draw_samples(tokens, length, 1, 0, "corpus")
     specials = special_tokens(lm.tokenizer, None, None)
@@ -74,7 +74,7 @@ CASE = runner.Case("forgetting", contenders=("pipeline", "full-logits"), sizes=(
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--length", type=int, default=4094, help="L, tokens of S (inputs have 2L+3 tokens)")

@@ -31,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench import runner
+from bench import runner, shared
 from bench.gpu_child import WORK, command_line, paths
 from studies import random_models as random_weights
 from studies.random_models import LLAMA3_ROPE, LLAMA31_SHAPES
@@ -53,7 +53,7 @@ def build(work: Path, texts: int, tokens: int, shape: str, device: str, tokenize
         else:
             AutoTokenizer.from_pretrained(tokenizer).save_pretrained(p["tokenizer"])
     reference = AutoTokenizer.from_pretrained(p["tokenizer"])
-    record = {"tokenizer": runner.relative(p["tokenizer"])}
+    record = {"tokenizer": shared.relative(p["tokenizer"])}
     if not p["dataset"].exists():
         rows = build_dataset(p["dataset"], reference, texts, repeat=1 + tokens // 65536)
         record["dataset_lengths"] = [r["tokenized_len"] for r in rows]
@@ -108,7 +108,7 @@ def contenders(
             ("TF32 on", ["--tf32"]),
             ("TF32 on, math attention", ["--tf32", "--sdpa-math"]),
         ):
-            tag = f"paper{tokens}x1-float32-{runner.slug(label)}"
+            tag = f"paper{tokens}x1-float32-{shared.slug(label)}"
             child = ["stage1", *stage1, "dtype=float32", "corpus.limit=1", f"name={tag}"]
             runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags]})
         child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name=paper{tokens}x1-float16"]
@@ -127,7 +127,7 @@ def command(
 
 
 def events_file(work: Path, name: str, tokens: int) -> Path:
-    return paths(work, tokens)["events"] / f"{runner.slug(name)}-{tokens}.jsonl"
+    return paths(work, tokens)["events"] / f"{shared.slug(name)}-{tokens}.jsonl"
 
 
 CASE = runner.Case(
@@ -171,8 +171,8 @@ def contender_record(row: dict) -> dict:
     record = {
         "returncode": process["returncode"],
         "wall_s": round(process["seconds"], 3),
-        "peak_gib": round((process["above_start_bytes"] if nvml else process["peak_bytes"]) / runner.GIB, 3),
-        "base_gib": round(process["start_bytes"] / runner.GIB, 3) if nvml else 0.0,
+        "peak_gib": round((process["above_start_bytes"] if nvml else process["peak_bytes"]) / shared.GIB, 3),
+        "base_gib": round(process["start_bytes"] / shared.GIB, 3) if nvml else 0.0,
         "memory_measure": "nvml (device memory in use, CUDA context included)"
         if nvml
         else "process tree RSS",

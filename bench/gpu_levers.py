@@ -225,8 +225,8 @@ def setup(lever: str, tokens: int, work: str, texts: int, device: str, K: int, d
     if lever == LOAD_OURS:
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
         return lambda: setattr(SHARED, "lm", load_model(str(p["model"]), dtype="bfloat16", device=device))
-    shared = SHARED.ready(p["keytokens"] / f"paper{tokens}x{texts}", device, K, d)
-    return shared.first if lever == FIRST else shared.levers(quick, compile)[lever]()
+    ready = SHARED.ready(p["keytokens"] / f"paper{tokens}x{texts}", device, K, d)
+    return ready.first if lever == FIRST else ready.levers(quick, compile)[lever]()
 
 
 def names(quick: bool, compile: bool) -> list[str]:

@@ -16,7 +16,7 @@ Writes its section of docs/reports/benchmarks.md.
 
 from __future__ import annotations
 
-from bench import runner
+from bench import runner, shared
 from bench.report import publish
 
 PATHS = ("bfloat16 head", "float32 head, upcast operands", "float32 head, float32-output GEMM")
@@ -87,7 +87,7 @@ def report(rows: list[dict]) -> str:
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--positions", type=int, default=CASE.sizes[0])
     parser.add_argument("--hidden", type=int, default=4096)

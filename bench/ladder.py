@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import runner
+from bench import runner, shared
 from bench.report import publish
 from pipeline.models.logprobs import _batches, short_windows
 
@@ -31,7 +31,7 @@ from pipeline.models.logprobs import _batches, short_windows
 def command(name: str, size: None, model: str, artifact: str, results: dict, out: str) -> list[str]:
     """`make score` or `make ladder` with ``model`` on ``artifact`` as `make` runs it, its results line
     to ``results[name]`` (the ladder's picture to ``out``)."""
-    known = (runner.ROOT / "conf" / "model" / f"{model}.yaml").is_file()
+    known = (shared.ROOT / "conf" / "model" / f"{model}.yaml").is_file()
     group = [f"model={model}"] if known else ["model=local", f"model.spec={model}"]
     module = {"make score": "pipeline.commands.score", "make ladder": "pipeline.commands.ladder"}[name]
     plots = [f"plot_dir={out}"] if name == "make ladder" else []
@@ -125,9 +125,9 @@ def key_only(model: str, artifact_path: Path, rungs: list[int]) -> str:
 
 
 def main() -> None:
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--artifact", type=Path, default=runner.default_artifact())
+    parser.add_argument("--artifact", type=Path, default=shared.default_artifact())
     parser.add_argument("--out", type=Path, default=Path("docs/reports/ladder"))
     parser.add_argument("--report", type=Path, help="a page of its own (default: docs/reports/cost.md)")
     parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import runner
+from bench import runner, shared
 from pipeline.results.score import read_lines
 
 MODEL = "smollm2-135m"
@@ -77,7 +77,7 @@ def document(tokens: int) -> str:
     from pipeline.models.loading import load_model
     from pipeline.text.tokenization import encode_with_offsets
 
-    text = json.loads((runner.ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8").readline())["text"]
+    text = json.loads((shared.ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8").readline())["text"]
     tokenizer = load_model(MODEL, dtype="float32", device="cpu").tokenizer
     offsets = encode_with_offsets(tokenizer, text).offsets
     return text[: int(offsets[min(tokens, len(offsets)) - 1, 1])]
@@ -131,9 +131,9 @@ def memory_part(tokens: int) -> None:
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--part", choices=("time", "memory", "all"), default="all")
-    parser.add_argument("--artifact", default=str(runner.default_artifact()))
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=4096)
     args = parser.parse_args()

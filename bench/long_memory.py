@@ -28,7 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from bench import runner
+from bench import runner, shared
 from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
@@ -219,7 +219,7 @@ def document(rows: list[dict], machine: str, threads: int) -> str:
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")

@@ -26,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-from bench import runner
+from bench import runner, shared
 from bench.report import publish
 
 
@@ -39,7 +39,7 @@ def training_sequence(lm, n_tokens: int, artifact: Path):
     from pipeline.text.corpus import Document
     from pipeline.training.sequences import build_sequences
 
-    rows = [json.loads(line) for line in (runner.ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8")]
+    rows = [json.loads(line) for line in (shared.ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8")]
     weights, source = None, "random weights in [1, 5] (no artifact)"
     if (artifact / "manifest.json").exists():
         from pipeline.artifact.reader import load_artifact
@@ -113,13 +113,13 @@ CASE = runner.Case(
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tokens", type=int, default=CASE.sizes[0])
     parser.add_argument("--configs", nargs="+", default=["1024:1024", "512:512"], help="K:d of LongCE(self)")
     parser.add_argument("--gamma", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--artifact", default=str(runner.default_artifact()))
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", help="a page of its own (default: docs/reports/cost.md)")
     args = parser.parse_args()
@@ -160,7 +160,7 @@ def report(args, rows: list[dict]) -> None:
     print("\n" + "\n".join(lines))
     title = "# LongCE against CE: cost of a training step (`make bench-longce`)"
     command = ("make bench-longce " + (f'ARGS="{" ".join(sys.argv[1:])}"' if sys.argv[1:] else "")).strip()
-    text = "\n".join([title, "", f"`{command.replace(f'{runner.ROOT}/', '')}`", "", *lines, ""])
+    text = "\n".join([title, "", f"`{command.replace(f'{shared.ROOT}/', '')}`", "", *lines, ""])
     publish(text, "cost.md", "longce", args.out)
 
 

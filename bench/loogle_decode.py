@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import runner
+from bench import runner, shared
 from studies.random_models import LLAMA31_SHAPES as SHAPES
 
 BUILD = "build the model"
@@ -80,7 +80,7 @@ def main() -> None:
         return
     from pipeline.models import attention
 
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3.1-8b")
     parser.add_argument("--attn", default=attention.NAME)
     parser.add_argument("--prompt", type=int, help="prompt tokens (default 32000; 2000 for --shape tiny)")
@@ -101,7 +101,7 @@ def main() -> None:
         "init_s": round(rows[0]["work"]["seconds"], 2),
         "seconds_by_new_tokens": {str(k): round(v, 3) for k, v in times.items()},
         "decode_ms_per_token": round(1000 * (times[last] - times[first]) / (last - first), 2),
-        "peak_gib": round(max(r["work"]["peak_bytes"] for r in rows) / runner.GIB, 2)
+        "peak_gib": round(max(r["work"]["peak_bytes"] for r in rows) / shared.GIB, 2)
         if args.shape != "tiny"
         else None,
     }

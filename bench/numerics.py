@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import runner
+from bench import runner, shared
 from bench.gpu_child import command_line
 
 WORK = Path("artifacts/bench/numerics")
@@ -62,14 +62,14 @@ def command(
 ) -> list | None:
     """A run's command (``stage 1: <name>``, ``stage 2: <name>``), or None: the official code, in a child."""
     kind, _, name = contender.partition(": ")
-    events = Path(work) / f"{runner.slug(contender)}.events.jsonl"
+    events = Path(work) / f"{shared.slug(contender)}.events.jsonl"
     if kind == "stage 1":
         runs = {"cpu float32": ["device=cpu", "dtype=float32"], **stage1_runs(device)}
-        out = [f"output_dir={Path(work) / 'keytokens'}", f"name={runner.slug(name)}"]
+        out = [f"output_dir={Path(work) / 'keytokens'}", f"name={shared.slug(name)}"]
         return command_line("stage1", events, [*EVALUATOR, *out, *overrides, *runs[name]])
     if kind == "stage 2":
         runs = {"cpu float32": ["device=cpu", "dtype=float32"], **stage2_runs(device)}
-        results = Path(work) / f"scores-{runner.slug(name)}.jsonl"
+        results = Path(work) / f"scores-{shared.slug(name)}.jsonl"
         args = ["model=smollm2-135m", f"artifact={reference}", f"results={results}", "progress=false"]
         return command_line("stage2", events, [*args, *runs[name]])
     return None
@@ -146,7 +146,7 @@ def measure(args: argparse.Namespace) -> dict:
     else:
         (ref,) = run(contenders=["stage 1: cpu float32"], strict=True)
         reference, ref_wall = (
-            work / "keytokens" / runner.slug("cpu float32"),
+            work / "keytokens" / shared.slug("cpu float32"),
             round(ref["work"]["seconds"], 1),
         )
     options["reference"] = str(reference)
@@ -161,7 +161,7 @@ def measure(args: argparse.Namespace) -> dict:
         if "failed" in done:  # a failed run is a result (float16 may overflow): the others go on
             rows.append({"name": name, "error": done["failed"], "wall_s": wall})
             continue
-        artifact = work / "keytokens" / runner.slug(name)
+        artifact = work / "keytokens" / shared.slug(name)
         keys, spans, tokens = artifact_keys(artifact)
         rows.append({"name": name, "key_tokens": tokens, "spans": spans, "key_chars": len(keys),
                      "jaccard": jaccard(keys, ref_keys), "abs_diff": value_differences(artifact, reference),
@@ -174,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict:
     rows.append({"name": f"official find_key_token, {args.device} bfloat16", "spans": len(official["spans"]),
                  "key_chars": len(keys), "jaccard": jaccard(keys, ref_keys),
                  "wall_s": round(official["work"]["seconds"], 1)})  # fmt: skip
-    return {"bench": "gpu_numerics", "machine": runner.machine(), "reference": runner.relative(reference),
+    return {"bench": "gpu_numerics", "machine": runner.machine(), "reference": shared.relative(reference),
             "stage1": rows, "stage2": scores(args, run, reference)}  # fmt: skip
 
 
@@ -186,7 +186,7 @@ def scores(args: argparse.Namespace, run, reference: Path) -> list[dict]:
         names.insert(0, "cpu float32")
     rows = run(contenders=[f"stage 2: {n}" for n in names], parallel=4, strict=True)
     found = [
-        json.loads((args.work / f"scores-{runner.slug(n)}.jsonl").read_text().splitlines()[-1])["corpus"]
+        json.loads((args.work / f"scores-{shared.slug(n)}.jsonl").read_text().splitlines()[-1])["corpus"]
         for n in names
     ]
     scored = [{"name": n, **{k: c[k] for k in ("ppl", "longppl", "longppl_soft")}, "wall_s": round(r["process"]["seconds"], 3)}

@@ -19,7 +19,7 @@ import math
 import time
 from pathlib import Path
 
-from bench import runner
+from bench import runner, shared
 from bench.report import publish
 
 EVALUATOR, MODEL = "gemma3-270m", "smollm2-135m"
@@ -40,7 +40,7 @@ def setup(task: str, size: list, K: int, d: int, spans: list | None = None) -> r
     official = task.endswith("official") or task.startswith("dropin")
     attn = "sdpa" if official else attention.NAME
     evaluator = load_model(EVALUATOR, dtype="float32", device="cpu", attn_implementation=attn)
-    text = runner.sample_text(evaluator.tokenizer, *size)
+    text = shared.sample_text(evaluator.tokenizer, *size)
     if task.startswith("stage1"):
         lm = evaluator
     elif task.startswith("dropin"):  # both models, as the user holds them (default attention)
@@ -367,7 +367,7 @@ def report_head(jobs: Jobs, summary: dict, quick: bool, minutes: float) -> list[
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--quick", action="store_true", help="no scaling, one document")
     parser.add_argument("--tokens", type=int, default=4096, help="the documents' length (a dry run: 256)")
     parser.add_argument("--K", type=int, default=1024)

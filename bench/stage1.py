@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 
-from bench import runner
+from bench import runner, shared
 from pipeline.settings import DEFAULT_HEAD_CHUNK
 
 
 def document_ids(tokenizer, n_tokens: int) -> list[int]:
     """The first n_tokens evaluator tokens of the shipped GovReport sample, documents concatenated."""
-    path = runner.ROOT / "data/govreport-sample.jsonl"
+    path = shared.ROOT / "data/govreport-sample.jsonl"
     texts = [json.loads(line)["text"] for line in path.open(encoding="utf-8")]
     ids = tokenizer("\n\n".join(texts), add_special_tokens=False)["input_ids"]
     if len(ids) < n_tokens:
@@ -49,7 +49,7 @@ CASE = runner.Case("stage1", contenders=("stage 1",), sizes=(2048, 4096, 8192), 
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tokens", type=int, nargs="+", default=list(CASE.sizes))

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from bench import runner
+from bench import runner, shared
 
 
 def stage2(artifact, lm, documents: int) -> dict:
@@ -62,9 +62,9 @@ CASE = runner.Case("stage2", contenders=("plain PPL", "stage 2"), sizes=(4,), se
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = runner.arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--artifact", default=str(runner.default_artifact()))
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--documents", type=int, default=CASE.sizes[0])
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
@@ -81,7 +81,7 @@ def main() -> None:
     print(
         f"| stage 2 (PPL, LongPPL, LongPPL-soft, 4-point grid) | {stage2_s:.1f} | {stage2_s / plain_s:.3f} |"
     )
-    print(f"\nmodel {args.model}, artifact {runner.relative(args.artifact)}; {runner.stamp()}")
+    print(f"\nmodel {args.model}, artifact {shared.relative(args.artifact)}; {runner.stamp()}")
 
 
 if __name__ == "__main__":

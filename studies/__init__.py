@@ -8,5 +8,5 @@ Each make target of a study runs its module here (``studies.validate``, ``studie
 ``studies.rehearse_paper``, ``studies.rehearse_long``).
 
 Layer: lab, above the product. May import: ``pipeline`` (any layer), ``studies`` and the bench's
-measuring base (``bench.runner``); never ``bench``'s cases nor ``tests``.
+measuring base (``bench.runner``, ``bench.shared``); never ``bench``'s cases nor ``tests``.
 """

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from bench.runner import arguments
+from bench.shared import arguments
 from pipeline.artifact.identity import TOLERANCE
 
 COLUMNS = ("long_logprob", "short_logprob", "lsd", "soft_weight")

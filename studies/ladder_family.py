@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.runner import ROOT, arguments
+from bench.shared import ROOT, arguments
 from pipeline.ladder.effective import LadderSums, effective_length
 from pipeline.results.ladder import read_rows, reading_text
 

@@ -41,7 +41,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.runner import GIB, ROOT, arguments, run_process
+from bench.runner import run_process
+from bench.shared import GIB, ROOT, arguments
 from studies.random_models import LLAMA3_ROPE, SMALL, config, random_model
 from studies.rehearsal_checks import (
     OFFICIAL_IMPORT,
