@@ -86,7 +86,8 @@ def markdown(rows: list[dict]) -> str:
     lines.append(
         "largest difference per column: "
         + ", ".join(
-            f"{k} {v:.3g} (tolerance {TOLERANCE[k]:g}, {TOLERANCE[k] / v:.0f}x)" for k, v in worst.items()
+            f"{k} {v:.3g} (tolerance {TOLERANCE[k]:g}, {f'{TOLERANCE[k] / v:.0f}x' if v else 'exact'})"
+            for k, v in worst.items()
         )
     )
     return "\n".join(lines)

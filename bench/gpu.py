@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 from bench import runner, shared
@@ -45,22 +44,20 @@ def build(work: Path, texts: int, tokens: int, shape: str, device: str, tokenize
 
     from studies.rehearse_paper import build_dataset, embedded_tokenizer
 
-    p = paths(work, tokens)
-    started = time.perf_counter()
-    if not (p["tokenizer"] / "tokenizer_config.json").exists():
-        if tokenizer is None:
-            embedded_tokenizer("smollm2-135m", p["tokenizer"])
-        else:
-            AutoTokenizer.from_pretrained(tokenizer).save_pretrained(p["tokenizer"])
-    reference = AutoTokenizer.from_pretrained(p["tokenizer"])
-    record = {"tokenizer": shared.relative(p["tokenizer"])}
-    if not p["dataset"].exists():
-        rows = build_dataset(p["dataset"], reference, texts, repeat=1 + tokens // 65536)
-        record["dataset_lengths"] = [r["tokenized_len"] for r in rows]
-    if not (p["model"] / "config.json").exists():
-        record["parameters"] = save_random_model(p["model"], SHAPES[shape], reference, device)
-    record["seconds"] = round(time.perf_counter() - started, 1)
-    return record
+    p, record = paths(work, tokens), {"tokenizer": shared.relative(work / "tokenizer")}
+    with runner.Clock() as clock:
+        if not (p["tokenizer"] / "tokenizer_config.json").exists():
+            if tokenizer is None:
+                embedded_tokenizer("smollm2-135m", p["tokenizer"])
+            else:
+                AutoTokenizer.from_pretrained(tokenizer).save_pretrained(p["tokenizer"])
+        reference = AutoTokenizer.from_pretrained(p["tokenizer"])
+        if not p["dataset"].exists():
+            rows = build_dataset(p["dataset"], reference, texts, repeat=1 + tokens // 65536)
+            record["dataset_lengths"] = [r["tokenized_len"] for r in rows]
+        if not (p["model"] / "config.json").exists():
+            record["parameters"] = save_random_model(p["model"], SHAPES[shape], reference, device)
+    return record | {"seconds": round(clock.seconds, 1)}
 
 
 def save_random_model(out: Path, shape: dict, tokenizer, device: str) -> int:

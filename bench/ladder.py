@@ -120,7 +120,8 @@ def key_only(model: str, artifact_path: Path, rungs: list[int]) -> str:
             batches, holding = batches + len(groups), holding + sum(hit)
             total += w + sum(sizes)
             kept += w * bool((keys < w).any()) + sum(s for s, h in zip(sizes, hit, strict=True) if h)
-        lines.append(f"| {w} | {windows} | {batches} | {holding} | {kept / total:.0%} |")
+        share = f"{kept / total:.0%}" if total else "n/a (no document is longer)"
+        lines.append(f"| {w} | {windows} | {batches} | {holding} | {share} |")
     return "\n".join(lines)
 
 

@@ -52,6 +52,8 @@ def setup(contender: str, prompt: int, shape: str, attn: str) -> runner.Work:
     from pipeline.loogle.generation.decoding import Cut, generate
 
     if contender == BUILD:
+        from pipeline.models import attention  # noqa: F401  (registers blocked_sdpa in this process)
+
         device = "cpu" if shape == "tiny" else "cuda"
         return lambda: LOADED.update(model=random_model(shape, attn, device))
     model, new = LOADED["model"], int(contender.split()[0])

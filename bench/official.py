@@ -3,7 +3,7 @@
 Every contender runs in its own watched process: its resident memory sampled every 50 ms, killed past
 the memory cap (recorded as such). Same documents, models, K, d, alpha, beta and dtype for both
 implementations, the official conventions throughout: `short_window_bos=false`, `add_bos=false`.
-Stage 1 is ``pipeline.api.find_key_tokens``, stage 2 the score engine (``pipeline.score.engine.score``)
+Stage 1 is `make keytokens`' computation of a text (``keytoken_tables``), stage 2 the score engine (``pipeline.score.engine.score``)
 on the official key spans, the drop-in ``pipeline.api.dropin.compute_longppl`` called online.
 
     make bench          # everything: 4k comparisons, stage 2, drop-in compute_longppl, scaling 1k-32k
@@ -54,14 +54,28 @@ def setup(task: str, size: list, K: int, d: int, spans: list | None = None) -> r
 
 
 def stage1_ours(lm, text: str, K: int, d: int, spans) -> dict:
-    """``pipeline.api.find_key_tokens`` with `make keytokens`' CPU settings and the official convention."""
-    from pipeline.api import find_key_tokens
+    """What `make keytokens` computes for one text (its CPU preset's compute settings, read from
+    conf/preset/cpu.yaml), with the official convention: the tables of ``keytoken_tables``. (Not
+    ``pipeline.api.find_key_tokens``, which also hashes the evaluator's weights for its record.)"""
+    from pipeline.definition import KeyTokenDefinition
     from pipeline.files import conf_file
+    from pipeline.keytokens.selection import Prepared
+    from pipeline.keytokens.tables import keytoken_tables
+    from pipeline.models.logprobs import scorer_for
+    from pipeline.settings import Compute
+    from pipeline.text.corpus import Document
+    from pipeline.text.tokenization import encode_with_offsets
 
-    batch = conf_file("preset/cpu.yaml")["window_batch_tokens"]
-    found = find_key_tokens(text, lm.model, lm.tokenizer, K=K, d=d, short_window_bos=False,
-                            window_batch_tokens=batch)  # fmt: skip
-    tokens, spans = found.tokens.to_pydict(), found.spans.to_pydict()
+    compute = Compute(
+        dtype="float32",
+        head_dtype="auto",
+        window_batch_tokens=conf_file("preset/cpu.yaml")["window_batch_tokens"],
+    )
+    enc = encode_with_offsets(lm.tokenizer, text)
+    item = Prepared(0, Document("bench", text), text, enc.ids, enc.offsets, enc.offsets_from, False)
+    definition = KeyTokenDefinition(K=K, d=d, short_window_bos=False)
+    _, tokens, spans = keytoken_tables(scorer_for(lm, compute), item, definition, lm.bos_token_id)
+    tokens, spans = tokens.to_pydict(), spans.to_pydict()
     return {"spans": list(zip(spans["char_start"], spans["char_end"], strict=True)),
             "lsd": [None if x is None else round(x, 7) for x in tokens["lsd"]],
             "long": [round(x, 7) for x in tokens["long_logprob"]],

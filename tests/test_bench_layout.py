@@ -16,8 +16,9 @@ BENCH = ROOT / "bench"
 # Lowest first; a module in none is a case (one bench). Inside a layer only the base may import its
 # own layer: a case imports no other case.
 LAYERS = [
-    # the runner (the one clock, watched processes, the machine), the report pages, the GPU child
-    ("base", {"runner", "report", "gpu_child"}),
+    # the runner (the one clock, watched processes, the machine), what the cases share, the report pages,
+    # the GPU child
+    ("base", {"runner", "shared", "report", "gpu_child"}),
     ("cases", set()),
     ("renderers", {"gpu_report"}),  # renders the GPU cases' JSON into one page
 ]
@@ -93,6 +94,19 @@ def test_only_the_runner_times_samples_memory_or_records_the_machine():
         for path in sorted(BENCH.glob("*.py"))
         for name in sorted({n.split(".")[0] for n in imported_names(path)} & MEASURING)
         if path.stem != "runner"
+    ]
+    assert not found, found
+
+
+def test_only_the_runner_reads_a_clock():
+    """Durations come from the runner's one clock (``runner.Clock``): no other module reads
+    ``time.perf_counter`` or ``time.process_time`` (``time.time`` stamps a moment, e.g. a process's start)."""
+    found = [
+        f"bench/{path.name}: time.{node.attr}"
+        for path in sorted(BENCH.glob("*.py"))
+        if path.stem != "runner"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr in ("perf_counter", "process_time", "monotonic")
     ]
     assert not found, found
 
