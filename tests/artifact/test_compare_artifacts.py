@@ -129,7 +129,7 @@ def test_the_tolerance_holds_two_real_cpus_with_the_margin_the_docs_state():
 @pytest.mark.skipif(not (SHARED / "cross-machine-intel").is_dir(), reason="needs ../shared/data")
 def test_the_cross_cpu_numbers_come_from_the_two_artifacts(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "bench.cross_cpu", str(SHARED / "cross-machine"),
+        [sys.executable, "-m", "studies.cross_cpu", str(SHARED / "cross-machine"),
          str(SHARED / "cross-machine-intel"), "--out", str(tmp_path / "out.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
