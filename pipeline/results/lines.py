@@ -18,6 +18,7 @@ import re
 import stat
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ from pipeline.files import nearest_existing, strict_json
 MAX_LINE_BYTES = 16 * 2**20
 MAX_DEPTH = 32
 LARGEST = 1e300
+MAX_DIGITS = 400  # an integer literal longer than this is beyond LARGEST, and read as a LongInteger
+SHOWN_DIGITS = 40  # an integer of more digits is shown as its number of digits
 # The kernel's own filesystems (type -> name): views of the system, where a results line is refused,
 # lost or changes a setting, whatever a file's mode says (root may "write" /proc/self/status).
 KERNEL_FILESYSTEMS = {
@@ -275,10 +278,33 @@ def decoded(data: bytes) -> str:
         raise ValueError(f"not UTF-8: byte {data[exc.start]:#04x} at column {exc.start + 1}") from None
 
 
+@dataclass(frozen=True)
+class LongInteger:
+    """An integer literal of more than ``MAX_DIGITS`` digits (``parse_int``), kept as its number of
+    digits: beyond any line's range, and never converted (Python refuses one of over 4300 digits)."""
+
+    digits: int
+
+
+def parse_int(literal: str) -> int | LongInteger:
+    """A JSON integer literal (``json.loads``' ``parse_int``): its value, or a ``LongInteger``."""
+    return int(literal) if len(literal) <= MAX_DIGITS else LongInteger(len(literal.lstrip("-")))
+
+
+def shown(value: Any) -> str:
+    """A value as a message shows it, bounded: an integer of many digits by its number of digits."""
+    if isinstance(value, LongInteger):
+        return f"an integer of {value.digits} digits"
+    if isinstance(value, int) and abs(value) >= 10**SHOWN_DIGITS:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = str(value)
+    return text if len(text) <= 80 else f"{text[:80]}..."
+
+
 def parse(text: str, schema: type[BaseModel]) -> tuple[dict[str, Any], Any]:
     """The JSON object of one line and its validated form; ValueError names what is wrong."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_int=parse_int)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
@@ -289,9 +315,9 @@ def parse(text: str, schema: type[BaseModel]) -> tuple[dict[str, Any], Any]:
 
 
 def problem(obj: Any) -> str | None:
-    """The first value, in line order, that no line may hold (nested beyond ``MAX_DEPTH``, a float
-    beyond ``LARGEST``, NaN or infinity), as "`field` why"; None when there is none (integers are
-    each schema's to check)."""
+    """The first value, in line order, that no line may hold (nested beyond ``MAX_DEPTH``, a number
+    beyond ``LARGEST``, NaN or infinity), as "`field` why"; None when there is none (the range of
+    each integer is its schema's to check)."""
     stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
     while stack:
         value, where, depth = stack.pop()
@@ -305,6 +331,8 @@ def problem(obj: Any) -> str | None:
         elif isinstance(value, float) and not (math.isfinite(value) and abs(value) <= LARGEST):
             kind = "not a finite number" if not math.isfinite(value) else f"beyond +-{LARGEST:g}"
             return f"`{where or 'line'}` is {value}, {kind}"
+        elif isinstance(value, LongInteger) or (isinstance(value, int) and abs(value) > LARGEST):
+            return f"`{where or 'line'}` is {shown(value)}, beyond +-{LARGEST:g}"
     return None
 
 
