@@ -140,7 +140,6 @@ BAD_LOOGLE = {
         r"`settings\.max_length`",
     ),
     "limit a list": (lambda line: line["settings"].update(limit=[1]), r"`settings\.limit`"),
-    "reorder a list": (lambda line: line.update(reorder=[1]), r"`reorder`"),
     "reorder metrics a string": (lambda line: line["reorder"].update(metrics="x"), r"`reorder\.metrics`"),
     "a reorder metric a string": (
         lambda line: line["reorder"]["metrics"].update(location_mean="x"),
