@@ -4,7 +4,10 @@ A command runs once, or as a Hydra multirun (``-m``, e.g. ``model.spec=a,b``) on
 (``hydra/launcher=joblib`` for local processes, ``hydra/launcher=slurm`` for a cluster). In a
 multirun, a job's PipelineError prints ``error: [<its overrides>] <message>`` (in its log, for cluster
 launchers) and the other jobs go on; the multirun then repeats the first failure, ``error: multirun
-job failed [<overrides>]: <message>``, and exits with status 2.
+job failed [<overrides>]: <message>``, and exits with status 2. A command line Hydra cannot compose (an
+unknown key, group option or preset, an override that does not parse) is one ``error:`` line naming the
+setting, the known ones and the closest, exit status 2, in every command (``HYDRA_FULL_ERROR=1`` keeps
+Hydra's traceback); Ctrl-C is one ``error:`` line with exit status 130 (``pipeline.errors``).
 """
 
 from __future__ import annotations
