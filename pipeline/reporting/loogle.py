@@ -40,7 +40,9 @@ def cells(row: dict[str, Any]) -> dict[str, str | None]:
         "task": row["task"],
         "data": row["data"],
         "n_questions": str(row["n_questions"]),
-        "max_length": str(row["settings"]["max_length"]),
+        "max_length": None
+        if row["settings"].get("max_length") is None
+        else str(row["settings"]["max_length"]),
         "reorder_location_mean": None
         if reorder.get("location_mean") is None
         else fmt(reorder["location_mean"]),
@@ -77,6 +79,12 @@ def result_lines(result: dict[str, Any]) -> list[str]:
         values = ", ".join(f"{k} {fmt(v)}" for k, v in reorder["metrics"].items())
         lines.append(f"reorder       {values} over {reorder['n_questions']} timeline questions")
     return lines
+
+
+def metrics_summary(result: dict[str, Any]) -> str:
+    """`make loogle-metrics`'s summary: the metrics (4 decimals; the results line keeps them whole) and
+    where its line went."""
+    return "\n".join([*result_lines(result), f"appended to   {result['appended_to']}"])
 
 
 def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:

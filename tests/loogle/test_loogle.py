@@ -129,6 +129,18 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
     again = [{k: v for k, v in r.items() if k != "closest_call"} for r in jsonl_rows(path)]
     assert calls == [1] and again == [{k: v for k, v in r.items() if k != "closest_call"} for r in rows]
     assert len(loogle_board.table(tmp_path / "results" / "loogle.jsonl")) == 1  # the same entry, newest kept
+    # make loogle-metrics on the predictions file: a line of the same entry (model identity, task,
+    # questions, settings) with the same metrics
+    from pipeline.commands.loogle_metrics import run as loogle_metrics
+
+    results = tmp_path / "results" / "loogle.jsonl"
+    loogle_metrics(
+        compose_config("loogle_metrics", [f"predictions={path}", "task=shortdep_qa", f"results={results}"])
+    )
+    *_, ours, theirs = loogle_results.read_rows(results)
+    assert loogle_results.loogle_key(theirs) == loogle_results.loogle_key(ours) is not None
+    assert theirs["metrics"] == ours["metrics"] and theirs["measured_by"] == "make loogle-metrics"
+    assert theirs["model"] == ours["model"] and len(loogle_board.table(results)) == 1
 
 
 def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_path):
