@@ -6,6 +6,7 @@ their reasons, the power of n members, and the report's section."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -52,32 +53,54 @@ def question(*evidence: str | None, answer: str = "a library", kind: str = "comp
     )
 
 
+def direct_logprob(model, prompt: list[int], answer: list[int]) -> float:
+    """log P(answer | prompt) by one plain forward pass of the whole sequence (float64)."""
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt + answer])).logits[0].double(), dim=-1)
+    return sum(float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+
+
 def test_the_answer_log_likelihood_is_a_direct_computation(scorer, tokenizer):
     prompt, _ = tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))
     answer = tokenizer("a library", add_special_tokens=False)["input_ids"]
-    seq = torch.tensor([prompt + answer])
-    with torch.no_grad():
-        logprobs = torch.log_softmax(scorer.model(seq).logits[0].double(), dim=-1)
-    direct = sum(float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+    direct = direct_logprob(scorer.model, prompt, answer)
     assert answer_gain.answer_logprob(scorer, prompt, answer) == pytest.approx(direct, abs=1e-10)
+
+
+def test_one_questions_gain_is_a_direct_forward_pass_of_the_answer_as_it_follows_the_prompt(
+    scorer, tokenizer
+):
+    """The prompt without its trailing space, then " " + answer, only the answer's tokens counted: the
+    tokens the tokenizer makes of the joined text "...Answer: a library"; each term one plain forward
+    pass (float64), the document's prefix shared with another question's or not."""
+    text = build_prompt("longdep_qa", "What is the mill now?", TEXT).text
+    assert text.endswith("Answer: ")
+    prompt = tokenizer(text[:-1])["input_ids"]
+    answer = tokenizer(" a library", add_special_tokens=False)["input_ids"]
+    assert tokenizer(text + "a library")["input_ids"] == prompt + answer  # the join a model reads
+    alone = tokenizer(build_prompt("longdep_qa", "What is the mill now?", "").text[:-1])["input_ids"]
+    other = replace(question(LAST), question_index=1, source_id="longdep_qa/other", question="When?")
+    for group in ([question(MIDDLE)], [question(MIDDLE), other]):
+        gain = answer_gain.answer_gains(tokenizer, scorer, group, {"doc": TEXT}, [500])[0]
+        assert gain.with_document == pytest.approx(direct_logprob(scorer.model, prompt, answer), abs=1e-9)
+        assert gain.question_only == pytest.approx(direct_logprob(scorer.model, alone, answer), abs=1e-9)
+        assert (gain.answer_tokens, gain.answer_bytes) == (len(answer), len(b" a library"))
 
 
 def test_a_question_counts_only_with_its_evidence_inside_the_kept_context(scorer, tokenizer):
     texts = {"doc": TEXT}
-    gains = answer_gain.answer_gains(
-        tokenizer,
-        scorer,
-        [question(MIDDLE), question(FIRST, LAST, None), question(None)],
-        texts,
-        [500, 200, 40],
-    )
+    asked = [question(MIDDLE), question(FIRST, LAST, None), question(None)]
+    # count=all (the default): a question with an unlocated evidence string does not count
+    _, partly, _ = answer_gain.answer_gains(tokenizer, scorer, asked, texts, [500])
+    assert partly.excluded == answer_gain.NOT_ALL_LOCATED and partly.unlocated == 1
+    gains = answer_gain.answer_gains(tokenizer, scorer, asked, texts, [500, 200, 40], count="some")
     whole, ends, none = gains[:3]
     assert (whole.excluded, ends.excluded, none.excluded) == (None, None, answer_gain.NO_EVIDENCE)
     assert ends.unlocated == 1 and whole.prompt_tokens == len(
-        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))[0]
-    )
+        tokenizer(build_prompt("longdep_qa", "What is the mill now?", TEXT).text[:-1])["input_ids"]
+    )  # the prompt without its trailing space
     assert whole.nats == whole.with_document - whole.question_only
-    assert whole.bits_per_byte == pytest.approx(whole.nats / math.log(2) / len(b"a library"))
+    assert whole.bits_per_byte == pytest.approx(whole.nats / math.log(2) / len(b" a library"))
     middle, first_last = gains[3:5]  # cut to 200 tokens: the first and last halves keep both ends only
     assert middle.excluded == answer_gain.OUTSIDE and first_last.excluded is None
     assert first_last.question_only == ends.question_only  # one computation per question
@@ -181,8 +204,8 @@ def test_the_api_gives_each_questions_gain_on_a_model_in_memory(whole_loogle_art
     scorer = TargetScorer(model)
     assert first.question_only == answer_gain.answer_logprob(
         scorer,
-        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What came after the fire?", ""))[0],
-        tokenizer(first_answer := "a museum", add_special_tokens=False)["input_ids"],
+        tokenizer(build_prompt("longdep_qa", "What came after the fire?", "").text[:-1])["input_ids"],
+        tokenizer(first_answer := " a museum", add_special_tokens=False)["input_ids"],
     )
     assert first.answer_bytes == len(first_answer)
     with pytest.raises(PipelineError, match="unknown setting 'K'"):
