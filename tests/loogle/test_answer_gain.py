@@ -127,41 +127,68 @@ def test_power_of_n_members():
     assert loogle_target.critical_r(2) is None
 
 
-def target_row(label: str, gain: float | None, ppl: float, longppl: float, common: float = 0.0) -> dict:
-    counted = 0 if gain is None else 3
-    counts = {"n_counted": counted, "n_questions": 4}
-    part = {"gain_bits_per_byte": gain, "gain_bits_per_byte_se": 0.01, "gain_nats": gain, **counts,
-            "n_no_evidence": 1, "n_outside": 3 - counted, "n_no_room": 0, "positive": counted,
-            "ppl": ppl, "longppl": longppl, "longppl_soft": longppl, "n_key_tokens": 5, "n_truncated": 0,
-            "self_evaluation": label == "m2", "limit": 64,
-            "by_type": [{"type": "computation", "gain_bits_per_byte": gain, **counts}],
-            "questions": [{"source_id": q, "excluded": None if gain is not None else "x",
-                           "gain_bits_per_byte": gain + extra if gain is not None else None}
-                          for q, extra in (("q1", 0.0), ("q2", common))]}  # fmt: skip
-    return {"label": label, "model": label, "loogle": part}
+def target_row(
+    label: str, model: str, gains: list[float], ppl: float, longppl: float, own: bool = False
+) -> dict:
+    """A member's row with one counted question per gain (q0, q1, ...)."""
+    counts = {"n_counted": len(gains), "n_questions": 8}
+    mean = sum(gains) / len(gains) if gains else None
+    part = {"gain_bits_per_byte": mean, "gain_bits_per_byte_se": 0.01, "gain_nats": mean, **counts,
+            "n_no_evidence": 1, "n_not_all_located": 0, "n_outside": 7 - len(gains), "n_no_room": 0,
+            "positive": len(gains), "ppl": ppl, "longppl": longppl, "longppl_soft": longppl,
+            "n_key_tokens": 5, "n_truncated": 0, "self_evaluation": own, "limit": 64,
+            "by_type": [{"type": "computation", "gain_bits_per_byte": mean, **counts}],
+            "questions": [{"source_id": f"q{i}", "excluded": None, "gain_bits_per_byte": g}
+                          for i, g in enumerate(gains)]}  # fmt: skip
+    return {"label": label, "model": model, "loogle": part}
 
 
-def test_correlations_rank_against_the_answer_gain_and_the_report_says_so():
-    rows = [target_row("m1", 0.1, 10.0, 30.0), target_row("m2", 0.2, 9.0, 20.0),
-            target_row("m3", 0.3, 11.0, 10.0), target_row("m4", None, 8.0, 5.0)]  # fmt: skip
-    stats = loogle_target.correlations(rows)
-    assert stats["members"] == 3 and stats["members_without_questions"] == ["m4"]
-    by = {r["metric"]: r for r in stats["rows"]}
+def test_members_count_with_five_questions_and_the_evaluator_stands_apart():
+    """Three members of one model and two of another count; the evaluator's apart; one member with 4
+    questions does not count; LongPPL orders the members perfectly, PPL not at all."""
+    base = [0.5, 0.1, 0.3, 0.2, 0.4, 0.6]
+    rows = [target_row("a W=1", "a", [g + 0.0 for g in base], 10.0, 30.0),
+            target_row("a W=2", "a", [g + 0.1 for g in base], 12.0, 20.0),
+            target_row("a W=3", "a", [g + 0.2 for g in base], 11.0, 10.0),
+            target_row("b W=1", "b", [g + 0.3 for g in base], 9.0, 5.0),
+            target_row("b W=2", "b", [g + 0.4 for g in base[:4]], 8.0, 1.0),
+            target_row("e full", "e", base, 7.0, 2.0, own=True)]  # fmt: skip
+    o = LoogleTargetOptions(resamples=200)
+    stats = loogle_target.correlations(rows, o)
+    assert [m["counts"] for m in stats["members"]] == [True, True, True, True, False, True]
+    across = stats["across"]["own"]
+    assert across["labels"] == ["a W=1", "a W=2", "a W=3", "b W=1"]  # the evaluator's member apart
+    by = {r["metric"]: r for r in across["rows"]}
     assert by["longppl"]["spearman_r"] == pytest.approx(-1.0) and by["ppl"]["spearman_r"] == pytest.approx(
-        0.5
+        -0.4
     )
-    assert stats["ranking"] == {"best": ["longppl", "longppl_soft"], "best_spearman": pytest.approx(-1.0),
-                                "longppl_vs_ppl": "better"}  # fmt: skip
-    assert stats["common"]["questions"] == ["q1", "q2"]  # both counted by every member with questions
-    rows[2]["loogle"]["questions"][1]["excluded"] = "outside"  # m3 does not count q2: q1 alone is common
-    rows[0]["loogle"]["questions"][1]["gain_bits_per_byte"] = 9.0  # and m1's q2 no longer matters
-    common = loogle_target.correlations(rows)["common"]
-    assert common["questions"] == ["q1"] and common["rows"][1]["spearman_r"] == pytest.approx(-1.0)
+    # every question moves each member alike: every resample ranks the members as observed
+    assert by["longppl"]["bootstrap_interval"] == [pytest.approx(-1.0), pytest.approx(-1.0)]
+    assert by["longppl"]["bootstrap_p"] == 0.0 and across["verdict"] == "better"
+    assert stats["across"]["common"]["questions"] == 6 and stats["evaluator"]["own"]["labels"] == ["e full"]
+    within = stats["within"]["a"]["own"]
+    assert within["labels"] == ["a W=1", "a W=2", "a W=3"] and within["verdict"] == "better"
+    assert stats["within"]["b"]["own"]["rows"][0]["note"] == "fewer than 3 models with values"
     results = {"family": rows, "loogle": {"correlations": stats}}
-    tables = loogle_report.context(results)["tables"]
-    assert "| m2 (self) | 64 | 3 / 4 | 1 / 0 / 0 | +0.200 | +0.2000 (± 0.010) | 3 of 3 |" in tables["members"]
-    assert "| m1 | +0.1000 (3 of 4) |" in tables["types"]
-    assert "| LongPPL | -1.000 |" in tables["correlations"]
+    context = loogle_report.context(results)
+    assert "| e full (evaluator) | 64 | 6 / 8 | yes | 1 / 0 / 1 / 0 |" in context["tables"]["members"]
+    assert "| b W=2 | 64 | 4 / 8 | no |" in context["tables"]["members"]
+    assert context["not_counting"] == ["b W=2 (4)"]
+    group = "the members but the evaluator's, each its own questions"
+    assert f"| {group} | a W=1, a W=2, a W=3, b W=1 | 6 | LongPPL | -1.000 |" in context["tables"]["groups"]
+
+
+def test_shared_questions_widen_the_bootstrap_interval():
+    """Members whose means rest on a few shared questions that disagree: the bootstrap interval of rho
+    spans 0, so the verdict stays undetermined, whatever scipy's p says."""
+    rows = [target_row(f"m{i}", "m", [g * (1 + 0.1 * i) - 0.05 * i for g in (1.0, -1.0, 0.5, -0.5, 0.2)],
+                       float(i), float(-i)) for i in range(4)]  # fmt: skip
+    stats = loogle_target.correlations(rows, LoogleTargetOptions(resamples=300))
+    longppl = {r["metric"]: r for r in stats["across"]["own"]["rows"]}["longppl"]
+    low, high = longppl["bootstrap_interval"]
+    assert longppl["spearman_r"] == pytest.approx(1.0) and longppl["spearman_p"] < 0.05  # as if independent
+    assert low < 0 < high and longppl["bootstrap_p"] > 0.05
+    assert stats["across"]["own"]["verdict"] == "undetermined"
 
 
 def test_an_artifact_without_questions_is_one_error(tiny_artifact, tmp_path):
