@@ -28,7 +28,7 @@ class LoogleTargetOptions:
     )
     evaluator: str = "gemma3-270m"
     preset: str = "cpu"
-    max_tokens: Positive | None = 32768
+    max_tokens: Positive | None = 32767
     tasks: list[str] = dataclasses.field(default_factory=lambda: ["longdep_qa"])
     count: Literal["all", "some"] = "all"  # a question counts with all (or some) of its evidence located
     min_questions: Positive = 5  # a member counts with at least this many counted questions
