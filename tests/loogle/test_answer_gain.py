@@ -85,6 +85,15 @@ def test_one_questions_gain_is_a_direct_forward_pass_of_the_answer_as_it_follows
         assert gain.with_document == pytest.approx(direct_logprob(scorer.model, prompt, answer), abs=1e-9)
         assert gain.question_only == pytest.approx(direct_logprob(scorer.model, alone, answer), abs=1e-9)
         assert (gain.answer_tokens, gain.answer_bytes) == (len(answer), len(b" a library"))
+    # the join before (kept to measure what the change moves): the prompt as written, the answer alone
+    (apart,) = answer_gain.answer_gains(
+        tokenizer, scorer, [question(MIDDLE)], {"doc": TEXT}, [500], join="apart"
+    )
+    alone_answer = tokenizer("a library", add_special_tokens=False)["input_ids"]
+    assert apart.with_document == pytest.approx(
+        direct_logprob(scorer.model, tokenizer(text)["input_ids"], alone_answer), abs=1e-9
+    )
+    assert apart.answer_bytes == len(b"a library")
 
 
 def test_a_question_counts_only_with_its_evidence_inside_the_kept_context(scorer, tokenizer):

@@ -51,6 +51,10 @@ NOT_ALL_LOCATED = "some evidence not located"
 OUTSIDE = "evidence outside the kept context"
 NO_ROOM = "the limit cannot hold the instruction, question and answer"
 COUNTS = ("all", "some")  # which questions count: all their evidence located, or some of it
+# How the answer joins the prompt: as it follows it (the prompt without its trailing space, " " +
+# answer), or apart (the prompt as LooGLE writes it, the answer's own tokens: the join before this one,
+# kept to measure what the change moves).
+JOINS = ("follows", "apart")
 
 
 @dataclass(frozen=True)
@@ -104,22 +108,23 @@ def answer_logprob(scorer: TargetScorer, prompt_ids: list[int], answer_ids: list
     return float(scorer.score(seq, positions).sum())
 
 
-def joined(prompt: Prompt) -> Prompt:
-    """The prompt without its trailing space: the answer follows as ``" " + answer`` (module doc)."""
-    return replace(prompt, text=prompt.text.removesuffix(" "))
+def joined(prompt: Prompt, join: str = "follows") -> Prompt:
+    """The prompt without its trailing space: the answer follows as ``" " + answer`` (module doc);
+    ``apart``: the prompt as it is."""
+    return replace(prompt, text=prompt.text.removesuffix(" ")) if join == "follows" else prompt
 
 
-def answer_text(question: ArtifactQuestion) -> str:
-    """The scored text: the answer with the space that joins it to the prompt."""
-    return " " + question.answer
+def answer_text(question: ArtifactQuestion, join: str = "follows") -> str:
+    """The scored text: the answer with the space that joins it to the prompt (``apart``: alone)."""
+    return " " + question.answer if join == "follows" else question.answer
 
 
-def answer_ids(tokenizer: Any, question: ArtifactQuestion) -> list[int]:
+def answer_ids(tokenizer: Any, question: ArtifactQuestion, join: str = "follows") -> list[int]:
     """The answer's tokens as they follow the prompt (``" " + answer``, without special tokens); an
     empty answer is an error."""
     if not question.answer.strip():
         raise PipelineError(f"LooGLE question {question.source_id}: its answer is empty; nothing to score")
-    return list(tokenizer(answer_text(question), add_special_tokens=False)["input_ids"])
+    return list(tokenizer(answer_text(question, join), add_special_tokens=False)["input_ids"])
 
 
 def evidence_inside(question: ArtifactQuestion, text: str, start: int, cut: Cut) -> bool:
@@ -144,35 +149,41 @@ class Planned:
     question: ArtifactQuestion
     prompt: list[int]
     answer: list[int]
+    join: str = "follows"
 
 
 def plan(
-    tokenizer: Any, question: ArtifactQuestion, text: str, limit: int, count: str = "all"
+    tokenizer: Any,
+    question: ArtifactQuestion,
+    text: str,
+    limit: int,
+    count: str = "all",
+    join: str = "follows",
 ) -> AnswerGain | Planned:
     """One question at context limit ``limit``: excluded (an ``AnswerGain`` with its reason), or its
     cut prompt and answer tokens (``Planned``)."""
-    ids = answer_ids(tokenizer, question)
+    ids = answer_ids(tokenizer, question, join)
     unlocated = sum(not e.located for e in question.evidence)
     base = AnswerGain(question.source_id, question.doc_id, question.type, limit, None, len(ids),
-                      len(answer_text(question).encode("utf-8")), unlocated)  # fmt: skip
+                      len(answer_text(question, join).encode("utf-8")), unlocated)  # fmt: skip
     if not any(e.located for e in question.evidence):
         return _excluded(base, NO_EVIDENCE)
     if count == "all" and unlocated:
         return _excluded(base, NOT_ALL_LOCATED)
-    prompt = joined(build_prompt(question.task, question.question, text))
+    prompt = joined(build_prompt(question.task, question.question, text), join)
     try:
         cut = cut_to(tokenizer, prompt, limit - len(ids), f"LooGLE question {question.source_id}")
     except PromptTooLong:
         return _excluded(base, NO_ROOM)
     if not evidence_inside(question, text, prompt.start, cut):
         return _excluded(base, OUTSIDE, len(cut.ids))
-    return Planned(replace(base, prompt_tokens=len(cut.ids)), question, cut.ids, ids)
+    return Planned(replace(base, prompt_tokens=len(cut.ids)), question, cut.ids, ids, join)
 
 
 def question_only_logprob(tokenizer: Any, scorer: TargetScorer, planned: Planned) -> float:
     """log P(answer | question): the same template with an empty document, joined the same way."""
     q = planned.question
-    alone, _ = tokenize_prompt(tokenizer, joined(build_prompt(q.task, q.question, "")))
+    alone, _ = tokenize_prompt(tokenizer, joined(build_prompt(q.task, q.question, ""), planned.join))
     return answer_logprob(scorer, alone, planned.answer)
 
 
@@ -230,16 +241,20 @@ def answer_gains(
     texts: dict[str, str],
     limits: list[int],
     count: str = "all",
+    join: str = "follows",
 ) -> list[AnswerGain]:
     """Every question at every limit (``texts``: the artifact's text of each document, by id; ``count``:
-    ``all`` or ``some``, module doc), in the order limit by limit, question by question."""
+    ``all`` or ``some``; ``join``: ``follows`` or ``apart``; module doc), limit by limit, question by
+    question."""
     if count not in COUNTS:
         raise PipelineError(f"setting count={count}: one of {', '.join(COUNTS)}")
+    if join not in JOINS:
+        raise PipelineError(f"setting join={join}: one of {', '.join(JOINS)}")
     questions = list(questions)
     alone: dict[str, float] = {}
     out: list[AnswerGain] = []
     for limit in limits:
-        planned = [plan(tokenizer, q, texts[q.doc_id], limit, count) for q in questions]
+        planned = [plan(tokenizer, q, texts[q.doc_id], limit, count, join) for q in questions]
         counted = [p for p in planned if isinstance(p, Planned)]
         with_document: dict[str, float] = {}
         for doc in dict.fromkeys(p.question.doc_id for p in counted):
