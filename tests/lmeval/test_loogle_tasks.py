@@ -9,6 +9,8 @@ lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: make 
 
 from pipeline.lmeval import LongPPLLM, task_manager  # noqa: E402
 from pipeline.loogle.data.questions import jsonl_rows  # noqa: E402
+from pipeline.loogle.data.reading import DataSource, load_questions  # noqa: E402
+from pipeline.loogle.generation.decoding import cut_prompt, generate  # noqa: E402
 from tests.support import compose_config  # noqa: E402
 
 
@@ -32,4 +34,11 @@ def test_the_task_gives_the_numbers_of_make_loogle(tiny_model_dir, tmp_path):
     (path,) = tmp_path.glob("*longdep_qa*.jsonl")
     answers = [sample["resps"][0][0] for sample in results["samples"]["loogle_longdep_qa"]]
     assert answers == [row["prediction"] for row in jsonl_rows(path)] and all(answers)
+    # and one question at a time, as LooGLE's loop decodes (the document's questions were decoded together)
+    questions = load_questions("longdep_qa", DataSource())[:2]
+    budget = 512 - 20  # the tiny model's context less the new tokens
+    alone = [
+        generate(lm.lm.model, lm.lm.tokenizer, cut_prompt(lm.lm.tokenizer, q, budget), 20) for q in questions
+    ]
+    assert answers == alone
     assert results["configs"]["loogle_longdep_qa"]["metadata"]["loogle_data"] == "sample"
