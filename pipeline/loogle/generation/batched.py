@@ -85,8 +85,11 @@ def stack(caches: list[Any]) -> Any:
     for index, layer in enumerate(batch.layers):
         rows = [c.layers[index] for c in caches]
         width = max(row.keys.shape[-2] for row in rows)
-        layer.keys = torch.cat([left_pad(row.keys, width) for row in rows])
-        layer.values = torch.cat([left_pad(row.values, width) for row in rows])
+        keys = torch.cat([left_pad(row.keys, width) for row in rows])
+        values = torch.cat([left_pad(row.values, width) for row in rows])
+        for row in rows:  # each question's copy freed as the batch takes it: one copy of the caches at a time
+            row.keys = row.values = None
+        layer.keys, layer.values = keys, values
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length = total
     return batch
