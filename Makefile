@@ -30,7 +30,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-memory bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-dropin bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-stage1 bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-official bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics bench-loogle-decode
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -62,11 +62,11 @@ help:
 	@echo "  longce-demo            CE against LongCE on SmolLM2-135M, on the CPU -> docs/reports/longce-demo.md"
 	@echo "  rehearse-paper         the paper's GPU run rehearsed on the CPU with tiny models (docs/gpu.md)"
 	@echo "  rehearse-long          LongPPL at 128k tokens rehearsed on the CPU with tiny models (docs/long.md)"
-	@echo "Benches (each writes or feeds a page of docs/reports/)"
-	@echo "  bench                  against the official longppl 0.3.0 and plain PPL, 1k-32k tokens"
-	@echo "  bench-quick            the same at 4k tokens only"
-	@echo "  bench-dropin           the drop-in compute_longppl against the official one"
-	@echo "  bench-memory           peak memory of stage 1 at 2k/4k/8k-token documents"
+	@echo "Benches (make bench-<name> runs bench/<name>.py; each writes or feeds a page of docs/reports/, docs/bench.md)"
+	@echo "  bench-official         both stages and the drop-in against the official longppl 0.3.0 and plain PPL, 1k-32k tokens"
+	@echo "  bench                  the same: make bench-official"
+	@echo "  bench-quick            the same at 4k tokens on one document"
+	@echo "  bench-stage1           peak memory of stage 1 at 2k/4k/8k-token documents"
 	@echo "  bench-long-memory      peak memory of both stages at 32k/64k/128k tokens, tiny model"
 	@echo "  bench-stage2           the score stage against a plain-PPL pass"
 	@echo "  bench-attention        peak memory of sliding-window attention at 8k and 16k"
@@ -80,6 +80,7 @@ help:
 	@echo "  bench-ladder           the context ladder against one make score"
 	@echo "  bench-longce           time and memory per training step: LongCE against CE"
 	@echo "  bench-lmeval           make lm-eval against make score; lm-eval's hf against longppl"
+	@echo "  bench-loogle-decode    LooGLE's generation at 32k tokens on a GPU: prefill and time per new token"
 	@echo "Setup and checks"
 	@echo "  setup                  .venv: CPU torch, the package, pinned dependencies, embedded models"
 	@echo "  setup-lmeval           the optional lm-evaluation-harness extra"
@@ -260,8 +261,9 @@ lint: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-bench-memory: $(STAMP)
-	$(BIN)/python -m bench.stage1_memory $(ARGS)
+# Every bench target runs its case: make bench-<name> runs bench/<name>.py (`-` for `_`), ARGS passed on.
+bench-stage1: $(STAMP)
+	$(BIN)/python -m bench.stage1 $(ARGS)
 
 # Both stages at 32k, 64k and 128k tokens with a tiny random model on the CPU: peak memory grows
 # linearly with the text (docs/reports/memory.md; tests/bench/test_long_memory.py asserts it).
@@ -269,31 +271,31 @@ bench-long-memory: $(STAMP)
 	$(BIN)/python -m bench.long_memory $(ARGS)
 
 bench-forgetting: $(STAMP)
-	$(BIN)/python -m bench.forgetting_memory $(ARGS)
+	$(BIN)/python -m bench.forgetting $(ARGS)
 
 bench-longce: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.longce_cost $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.longce $(ARGS)
 
 # The ladder against one `make score` on the default artifact (SmolLM2), one run each (docs/ladder.md) -> docs/reports/cost.md.
 bench-ladder: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.ladder_cost $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.ladder $(ARGS)
 
 bench-stage2: $(STAMP)
-	$(BIN)/python -m bench.stage2_overhead $(ARGS)
+	$(BIN)/python -m bench.stage2 $(ARGS)
 
 bench-attention: $(STAMP)
-	$(BIN)/python -m bench.attention_memory $(ARGS)
+	$(BIN)/python -m bench.attention $(ARGS)
 
 # The float32 head of a bfloat16 model: upcast operands against the float32-output GEMM (CUDA only;
 # on a CPU only the upcast path runs). ARGS="--device cuda --positions 2048" on a GPU.
 bench-head: $(STAMP)
-	$(BIN)/python -m bench.head_float32 $(ARGS)
+	$(BIN)/python -m bench.head $(ARGS)
 
 # On a CUDA GPU: a random-weight Llama-3.1-8B-shaped evaluator built from its config, texts of 32767
 # tokens (ARGS="--tokens 131071" for 128k), our stages against the official code and a plain forward,
 # each in its own process -> docs/reports/benchmarks-gpu.md. Offline; bench/gpu_machine.sh on a bare machine.
 bench-gpu: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_paper all $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu all $(ARGS)
 	$(BIN)/python -m bench.gpu_report >/dev/null
 
 # On a CUDA GPU, after make bench-gpu: where stage 1's time per text goes and what each lever does to
@@ -305,28 +307,34 @@ bench-gpu-levers: $(STAMP)
 # On a CUDA GPU: SmolLM2 as the evaluator on the default corpus, CPU float32 against CUDA float32, TF32,
 # bfloat16 and float16 with the float32 head, bfloat16 logits and the official code -> docs/reports/benchmarks-gpu.md.
 bench-numerics: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.gpu_numerics $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.numerics $(ARGS)
 	$(BIN)/python -m bench.gpu_report >/dev/null
+
+# On a CUDA GPU: LooGLE's generation by a random-weight Llama-3.1-8B-shaped model, 32000-token prompt
+# (docs/loogle.md); ARGS="--shape tiny" on the CPU.
+bench-loogle-decode: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.loogle_decode $(ARGS)
 
 # The content checks of an artifact against the newest score run on it (artifacts/results/scores.jsonl).
 bench-checks: $(STAMP)
-	$(BIN)/python -m bench.check_cost $(ARGS)
+	$(BIN)/python -m bench.checks $(ARGS)
 
 # The lm-eval route (`make lm-eval`) against `make score` on the default artifact: wall time, one run each.
 bench-lmeval: $(LMEVAL_STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.lmeval_route $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.lmeval $(ARGS)
 
 # How far apart two stage-1 runs' values are: the default artifact against artifacts made elsewhere
 # (ARGS="--other DIR") and against runs with other summation orders (docs/reproducibility.md).
 bench-equivalence: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.equivalence $(ARGS)
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.compare_official $(ARGS)
+# Both stages and the drop-in compute_longppl against the official code, scaling 1k-32k tokens
+# (docs/reports/benchmarks.md); ARGS="--only dropin" for the drop-in alone (its own section).
+bench-official: $(STAMP)
+	$(BIN)/python -m bench.official $(ARGS)
+
+# The same case: `make bench` at its default sizes, `make bench-quick` at 4k tokens on one document.
+bench: bench-official
 
 bench-quick: $(STAMP)
-	$(BIN)/python -m bench.compare_official --quick $(ARGS)
-
-# The drop-in compute_longppl against the official one only (its section of docs/reports/benchmarks.md; `make bench` includes it).
-bench-dropin: $(STAMP)
-	$(BIN)/python -m bench.compare_official --only dropin $(ARGS)
+	$(BIN)/python -m bench.official --quick $(ARGS)

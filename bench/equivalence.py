@@ -14,7 +14,7 @@ machine with:
   changes nothing on an AMD CPU: measured). Each runs in its own process, into a temporary directory.
 
     make bench-equivalence ARGS="--other ../shared/data/cross-machine"
-    .venv/bin/python -m bench.equivalence --documents 2 --variants threads=1 head_chunk=512
+    make bench-equivalence ARGS="--documents 2 --variants threads=1 head_chunk=512"
 
 Prints a Markdown table (one row per comparison and value column) and, with ``--out``, writes the
 numbers as JSON.
@@ -25,10 +25,9 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.harness import arguments, default_artifact, timed_command
+from bench import runner, shared
 from pipeline.artifact.identity import TOLERANCE, compare_tables, differences
 from pipeline.artifact.reader import open_artifact
 
@@ -43,14 +42,15 @@ VARIANTS = {
 }
 
 
-def run_variant(name: str, documents: int, out: Path) -> tuple[Path, float]:
-    """Stage 1 on the first ``documents`` documents with the variant's overrides; its artifact and
-    the process's CPU seconds."""
+def command(name: str, documents: int, out: str) -> tuple[list[str], dict[str, str]]:
+    """Stage 1 on the first ``documents`` documents with the variant's overrides, into ``out``, and
+    the environment it runs in."""
     overrides, env = VARIANTS[name]
-    command = [sys.executable, "-m", "pipeline.commands.keytokens", f"num_documents={documents}"]
-    command += [f"output_dir={out}", f"name={folder(name)}", "progress=false", *overrides]
-    _, cpu, _ = timed_command(command, env)
-    return out / folder(name), cpu
+    argv = [sys.executable, "-m", "pipeline.commands.keytokens", f"num_documents={documents}"]
+    return [*argv, f"output_dir={out}", f"name={folder(name)}", "progress=false", *overrides], env
+
+
+CASE = runner.Case("equivalence", contenders=tuple(VARIANTS), sizes=(2,), command=command)
 
 
 def folder(name: str) -> str:
@@ -86,33 +86,43 @@ def markdown(rows: list[dict]) -> str:
     lines.append(
         "largest difference per column: "
         + ", ".join(
-            f"{k} {v:.3g} (tolerance {TOLERANCE[k]:g}, {TOLERANCE[k] / v:.0f}x)" for k, v in worst.items()
+            f"{k} {v:.3g} (tolerance {TOLERANCE[k]:g}, {f'{TOLERANCE[k] / v:.0f}x' if v else 'exact'})"
+            for k, v in worst.items()
         )
     )
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = arguments(__doc__)
-    parser.add_argument("--artifact", default=str(default_artifact()))
+    parser = shared.arguments(__doc__)
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--other", action="append", default=[], help="an artifact made elsewhere")
-    parser.add_argument("--documents", type=int, default=2, help="documents of each variant run")
+    parser.add_argument("--documents", type=int, default=CASE.sizes[0], help="documents of each variant run")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     base = open_artifact(args.artifact)
-    rows = [comparison(f"other: {path}", base, open_artifact(path)) for path in args.other]
+    rows = [comparison(f"other: {shared.relative(path)}", base, open_artifact(path)) for path in args.other]
     with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
-        for name in args.variants:
-            started = time.time()
-            path, cpu = run_variant(name, args.documents, Path(tmp))
-            row = comparison(name, base, open_artifact(path))
-            rows.append(row | {"wall_seconds": round(time.time() - started, 1), "cpu_seconds": round(cpu, 1)})
-            print(f"{name}: {row['columns']['lsd']['max']:.3g} max |LSD| difference", flush=True)
+        runs = runner.run(
+            CASE, contenders=args.variants, sizes=[args.documents], options={"out": tmp}, strict=True
+        )
+        for run in runs:
+            row = comparison(run["contender"], base, open_artifact(Path(tmp) / folder(run["contender"])))
+            rows.append(
+                row
+                | {
+                    "wall_seconds": round(run["work"]["seconds"], 1),
+                    "cpu_seconds": round(run["work"]["cpu_s"], 1),
+                }
+            )
+            print(f"{run['contender']}: {row['columns']['lsd']['max']:.3g} max |LSD| difference", flush=True)
     print(markdown(rows))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"artifact": str(args.artifact), "rows": rows}, indent=1) + "\n")
+        args.out.write_text(
+            json.dumps({"artifact": shared.relative(args.artifact), "rows": rows}, indent=1) + "\n"
+        )
         print(f"wrote {args.out}")
 
 

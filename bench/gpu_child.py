@@ -1,4 +1,4 @@
-"""The contenders of `make bench-gpu`, each run in its own process by ``bench.gpu_paper``:
+"""The contenders of `make bench-gpu`, each run in its own process by ``bench.gpu`` (and ``bench.numerics``):
 
 - ``stage1`` / ``stage2``: the project's own commands (``python -m pipeline.commands.keytokens`` /
   ``pipeline.score`` with the given overrides), unchanged, with a timer around the functions where
@@ -9,7 +9,9 @@
   perplexity harness does).
 
 Each writes one JSON line per phase to ``--events`` (``{"phase", "start", "end"}``, seconds since the
-epoch; ``text`` phases once per text, ended after a device synchronisation) and its process's start.
+epoch; ``text`` phases once per text, between two device synchronisations) and its process's start,
+each phase timed by the runner's clock (``bench.runner.Clock``). ``WORK`` and ``paths`` name the files
+of the GPU benches' work folder (``bench.gpu`` builds them, ``bench.gpu_levers`` reads them).
 """
 
 from __future__ import annotations
@@ -23,7 +25,24 @@ import contextlib  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from bench.runner import Clock, cuda_sync, process_started  # noqa: E402
+
+WORK = Path("artifacts/bench/gpu")  # the GPU benches' work folder, relative to the repository
+
+
+def paths(work: Path, tokens: int) -> dict[str, Path]:
+    """The files of a work folder: the evaluator, its tokenizer, the texts of ``tokens`` tokens, the
+    artifacts and the phase records."""
+    return {
+        "model": work / "model",
+        "tokenizer": work / "tokenizer",
+        "dataset": work / f"govreport-test-tokenized-{tokens}",
+        "keytokens": work / "keytokens",
+        "events": work / "events",
+    }
 
 
 class Events:
@@ -31,37 +50,29 @@ class Events:
 
     def __init__(self, path: Path):
         self.path = path
-        self.write(phase="process", start=_process_start(), end=STARTED)
+        self.write(phase="process", start=process_started(), end=STARTED)
 
     def write(self, **record) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as phase ``name``, between two device synchronisations."""
+        with Clock(sync=cuda_sync) as clock:
+            yield
+        self.write(phase=name, start=clock.began, end=clock.ended)
+
     def timed(self, owner, attr: str, phase: str) -> None:
-        """Replace ``owner.attr`` by the same function, timed as ``phase`` (after a device sync)."""
+        """Replace ``owner.attr`` by the same function, timed as ``phase``."""
         inner = getattr(owner, attr)
 
         @functools.wraps(inner)
         def wrapper(*args, **kwargs):
-            start = time.time()
-            out = inner(*args, **kwargs)
-            _sync()
-            self.write(phase=phase, start=start, end=time.time())
-            return out
+            with self.phase(phase):
+                return inner(*args, **kwargs)
 
         setattr(owner, attr, wrapper)
-
-
-def _process_start() -> float:
-    import psutil
-
-    return psutil.Process().create_time()
-
-
-def _sync() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
 
 
 def load_parts() -> list[tuple]:
@@ -101,7 +112,7 @@ def stage1(events: Events, overrides: list[str]) -> None:
 
 def stage2(events: Events, overrides: list[str]) -> None:
     from pipeline.commands import score as command
-    from pipeline.jobs import score as job
+    from pipeline.jobs import recipe
     from pipeline.models.loading import ModelChoice
     from pipeline.models.logprobs import TargetScorer
     from pipeline.results import score as lines
@@ -109,7 +120,7 @@ def stage2(events: Events, overrides: list[str]) -> None:
 
     timed = [
         *load_parts(),
-        (job, "open_artifact", "artifact"),
+        (recipe, "open_artifact", "artifact"),
         (ModelChoice, "load", "model load"),
         (TargetScorer, "check_against_full_forward", "self-check"),
         (engine, "sequence_logprobs", "text"),
@@ -162,15 +173,12 @@ def official(events: Events, args: argparse.Namespace) -> None:
     from longppl.longppl import find_key_token
 
     events.write(phase="imports", start=STARTED, end=time.time())
-    start = time.time()
-    tokenizer, model = load_plain(args.model, args.device, args.dtype)
-    events.write(phase="model load", start=start, end=time.time())
+    with events.phase("model load"):
+        tokenizer, model = load_plain(args.model, args.device, args.dtype)
     settings = json.loads((args.artifact / "manifest.json").read_text())["settings"]
     for text in artifact_texts(args.artifact):
-        start = time.time()
-        find_key_token(text, model, tokenizer, settings["K"], settings["d"])
-        _sync()
-        events.write(phase="text", start=start, end=time.time())
+        with events.phase("text"):
+            find_key_token(text, model, tokenizer, settings["K"], settings["d"])
     _peak(events, torch)
 
 
@@ -180,18 +188,16 @@ def plain(events: Events, args: argparse.Namespace) -> None:
     import torch
 
     events.write(phase="imports", start=STARTED, end=time.time())
-    start = time.time()
-    tokenizer, model = load_plain(args.model, args.device, args.dtype)
-    events.write(phase="model load", start=start, end=time.time())
+    with events.phase("model load"):
+        tokenizer, model = load_plain(args.model, args.device, args.dtype)
     for text in artifact_texts(args.artifact):
-        start = time.time()
-        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
-        with torch.inference_mode():
-            logits = model(ids).logits[0, :-1]
-            nll = torch.nn.functional.cross_entropy(logits.float(), ids[0, 1:])
-        float(nll)
-        del logits
-        events.write(phase="text", start=start, end=time.time())
+        with events.phase("text"):
+            ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
+            with torch.inference_mode():
+                logits = model(ids).logits[0, :-1]
+                nll = torch.nn.functional.cross_entropy(logits.float(), ids[0, 1:])
+            float(nll)
+            del logits
     _peak(events, torch)
 
 

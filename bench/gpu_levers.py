@@ -2,7 +2,8 @@
 
 One process loads the evaluator of ``make bench-gpu`` (Llama-3.1-8B's shape, random bfloat16 weights,
 the float32 head of ``preset=paper``) and runs stage 1's two passes (``long_and_short_logprobs``, K=4096,
-d=1024) on the first text of the artifact that ``make bench-gpu`` wrote, after one warm-up run:
+d=1024) on the first text of the artifact that ``make bench-gpu`` wrote, after one warm-up run. Each
+lever is a contender of this case, all in that one process, in turn:
 
 - the split: the long pass's body and head, the short windows' body and head;
 - the last layer's cost on the short windows (the body without it): what skipping it for the K
@@ -14,7 +15,9 @@ d=1024) on the first text of the artifact that ``make bench-gpu`` wrote, after o
 - with ``--compile``, the decoder layers under ``torch.compile`` (its compile time, then a run).
 
 Every lever keeps the numbers (the same passes; another kernel is another order of float sums): the
-run reports the largest |difference| of its long and short log-probs from the default run's.
+run reports the largest |difference| of its long and short log-probs from the warm-up run's (computed
+inside the lever's timed work: a max over one text's values). ``--budget`` bounds the whole process;
+what was measured before it is cut is kept.
 
     python -m bench.gpu_levers --tokens 32767 --json levers.json
 """
@@ -24,21 +27,21 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import torch
 
-from bench import harness
-from bench.gpu_paper import WORK, paths
-from bench.harness import machine
+from bench import runner
+from bench.gpu_child import WORK, paths
 
 K, D = 4096, 1024  # the paper's; --K and --d for a dry run on short texts
-
-
-def synced(fn: Callable[[], object]) -> tuple[float, object]:
-    """(seconds, result) of ``fn`` between two device synchronisations."""
-    return harness.synced(fn, torch.cuda.synchronize if torch.cuda.is_available() else None)
+LOAD_DIRECT, LOAD_OURS, FIRST = (
+    "load: safetensors straight onto the device",
+    "load: the pipeline's",
+    "first run",
+)
 
 
 def first_text_ids(artifact: Path) -> list[int]:
@@ -49,127 +52,195 @@ def first_text_ids(artifact: Path) -> list[int]:
     return [t for d, t in zip(tokens["doc_id"], tokens["token_id"], strict=True) if d == first]
 
 
-def load_direct(model: Path, device: str) -> float:
-    """Seconds to read every safetensors file of ``model`` onto ``device`` (then freed)."""
+def load_direct(model: Path, device: str) -> dict:
+    """Every safetensors file of ``model`` read onto ``device`` (freed on return)."""
     from safetensors.torch import load_file
 
-    def load() -> int:
-        return sum(
+    return {
+        "parameters": sum(
             t.numel() for f in sorted(model.glob("*.safetensors")) for t in load_file(f, device).values()
         )
-
-    seconds, _ = synced(load)
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    return seconds
+    }
 
 
-class Levers:
-    """The loaded evaluator, one text, the default run's values, and a record per lever."""
+def with_values(obj: Any, values: dict[str, Any], fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run with ``obj``'s attributes set to ``values``, set back after."""
 
-    def __init__(self, scorer, seq: torch.Tensor, K: int = K, d: int = D):
+    def run() -> Any:
+        before = {k: getattr(obj, k) for k in values}
+        for k, v in values.items():
+            setattr(obj, k, v)
+        try:
+            return fn()
+        finally:
+            for k, v in before.items():
+                setattr(obj, k, v)
+
+    return run
+
+
+class Shared:
+    """What the levers share in their one process: the evaluator (loaded by the lever ``LOAD_OURS``),
+    its scorer, the text, and the first run's values that every lever's are compared with."""
+
+    lm: Any = None
+
+    def ready(self, artifact: Path, device: str, K: int, d: int) -> Shared:
+        """The scorer and the first text of ``artifact``, once the evaluator is loaded."""
+        import torch
+
+        from pipeline.models.logprobs import scorer_for
+        from pipeline.settings import Compute
+
+        if not hasattr(self, "scorer"):
+            self.scorer = scorer_for(self.lm, Compute(dtype="bfloat16", device=device, head_dtype="float32"))
+            bos = [] if self.lm.bos_token_id is None else [self.lm.bos_token_id]
+            self.seq = torch.tensor([*bos, *first_text_ids(artifact)], dtype=torch.long)
+            self.K, self.d, self.text_tokens = K, d, len(self.seq) - len(bos)
+        return self
+
+    def stage1(self) -> Any:
         from pipeline.models.logprobs import long_and_short_logprobs
 
-        self.scorer, self.seq, self.passes = scorer, seq, long_and_short_logprobs
-        self.K, self.d, self.quick = K, d, False
-        self.rows: list[dict] = []
-        self.first_s, first = synced(self.run)
-        self.reference = first
+        return long_and_short_logprobs(self.scorer, self.seq, self.K, self.d)
 
-    def run(self):
-        return self.passes(self.scorer, self.seq, self.K, self.d)
+    def first(self) -> dict:
+        self.reference = self.stage1()
+        return {"text_tokens": self.text_tokens}
 
-    def measure(self, name: str, fn: Callable[[], object] | None = None, **facts) -> dict:
-        try:
-            seconds, out = synced(fn or self.run)
-        except Exception as exc:  # a kernel that refuses these shapes is a result too
-            row = {"lever": name, "error": f"{type(exc).__name__}: {str(exc)[:200]}", **facts}
-        else:
-            row = {"lever": name, "seconds": round(seconds, 4), **facts}
-            if isinstance(out, type(self.reference)):
-                row["max_abs_diff"] = max(
-                    float(np.nanmax(np.abs(out.long - self.reference.long))),
-                    float(np.nanmax(np.abs(out.short - self.reference.short))),
-                )
-        self.rows.append(row)
-        print(json.dumps(row), flush=True)
-        return row
+    def compared(self, run: Callable[[], Any] | None = None, **facts: Any) -> runner.Work:
+        """A lever's work: ``run`` (stage 1 by default), then its largest difference from the first run."""
 
+        def work() -> dict:
+            out, ref = (run or self.stage1)(), self.reference
+            if hasattr(out, "short"):
+                diff = [np.nanmax(np.abs(out.long - ref.long)), np.nanmax(np.abs(out.short - ref.short))]
+                facts["max_abs_diff"] = float(max(diff))
+            elif isinstance(out, np.ndarray):  # the long pass alone
+                facts["max_abs_diff"] = float(np.nanmax(np.abs(out - ref.long)))
+            return facts
 
-def split(levers: Levers) -> None:
-    """The long pass's body and head, the short windows' body and head, the last layer's cost."""
-    from pipeline.models.logprobs import _batches, short_windows, window_ids
+        return work
 
-    scorer, seq, K, d = levers.scorer, levers.seq, levers.K, levers.d
-    hidden = {}
-    levers.measure("long pass: body", lambda: hidden.setdefault("long", scorer.hidden_states(seq[None])[0]))
-    positions = torch.arange(len(seq) - 1)
-    levers.measure("long pass: head", lambda: scorer.score_hidden(hidden.pop("long")[positions], seq[1:]))
-    groups = _batches(short_windows(len(seq), K, d), scorer.window_batch_tokens, K + d)
-    batches = [torch.stack([window_ids(seq, w, []) for w in g]) for g in groups]
-    levers.measure("short windows: body", lambda: [scorer.hidden_states(b) for b in batches])
-    rows = [scorer.hidden_states(b)[:, K - 1 : -1].reshape(-1, scorer.head.weight.shape[1]) for b in batches]
-    targets = [b[:, K:].reshape(-1) for b in batches]
-    levers.measure(
-        "short windows: head", lambda: [scorer.score_hidden(r, t) for r, t in zip(rows, targets, strict=True)]
-    )
-    rows.clear()
-    layers = scorer.body.layers
-    scorer.body.layers = torch.nn.ModuleList(list(layers)[:-1])
-    try:
-        levers.measure(
-            "short windows: body less its last layer", lambda: [scorer.hidden_states(b) for b in batches]
+    def batches(self) -> list:
+        import torch
+
+        from pipeline.models.logprobs import _batches, short_windows, window_ids
+
+        groups = _batches(
+            short_windows(len(self.seq), self.K, self.d), self.scorer.window_batch_tokens, self.K + self.d
         )
-    finally:
-        scorer.body.layers = layers
+        return [torch.stack([window_ids(self.seq, w, []) for w in g]) for g in groups]
+
+    def long_body(self) -> runner.Work:
+        return lambda: self.scorer.hidden_states(self.seq[None])
+
+    def long_head(self) -> runner.Work:
+        """The head on the long pass's hidden states (computed first, untimed)."""
+        hidden, seq = self.scorer.hidden_states(self.seq[None])[0], self.seq
+        return lambda: self.scorer.score_hidden(hidden[: len(seq) - 1], seq[1:])
+
+    def short_body(self, less_last_layer: bool = False) -> runner.Work:
+        """The short windows' body (without its last layer: what skipping it could save at most)."""
+        import torch
+
+        batches, body = self.batches(), self.scorer.body
+        run = lambda: [self.scorer.hidden_states(b) for b in batches]  # noqa: E731
+        if not less_last_layer:
+            return run
+        return with_values(body, {"layers": torch.nn.ModuleList(list(body.layers)[:-1])}, run)
+
+    def short_head(self) -> runner.Work:
+        """The head on the short windows' scored positions (their hidden states computed first, untimed)."""
+        scorer, K = self.scorer, self.K
+        rows = [(scorer.hidden_states(b)[:, K - 1 : -1].reshape(-1, scorer.head.weight.shape[1]),
+                 b[:, K:].reshape(-1)) for b in self.batches()]  # fmt: skip
+        return lambda: [scorer.score_hidden(h, t) for h, t in rows]
+
+    def levers(self, quick: bool, compile: bool) -> dict[str, Callable[[], runner.Work]]:
+        """Every lever after the first run, in order: its name and its setup."""
+        out = {
+            "default (window_batch_tokens=16384)": self.compared,
+            "long pass: body": self.long_body,
+            "long pass: head": self.long_head,
+            "short windows: body": self.short_body,
+            "short windows: head": self.short_head,
+            "short windows: body less its last layer": partial(self.short_body, less_last_layer=True),
+        }
+        blocks = [(8192, 65536)] if quick else [(4096, None), (8192, None), (8192, 65536), (16384, 32768)]
+        for chunk, tile in [(2048, 16384), *blocks]:  # the defaults (Compute) first
+            out[f"long pass, head_chunk={chunk} vocab_tile={tile}"] = partial(self.head_block, chunk, tile)
+        for n in (32768,) if quick else (5120, 32768, 65536):
+            out[f"window_batch_tokens={n}"] = partial(self.window_batch, n)
+        for backend in (
+            ("CUDNN_ATTENTION",) if quick else ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
+        ):
+            out[f"sdpa kernel {backend.lower()}"] = partial(self.kernel, backend)
+        if compile:
+            out["torch.compile of the decoder layers: first run (compiles)"] = self.compiled
+            out["torch.compile of the decoder layers: next run"] = self.compared
+        return out
+
+    def head_block(self, chunk: int, tile: int | None) -> runner.Work:
+        """The long pass alone with the head in blocks of ``chunk`` positions x ``tile`` entries."""
+        from pipeline.models.logprobs import full_context_logprobs
+
+        values = {"head_chunk": chunk, "vocab_tile": tile}
+        run = with_values(self.scorer, values, lambda: full_context_logprobs(self.scorer, self.seq))
+        return self.compared(run, **values)
+
+    def window_batch(self, tokens: int) -> runner.Work:
+        run = with_values(self.scorer, {"window_batch_tokens": tokens}, self.stage1)
+        return self.compared(run, window_batch_tokens=tokens)
+
+    def kernel(self, backend: str) -> runner.Work:
+        """Stage 1 with sdpa on one kernel (a kernel that refuses these shapes fails: a result too)."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def run() -> Any:
+            with sdpa_kernel([getattr(SDPBackend, backend)]):
+                return self.stage1()
+
+        return self.compared(run)
+
+    def compiled(self) -> runner.Work:
+        for layer in self.scorer.body.layers:
+            layer.compile()
+        return self.compared()
 
 
-def kernels_and_batches(levers: Levers) -> None:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    default = levers.scorer.window_batch_tokens
-    for tokens in (32768,) if levers.quick else (5120, 32768, 65536):
-        levers.scorer.window_batch_tokens = tokens
-        levers.measure(f"window_batch_tokens={tokens}", window_batch_tokens=tokens)
-    levers.scorer.window_batch_tokens = default
-    for backend in (
-        ("CUDNN_ATTENTION",)
-        if levers.quick
-        else ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
-    ):
-        with sdpa_kernel([getattr(SDPBackend, backend)]):
-            levers.measure(f"sdpa kernel {backend.lower()}")
+SHARED = Shared()
 
 
-def head_blocks(levers: Levers) -> None:
-    """The long pass alone (stage 2's pass over a text) with the head in other blocks: positions per
-    chunk x vocabulary entries per tile (None: the whole vocabulary at once)."""
-    from pipeline.models.logprobs import full_context_logprobs
+def setup(lever: str, tokens: int, work: str, texts: int, device: str, K: int, d: int, quick: bool = False,
+          compile: bool = False) -> runner.Work:  # fmt: skip
+    """One lever in the process every lever shares: the two loads, the first run, then each lever."""
+    import torch
 
-    scorer, default = levers.scorer, (levers.scorer.head_chunk, levers.scorer.vocab_tile)
-    long = levers.reference.long
-    blocks = [(8192, 65536)] if levers.quick else [(4096, None), (8192, None), (8192, 65536), (16384, 32768)]
-    for chunk, tile in (default, *blocks):
-        scorer.head_chunk, scorer.vocab_tile = chunk, tile
-        out: dict = {}
-        row = levers.measure(
-            f"long pass, head_chunk={chunk} vocab_tile={tile}",
-            lambda out=out: out.setdefault("long", full_context_logprobs(scorer, levers.seq)),
-        )
-        row["head_chunk"], row["vocab_tile"] = chunk, tile
-        if "long" in out:
-            row["max_abs_diff"] = float(np.nanmax(np.abs(out["long"] - long)))
-    scorer.head_chunk, scorer.vocab_tile = default
+    from pipeline.models.loading import load_model
+
+    p = paths(Path(work), tokens)
+    if lever == LOAD_DIRECT:
+        return lambda: load_direct(p["model"], device)
+    if lever == LOAD_OURS:
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        return lambda: setattr(SHARED, "lm", load_model(str(p["model"]), dtype="bfloat16", device=device))
+    ready = SHARED.ready(p["keytokens"] / f"paper{tokens}x{texts}", device, K, d)
+    return ready.first if lever == FIRST else ready.levers(quick, compile)[lever]()
 
 
-def compiled(levers: Levers) -> None:
-    """The decoder layers compiled in place: the first run (compiling) and the next."""
-    for layer in levers.scorer.body.layers:
-        layer.compile()
-    levers.measure("torch.compile of the decoder layers: first run (compiles)")
-    levers.measure("torch.compile of the decoder layers: next run")
+def names(quick: bool, compile: bool) -> list[str]:
+    return [LOAD_DIRECT, LOAD_OURS, FIRST, *Shared().levers(quick, compile)]
+
+
+CASE = runner.Case(
+    "gpu_levers", contenders=tuple(names(False, True)), sizes=(32767,), setup=setup, together=True
+)
 
 
 def main() -> None:
+    if runner.child(CASE):
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--tokens", type=int, default=32767)
@@ -179,35 +250,33 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one window batch, cuDNN alone, one head block")
     parser.add_argument("--K", type=int, default=K)
     parser.add_argument("--d", type=int, default=D)
+    parser.add_argument(
+        "--budget", type=float, help="seconds for the whole process (what was measured is kept)"
+    )
     parser.add_argument("--json", type=Path, default=WORK / "levers.json")
     args = parser.parse_args()
-    from pipeline.models.loading import load_model
-    from pipeline.models.logprobs import scorer_for
-    from pipeline.settings import Compute
-
-    p = paths(args.work, args.tokens)
-    record: dict = {
-        "bench": "gpu_levers",
-        "tokens": args.tokens,
-        "K": args.K,
-        "d": args.d,
-        "machine": machine(),
-    }
-    record["load_direct_s"] = round(load_direct(p["model"], args.device), 3)
-    seconds, loaded = synced(lambda: load_model(str(p["model"]), dtype="bfloat16", device=args.device))
-    record["load_ours_s"] = round(seconds, 3)
-    scorer = scorer_for(loaded, Compute(dtype="bfloat16", device=args.device, head_dtype="float32"))
-    ids = first_text_ids(p["keytokens"] / f"paper{args.tokens}x{args.texts}")
-    bos = [] if loaded.bos_token_id is None else [loaded.bos_token_id]
-    seq = torch.tensor([*bos, *ids], dtype=torch.long)
-    levers = Levers(scorer, seq, args.K, args.d)
-    levers.quick = args.quick
-    record |= {"text_tokens": len(ids), "first_run_s": round(levers.first_s, 3), "levers": levers.rows}
-    levers.measure("default (window_batch_tokens=16384)")
-    for part in (split, head_blocks, kernels_and_batches, *([compiled] if args.compile else [])):
-        part(levers)
-        args.json.write_text(json.dumps(record, indent=1))  # what was measured survives a cut
+    options = {"work": str(args.work), "texts": args.texts, "device": args.device, "K": args.K, "d": args.d,
+               "quick": args.quick, "compile": args.compile}  # fmt: skip
+    rows = runner.run(CASE, contenders=names(args.quick, args.compile), sizes=[args.tokens], options=options,
+                      timeout=args.budget)  # fmt: skip
+    by_name = {r["contender"]: r for r in rows}
+    seconds = {name: round(by_name[name]["work"]["seconds"], 3) for name in (LOAD_DIRECT, LOAD_OURS, FIRST)
+               if "work" in by_name[name]}  # fmt: skip
+    record = {"bench": "gpu_levers", "tokens": args.tokens, "K": args.K, "d": args.d, "machine": runner.machine(),
+              "load_direct_s": seconds.get(LOAD_DIRECT), "load_ours_s": seconds.get(LOAD_OURS),
+              "text_tokens": by_name[FIRST].get("text_tokens"), "first_run_s": seconds.get(FIRST),
+              "levers": [lever_row(r) for r in rows[3:]]}  # fmt: skip
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(record, indent=1))
     print(f"written: {args.json}")
+
+
+def lever_row(row: dict) -> dict:
+    """A lever's record as the report reads it: its seconds and facts, or its error."""
+    facts = {k: v for k, v in row.items() if k not in ("contender", "size", "work", "process", "failed")}
+    if "failed" in row:
+        return {"lever": row["contender"], "error": row["failed"], **facts}
+    return {"lever": row["contender"], "seconds": round(row["work"]["seconds"], 4), **facts}
 
 
 if __name__ == "__main__":

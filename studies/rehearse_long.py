@@ -35,7 +35,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.harness import ROOT, arguments
+from bench.shared import ROOT, arguments
 from studies.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure, check_texts, check_values
 from studies.rehearse_paper import (
     Step,

@@ -41,7 +41,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.harness import ROOT, arguments, run_measured
+from bench.runner import run_process
+from bench.shared import GIB, ROOT, arguments
 from studies.random_models import LLAMA3_ROPE, SMALL, config, random_model
 from studies.rehearsal_checks import (
     OFFICIAL_IMPORT,
@@ -162,8 +163,8 @@ class Step:
 
     def run(self) -> None:
         print(f"\n== {self.name}: {' '.join(self.command)}", flush=True)
-        record = run_measured(self.command, self.log, cwd=ROOT)
-        self.seconds, self.peak = record["wall_s"], record["peak_gib"]
+        record, _ = run_process(self.command, log=self.log)
+        self.seconds, self.peak = record["seconds"], record["peak_bytes"] / GIB
         lines = self.log.read_text().splitlines()
         print("\n".join([line for line in lines if not line.startswith(("Loading", "Writing"))][-12:]))
         if record["returncode"] != 0:

@@ -8,14 +8,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import polars as pl
 import pytest
 import torch
 
@@ -30,6 +31,18 @@ from pipeline.files import write_table_atomic
 from pipeline.provenance import file_sha256, text_sha256
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from studies.random_models import random_model, tiny_config
+
+
+class _Polars:
+    """polars, imported where a table is built (the GPU machines' tests run without it)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import polars
+
+        return getattr(polars, name)
+
+
+pl = _Polars()
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -332,7 +345,7 @@ def run_cmd(cmd, **kwargs):
 # Artifacts edited as an adversary would (every hash recomputed)
 
 
-Edit = Callable[[pl.DataFrame], pl.DataFrame]
+Edit = Callable[[Any], Any]  # a polars frame in, a polars frame out
 
 
 def craft(
@@ -886,3 +899,14 @@ def cycles_in(edges: dict[str, set[str]]) -> list[str]:
         if not state.get(node):
             visit(node, [])
     return cycles
+
+
+def make_targets_running(pattern: str) -> dict[str, str]:
+    """Make target -> what its recipe runs: the first match of ``pattern``'s group on its lines."""
+    found, target = {}, None
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if re.match(r"^[a-z][\w-]*:", line):
+            target = line.split(":")[0]
+        for ran in re.findall(pattern, line):
+            found.setdefault(target, ran)
+    return found

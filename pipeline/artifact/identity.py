@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 # Per-token absolute tolerance of each value column (nats; soft weights in weight units) between two
 # float32 (or float64) runs of stage 1 with the same settings: 2.4x the largest difference between two
 # real CPUs' default artifacts (AMD AVX2 and Intel AVX-512: 4.2e-4 nats of LCL and LSD; soft weights
-# 1.4e-3, 3.5x: docs/reproducibility.md, `bench/cross_cpu.py`), a margin that an artifact of the
+# 1.4e-3, 3.5x: docs/reproducibility.md, `studies/cross_cpu.py`), a margin that an artifact of the
 # paper's 1.6M tokens may not keep; a soft weight's is gamma x LSD's. 16-bit runs on GPUs are not
 # within it (their kernels differ by far more).
 TOLERANCE = {"long_logprob": 1e-3, "short_logprob": 1e-3, "lsd": 1e-3, "soft_weight": 5e-3}

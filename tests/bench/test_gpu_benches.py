@@ -1,6 +1,7 @@
-"""What the GPU benchmarks (`make bench-gpu`, `make bench-numerics`) do that a CPU can run: the memory
-probe (NVML or the process tree's RSS), the builders, every contender's process on a tiny model, the
-phase records and their summary, the comparisons of artifacts and the report."""
+"""What the GPU benchmarks (`make bench-gpu`, `make bench-gpu-levers`, `make bench-numerics`) do that a
+CPU can run: the builders, every contender's process on a tiny model, the phase records and their
+summary, the levers, the comparisons of artifacts and the report. (The runner's memory probes:
+tests/test_bench_harness.py.)"""
 
 from __future__ import annotations
 
@@ -12,46 +13,10 @@ from argparse import Namespace
 import pyarrow.parquet as pq
 import pytest
 
-from bench import gpu_child, gpu_levers, gpu_numerics, gpu_paper, gpu_report, harness
-from bench.harness import ROOT
+from bench import gpu, gpu_child, gpu_levers, gpu_report, numerics
+from bench.runner import ROOT
 from studies.rehearse_paper import trained_tokenizer
 from tests.support import compose_keytokens, keytokens_overrides, run_keytokens
-
-ALLOCATE = "import time; x = bytearray(300 * 2**20); time.sleep(0.5)"
-
-
-def test_run_measured_samples_the_process_tree_without_nvml(tmp_path):
-    record = harness.run_measured([sys.executable, "-c", ALLOCATE], tmp_path / "log", cwd=tmp_path)
-    assert record["returncode"] == 0 and record["memory_measure"] == "process tree RSS"
-    assert 0.25 < record["peak_gib"] < 2 and record["wall_s"] >= 0.5
-
-
-def test_run_measured_reports_the_device_peak_above_its_start(tmp_path):
-    """With an NVML reader the peak is the device's, less what was in use before the contender."""
-    readings = iter([2 * 2**30, 5 * 2**30, 7 * 2**30])
-    record = harness.run_measured(
-        [sys.executable, "-c", "import time; time.sleep(0.5)"],
-        tmp_path / "log",
-        cwd=tmp_path,
-        nvml=lambda: next(readings, 3 * 2**30),
-    )
-    assert record["base_gib"] == 2 and record["peak_gib"] == 5
-    assert record["memory_measure"].startswith("nvml")
-
-
-def test_run_measured_stops_a_contender_past_its_time(tmp_path):
-    record = harness.run_measured(
-        [sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log", cwd=tmp_path, timeout=1
-    )
-    assert record["returncode"] != 0 and "killed after 1 s" in (tmp_path / "log").read_text()
-
-
-def test_without_a_gpu_there_is_no_nvml_reader():
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a GPU machine: NVML answers")
-    assert harness.nvml_reader() is None
 
 
 def test_summary_of_phase_records():
@@ -64,15 +29,15 @@ def test_summary_of_phase_records():
         {"phase": "text", "start": 124.0, "end": 130.5},
         {"phase": "torch peak", "bytes": 3 * 2**30},
     ]
-    s = gpu_paper.summarise(events)
+    s = gpu.summarise(events)
     assert s["text_s"] == [8.0, 6.0, 6.5] and s["first_text_s"] == 8.0 and s["steady_text_s"] == 6.25
     assert s["before_first_text_s"] == 10.0 and s["torch_peak_gib"] == 3.0
     assert s["phases_s"] == {"process": 1.0, "imports": 5.0, "model load": 4.0}
-    assert gpu_paper.startup({**s, "wall_s": 33.0}) == pytest.approx(33.0 - 3 * 6.25)
+    assert gpu.startup({**s, "wall_s": 33.0}) == pytest.approx(33.0 - 3 * 6.25)
 
 
 def test_contenders_run_the_paper_preset_on_the_same_texts(tmp_path):
-    runs = gpu_paper.contenders(tmp_path, 3, 131071, "cuda", [], float32=True)
+    runs = gpu.contenders(tmp_path, 3, 131071, "cuda", [], float32=True)
     names = [r["name"] for r in runs]
     assert names[:4] == [
         "stage 1 (ours)",
@@ -104,10 +69,10 @@ def measured(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench-gpu")
     tokenizer = work / "trained"
     trained_tokenizer(tokenizer, vocab_size=2000)
-    built = gpu_paper.build(work, texts=2, tokens=600, shape="tiny", device="cpu", tokenizer=tokenizer)
+    built = gpu.build(work, texts=2, tokens=600, shape="tiny", device="cpu", tokenizer=tokenizer)
     args = Namespace(work=work, texts=2, tokens=600, device="cpu", overrides=["K=128", "d=64"], float32=False)
     args.budget, args.only = 600, None
-    return built, gpu_paper.measure(args), work
+    return built, gpu.measure(args), work
 
 
 def test_build_makes_the_dataset_and_a_llama31_shaped_model(measured):
@@ -138,18 +103,19 @@ def test_every_contender_runs_and_times_each_text(measured):
         assert 0 < run["before_first_text_s"] < run["wall_s"]
         assert {"process", "imports", "model load"} <= set(run["phases_s"])
     assert {"self-check", "selection", "finalize"} <= set(runs["stage 1 (ours)"]["phases_s"])
+    assert str(work) not in json.dumps(result) and str(ROOT) not in json.dumps(result)  # no machine path
     texts = pq.read_table(work / "keytokens/paper600x2/documents.parquet")["text"].to_pylist()
     assert len(texts) == 2 and all(len(t) > 1000 for t in texts)
     assert json.loads((work / "scores.jsonl").read_text().splitlines()[-1])["corpus"]["n_documents"] == 2
 
 
 def numerics_result(artifact) -> dict:
-    keys, spans, tokens = gpu_numerics.artifact_keys(artifact)
+    keys, spans, tokens = numerics.artifact_keys(artifact)
     row = {"name": "cpu float32 (reference)", "key_tokens": tokens, "spans": spans, "key_chars": len(keys)}
     other = {
         **row,
         "name": "cpu float32 again",
-        "abs_diff": gpu_numerics.value_differences(artifact, artifact),
+        "abs_diff": numerics.value_differences(artifact, artifact),
     }
     scores = [
         {"name": n, "ppl": 12.0, "longppl": 2.0, "longppl_soft": 11.0}
@@ -175,26 +141,26 @@ def numerics_result(artifact) -> dict:
 def test_artifact_comparisons(tiny_artifact, tiny_model_dir, tmp_path):
     """Key characters and per-token differences: none against itself; some for the same run in
     float32 against the float64 fixture."""
-    keys, spans, tokens = gpu_numerics.artifact_keys(tiny_artifact)
+    keys, spans, tokens = numerics.artifact_keys(tiny_artifact)
     assert len(keys) >= spans > 0 and tokens > 0
-    assert gpu_numerics.value_differences(tiny_artifact, tiny_artifact) == {
+    assert numerics.value_differences(tiny_artifact, tiny_artifact) == {
         "lsd": [0.0] * 3,
         "lcl": [0.0] * 3,
     }
     corpus = tiny_artifact.parent / "corpus.jsonl"
     overrides = keytokens_overrides(tiny_model_dir, corpus, tmp_path)
     run_keytokens(compose_keytokens(["dtype=float32" if o.startswith("dtype=") else o for o in overrides]))
-    diff = gpu_numerics.value_differences(tmp_path / "test", tiny_artifact)
+    diff = numerics.value_differences(tmp_path / "test", tiny_artifact)
     assert 0 < diff["lsd"][2] < 1e-2 and 0 < diff["lcl"][2] < 1e-2  # measured: 3.1e-4
-    assert gpu_numerics.jaccard(keys, gpu_numerics.artifact_keys(tmp_path / "test")[0]) > 0.9
+    assert numerics.jaccard(keys, numerics.artifact_keys(tmp_path / "test")[0]) > 0.9
 
 
 def test_report_has_every_contender_and_the_ratios(measured, tiny_artifact, tmp_path):
     _, result, _ = measured
-    paper, numerics = tmp_path / "paper.json", tmp_path / "numerics.json"
+    paper, numerics_file = tmp_path / "paper.json", tmp_path / "numerics.json"
     paper.write_text(json.dumps(result))
-    numerics.write_text(json.dumps(numerics_result(tiny_artifact)))
-    text = gpu_report.report([paper, numerics], tmp_path / "report.md")
+    numerics_file.write_text(json.dumps(numerics_result(tiny_artifact)))
+    text = gpu_report.report([paper, numerics_file], tmp_path / "report.md")
     assert text.startswith("# Benchmarks on a GPU\n\nWhat this page is for")
     assert "## 600 tokens per text, 2 texts" in text
     ours = {line.split(" |")[0]: line for line in text.splitlines() if "(ours) |" in line}
@@ -219,7 +185,7 @@ def test_the_child_times_a_function_as_a_phase(tmp_path):
 
     events.timed(Owner, "work", "text")
     assert Owner.work(1) == 2
-    records = gpu_paper.read_events(tmp_path / "events.jsonl")
+    records = gpu.read_events(tmp_path / "events.jsonl")
     assert [r["phase"] for r in records] == ["process", "text"]
     assert records[0]["start"] <= records[0]["end"] <= records[1]["start"] <= records[1]["end"]
 
@@ -229,7 +195,8 @@ def test_the_machine_script_names_what_the_benches_read():
     script = (ROOT / "bench/gpu_machine.sh").read_text()
     for option in ("--tokenizer", "--texts", "--tokens", "--float32", "--budget", "--json", "--only"):
         assert option in script
-    assert "--reference-scores" in script and "bench.gpu_numerics" in script
+    assert "--reference-scores" in script and "bench.numerics" in script and "bench.gpu_levers" in script
+    assert "bench.gpu build" in script and "bench.gpu measure" in script
 
 
 def test_levers_time_stage_1_and_keep_its_numbers(measured, tmp_path):
@@ -248,3 +215,4 @@ def test_levers_time_stage_1_and_keep_its_numbers(measured, tmp_path):
         assert rows[name]["max_abs_diff"] == 0.0 and rows[name]["seconds"] >= 0
     assert "failed: RuntimeError" in "\n".join(gpu_levers.section(result))  # cuDNN: no such kernel on the CPU
     assert result["load_direct_s"] >= 0 and result["load_ours_s"] > 0 and result["text_tokens"] == 600
+    assert str(work) not in out.read_text() and str(ROOT) not in out.read_text()

@@ -1,10 +1,10 @@
 """Both stages at 32k, 64k and 128k tokens (issue 33): peak memory grows linearly with the text.
 
-One child process (a clean heap, killed past 4 GB) loads the tiny random model of bench/long_memory.py
-through ``load_model`` (one full causal attention layer, the path of every 128k evaluator's long pass;
-vocabulary 4096, float32) and runs stage 1's log-probs (``long_and_short_logprobs``, K=4096, d=1024)
-and stage 2's (``sequence_logprobs``, one pass) on documents of 32768, 65536 and 131071 tokens, each
-call's peak resident memory above its start sampled by ``bench.harness.PeakMemory``. About two
+One child process per length (a clean heap, killed past 4 GB) loads the tiny random model of
+bench/long_memory.py through ``load_model`` (one full causal attention layer, the path of every 128k
+evaluator's long pass; vocabulary 4096, float32) and runs stage 1's log-probs (``long_and_short_logprobs``,
+K=4096, d=1024) and stage 2's (``sequence_logprobs``, one pass) on documents of 32768, 65536 and 131071
+tokens, each call's peak resident memory above its start sampled by ``bench.runner.clock``. About two
 minutes on 2 cores (the attention's time is quadratic; its memory must not be).
 
 How it fails on a quadratic implementation: attention that materialises its scores (eager attention,
@@ -40,10 +40,9 @@ BOUND = long_memory.full_logits_bytes(TOKENS[-1]) / 4  # 512 MiB at 131071 token
 
 @pytest.fixture(scope="module")
 def peaks() -> dict[str, dict[int, float]]:
-    """Each stage's peak (MiB above the start of the call) per length, from one child process."""
-    result = long_memory.in_subprocess(list(TOKENS), cap_gb=4.0)
-    assert "failed" not in result, result
-    rows = {row["tokens"]: row for row in result["rows"]}
+    """Each stage's peak (MiB above the start of the call) per length, one child process each."""
+    rows = {row["tokens"]: row for row in long_memory.measure(list(TOKENS), cap_gb=4.0)}
+    assert not any("failed" in row for row in rows.values()), rows
     return {stage: {n: rows[n][f"{stage} MiB"] for n in TOKENS} for stage in long_memory.STAGES}
 
 

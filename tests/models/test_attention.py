@@ -207,7 +207,7 @@ def test_the_math_backend_memory_grows_linearly_with_the_text(monkeypatch):
     """8k -> 16k -> 32k tokens on sdpa's math backend (what float32 on CUDA gets): no score matrix of
     more than QUERY_BLOCK queries, and peak memory (resident, sampled) about doubles per doubling; the
     whole (heads, n, n) matrix would quadruple it (4 GiB at 16k here, 16 GiB at 32k)."""
-    from bench.harness import PeakMemory
+    from bench.runner import clock
 
     monkeypatch.setattr(attention, "QUERY_BLOCK", 512)
     scores = []
@@ -222,7 +222,7 @@ def test_the_math_backend_memory_grows_linearly_with_the_text(monkeypatch):
     for tokens in (8192, 16384, 32768):
         model, ids = _causal_llama(tokens, torch.float32), torch.randint(2, 300, (1, tokens))
         scores.clear()
-        with sdpa_kernel([SDPBackend.MATH]), torch.inference_mode(), PeakMemory() as peak:
+        with sdpa_kernel([SDPBackend.MATH]), torch.inference_mode(), clock() as peak:
             model.model(input_ids=ids, use_cache=False)
         peaks[tokens] = peak.peak - peak.start
         assert max(scores) <= 4 * 512 * tokens, (tokens, max(scores))  # 4 heads x a block's queries x keys

@@ -1,25 +1,23 @@
 """The benchmarks' graph, checked as ``tests/project/test_layout.py`` checks the pipeline's: ``bench/`` may
-import ``pipeline/``, never the other way; inside ``bench/`` no import cycle, and every import runs
-down a declared order of layers (function-level imports count)."""
+import ``pipeline/``, never the other way; inside ``bench/`` no import cycle, every import runs down a
+declared order of layers (function-level imports count), and a case imports no other case. Each case
+(a module with a ``CASE``) is run by the make target named after it, and every bench target runs its case."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-from tests.support import ROOT, cycles_in
+from tests.support import ROOT, cycles_in, make_targets_running
 
 BENCH = ROOT / "bench"
 # Lowest first; a module in none is a case (one bench). Inside a layer only the base may import its
-# own layer: a case imports no other case, a builder no other builder.
+# own layer: a case imports no other case.
 LAYERS = [
-    # measuring (peak memory, watched child processes, the machine), the runner, the report pages,
-    # the GPU child and its device sampler, the rehearsals' checks
-    ("base", {"harness", "report", "gpu_child"}),
-    # cases whose parts other cases build on: the rehearsal's models, tokenizers and data sets
-    # (rehearse_long, gpu_paper), the drop-in comparison (compare_official)
-    ("builders", {"compare_dropin"}),
-    ("gpu work folder", {"gpu_paper"}),  # its evaluator and texts are gpu_levers'
+    # the runner (the one clock, watched processes, the machine), what the cases share, the report pages,
+    # the GPU child
+    ("base", {"runner", "shared", "report", "gpu_child"}),
     ("cases", set()),
     ("renderers", {"gpu_report"}),  # renders the GPU cases' JSON into one page
 ]
@@ -85,16 +83,60 @@ def test_the_pipeline_never_imports_bench():
     assert not found, found
 
 
-# What only the harness may use to measure: processes, sampler threads, resource usage, the machine.
-MEASURING = {"subprocess", "threading", "resource", "psutil", "platform", "pynvml"}
-MAY_MEASURE = {"harness": MEASURING, "gpu_child": {"psutil"}}  # gpu_child: its process's start time
+# What only the runner may use to measure: processes, sampler threads, resource usage, the machine.
+MEASURING = {"subprocess", "threading", "concurrent", "resource", "psutil", "platform", "pynvml"}
 
 
-def test_only_the_harness_times_samples_memory_or_records_the_machine():
+def test_only_the_runner_times_samples_memory_or_records_the_machine():
     found = [
         f"bench/{path.name}: {name}"
         for path in sorted(BENCH.glob("*.py"))
         for name in sorted({n.split(".")[0] for n in imported_names(path)} & MEASURING)
-        if name not in MAY_MEASURE.get(path.stem, set())
+        if path.stem != "runner"
     ]
     assert not found, found
+
+
+def test_only_the_runner_reads_a_clock():
+    """Durations come from the runner's one clock (``runner.Clock``): no other module reads
+    ``time.perf_counter`` or ``time.process_time`` (``time.time`` stamps a moment, e.g. a process's start)."""
+    found = [
+        f"bench/{path.name}: time.{node.attr}"
+        for path in sorted(BENCH.glob("*.py"))
+        if path.stem != "runner"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr in ("perf_counter", "process_time", "monotonic")
+    ]
+    assert not found, found
+
+
+def cases() -> set[str]:
+    """The modules of bench/ that declare a ``CASE``."""
+    return {
+        path.stem
+        for path in BENCH.glob("*.py")
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "CASE" for t in node.targets)
+    }
+
+
+# Targets that run a case with a size preset (`make bench` is `make bench-official` itself).
+PRESETS = {"bench-quick": "bench.official"}
+
+
+def test_every_bench_target_runs_the_case_of_its_name_and_every_case_has_one():
+    runs = make_targets_running(r"-m (bench[\w.]*)")
+    named = {t: m for t, m in runs.items() if t not in PRESETS}
+    wrong = {t: m for t, m in named.items() if m != f"bench.{t.removeprefix('bench-').replace('-', '_')}"}
+    assert not wrong, wrong
+    assert {runs[t] for t in PRESETS} <= set(named.values())
+    assert {m.removeprefix("bench.") for m in named.values()} == cases()
+    assert re.search(r"^bench: bench-official$", (ROOT / "Makefile").read_text(), re.M)
+
+
+def test_each_case_is_named_after_its_module():
+    import importlib
+
+    for name in cases():
+        assert importlib.import_module(f"bench.{name}").CASE.name == name

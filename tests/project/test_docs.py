@@ -60,6 +60,8 @@ OLD_README_KEYS = [
     "train_documents", "training.bf16", "training.deepspeed", "training.gradient_accumulation_steps",
     "training.max_steps", "trust_remote_code", "vocab_tile", "window_batch_tokens",
 ]  # fmt: skip
+# Targets renamed since, by their new names (each bench target is named after its case).
+RENAMED_TARGETS = {"bench-memory": "bench-stage1", "bench-dropin": "bench-official"}
 
 # The manual's topic pages (written by hand; the reports that commands write, in docs/reports/, are
 # not): each starts with what it is for, then its command.
@@ -188,7 +190,8 @@ def test_every_make_target_is_documented():
 def test_nothing_the_old_readme_named_was_lost():
     found = pages()
     text = "\n".join(found.values())
-    assert not undocumented_targets(text, OLD_README_TARGETS), undocumented_targets(text, OLD_README_TARGETS)
+    targets = [RENAMED_TARGETS.get(t, t) for t in OLD_README_TARGETS]
+    assert not undocumented_targets(text, targets), undocumented_targets(text, targets)
     missing = undocumented_keys(list(found.values()), OLD_README_KEYS)
     assert not missing, f"config keys the README named and no page documents now: {missing}"
 

@@ -1,9 +1,9 @@
 """The lab above the product, checked as ``tests/project/test_layout.py`` checks the product's layers:
 ``pipeline/`` < ``studies/`` < ``bench/`` < ``tests/``, each importing only from below. The product
-never imports the lab; the studies import no bench case (only the measuring base, ``bench.harness``)
-and no test; the benchmarks import no test; no import cycle inside the studies or across the studies
-and the benchmarks; and the test modules share only ``tests.support`` (no test module imports another
-test module or ``conftest``). Function-level imports count."""
+never imports the lab; the studies import no bench case (only its measuring base: ``bench.runner``,
+``bench.shared``, ``bench.report``) and no test; the benchmarks import no test; no import cycle inside
+the studies or across the studies and the benchmarks; and the test modules share only ``tests.support``
+(no test module imports another test module or ``conftest``). Function-level imports count."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.support import ROOT, cycles_in
 
 LAB = ("pipeline", "studies", "bench", "tests")
 # What the studies may import of bench: the measuring base (peak memory, watched child processes)
-MEASURING_BASE = ("bench.harness",)
+MEASURING_BASE = ("bench.runner", "bench.shared", "bench.report")  # the runner, what cases share, the pages
 SHARED_TEST_MODULE = "tests.support"
 
 
@@ -137,15 +137,15 @@ def test_the_checks_see_what_they_refuse(tmp_path):
         "studies.a -> bench.b -> studies.a"
     ]
     refusals = {
-        refused_by_the_product: (["studies.validate", "bench.harness", "tests.support"], ["pipeline.files"]),
+        refused_by_the_product: (["studies.validate", "bench.runner", "tests.support"], ["pipeline.files"]),
         refused_by_the_studies: (
             ["bench.gpu_paper", "tests.support"],
-            ["bench.harness.ROOT", "bench", "pipeline"],
+            ["bench.runner.ROOT", "bench", "pipeline"],
         ),
         refused_by_the_benchmarks: (["tests.support"], ["studies.random_models", "bench.report"]),
         refused_by_the_tests: (
             ["tests.conftest", "conftest", "tests.score.test_score", "tests.api.support"],
-            ["tests.support", "tests.support.ROOT", "tests", "bench.harness", "studies"],
+            ["tests.support", "tests.support.ROOT", "tests", "bench.runner", "studies"],
         ),
     }
     for rule, (refused, allowed) in refusals.items():

@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.support import LAYERS, RANKS, ROOT, cycles_in, rank
+from tests.support import LAYERS, RANKS, ROOT, cycles_in, make_targets_running, rank
 
 PIPELINE = ROOT / "pipeline"
 STUDIES = ROOT / "studies"  # the lab's code, held to the same sizes
@@ -99,17 +99,6 @@ def test_layers_cover_every_module():
         rank(module)  # raises for a module in no layer
 
 
-def make_targets_running(pattern: str) -> dict[str, str]:
-    """Make target -> what its recipe runs: the first match of ``pattern``'s group on its lines."""
-    found, target = {}, None
-    for line in (ROOT / "Makefile").read_text().splitlines():
-        if re.match(r"^[a-z][\w-]*:", line):
-            target = line.split(":")[0]
-        for ran in re.findall(pattern, line):
-            found.setdefault(target, ran)
-    return found
-
-
 def test_one_command_module_per_make_target():
     """Every make target that runs the pipeline runs ``longppl <its name>``, never a module of
     ``pipeline`` (``python -m``, ``torchrun -m``); every module of ``pipeline/commands/`` but the shared
@@ -156,12 +145,15 @@ def test_every_package_says_what_it_holds_and_what_it_may_import():
 # ----------------------------------------------------------------------------------------------
 # The picture of the import graph on docs/architecture.md
 
-LAB = ("studies", "bench", "tests")  # the lab's layers, above the product
+LAB = ("bench base", "studies", "bench", "tests")  # the lab's layers, above the product
+BENCH_BASE = ("bench.runner", "bench.shared", "bench.report")  # what the studies may use of bench/
 
 
 def layer_of(module: str) -> str:
-    """A module's layer: the product's (``rank``) or the lab package it is in."""
+    """A module's layer: the product's (``rank``), the bench's measuring base, or the lab package."""
     top = module.split(".")[0]
+    if module in BENCH_BASE:
+        return "bench base"
     return top if top in LAB else next(name for name, r in RANKS.items() if r == rank(module))
 
 
@@ -169,22 +161,32 @@ def layer_graph() -> str:
     """The import graph between layers as a Mermaid flowchart: each layer with its packages, and an
     arrow from a layer to each layer it imports that no import through a third layer accounts for (the
     transitive reduction; ``python -m tests.project.test_layout`` prints it)."""
-    known = {**modules(), **{m: p for top in LAB for m, p in package_modules(top).items()}}
+    known = {
+        **modules(),
+        **{m: p for top in ("studies", "bench", "tests") for m, p in package_modules(top).items()},
+    }
     found = {
         (layer_of(m), layer_of(t))
         for m, p in known.items()
-        for t in imports(p, known, prefixes=("pipeline", *LAB)) - {"pipeline"}  # the lazy API re-exports
+        for t in imports(p, known, prefixes=("pipeline", "studies", "bench", "tests"))
+        - {"pipeline"}  # lazy API
         if layer_of(t) != layer_of(m)
     }
     edges = transitive_reduction(found)
     order = [*dict.fromkeys(name for name, _ in LAYERS), *LAB]
     members = {name: sorted({packages_of(m) for m in known if layer_of(m) == name}) for name in order}
     lines = ["```mermaid", "flowchart BT"]
-    lines += [f'  {name}["{name}: {", ".join(members[name])}"]' for name in order if members[name]]
+    lines += [f'  {node(name)}["{name}: {", ".join(members[name])}"]' for name in order if members[name]]
     lines += [
-        f"  {a} --> {b}" for a, b in sorted(edges, key=lambda e: (order.index(e[0]), order.index(e[1])))
+        f"  {node(a)} --> {node(b)}"
+        for a, b in sorted(edges, key=lambda e: (order.index(e[0]), order.index(e[1])))
     ]
     return "\n".join([*lines, "```"])
+
+
+def node(layer: str) -> str:
+    """A layer's Mermaid node id (no spaces)."""
+    return layer.replace(" ", "_")
 
 
 def transitive_reduction(edges: set[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -211,8 +213,8 @@ def transitive_reduction(edges: set[tuple[str, str]]) -> set[tuple[str, str]]:
 def packages_of(module: str) -> str:
     """``pipeline/score/engine.py`` is shown as ``score/``; a top module as its name."""
     parts = module.split(".")
-    if module == "pipeline.commands.shell":
-        return "commands.shell"
+    if module == "pipeline.commands.shell" or module in BENCH_BASE:
+        return ".".join(parts[-2:]) if module in BENCH_BASE else "commands.shell"
     if parts[0] in LAB:
         return f"{parts[0]}/"
     path = ROOT.joinpath(*parts[:2])
@@ -237,7 +239,7 @@ if __name__ == "__main__":
 
 # Role packages: a module there is named after the concept it serves (the score concept's command, job,
 # results file and summary are all score.py); elsewhere a module's file name is its concept, once.
-ROLE_PACKAGES = ("commands", "jobs", "results", "reporting")
+ROLE_PACKAGES = ("commands", "jobs", "results", "reporting", "bench")  # bench: a case per target
 SAME_ROLE = {"identity.py": {"pipeline/artifact", "pipeline/models"}}  # an artifact's and a model's identity
 
 

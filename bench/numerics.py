@@ -12,39 +12,37 @@ GovReport documents, K=1024, d=1024, no BOS before the short windows, as the off
 and compared with the reference: the Jaccard index of key characters, and quantiles of the per-token
 |LSD| and |LCL| differences. Stage 2 (SmolLM2 scored against the reference artifact) runs on the CPU in
 float32 and on the device in float32, bfloat16 and bfloat16 with the float32 head: PPL, LongPPL and
-LongPPL-soft, and their differences from the CPU's.
+LongPPL-soft, and their differences from the CPU's. Each run is a contender of this case, in its own
+process (``bench.gpu_child``, measured by ``bench.runner``); what they compute does not depend on their
+timing, so the device's runs go at once, after the first (which converts the GGUF once).
 
-    python -m bench.gpu_numerics --json numerics.json
+    python -m bench.numerics --json numerics.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from bench import runner, shared
 from bench.gpu_child import command_line
-from bench.harness import ROOT, machine, run_measured, slug
 
-WORK = Path("/tmp/longppl-bench-numerics")
+WORK = Path("artifacts/bench/numerics")
 EVALUATOR = ["evaluator=smollm2-135m", "short_window_bos=false", "progress=false"]
+OFFICIAL = "official find_key_token"
 
 
 def stage1_runs(device: str) -> dict[str, list[str]]:
     """Name -> ``bench.gpu_child stage1`` arguments of each run on the device."""
+    f32 = [f"device={device}", "dtype=float32"]
     return {
-        f"{device} float32": [f"device={device}", "dtype=float32"],
-        f"{device} float32, TF32": [f"device={device}", "dtype=float32", "--tf32"],
-        f"{device} float32, TF32, math attention": [
-            f"device={device}",
-            "dtype=float32",
-            "--tf32",
-            "--sdpa-math",
-        ],
+        f"{device} float32": f32,
+        f"{device} float32, TF32": [*f32, "--tf32"],
+        f"{device} float32, TF32, math attention": [*f32, "--tf32", "--sdpa-math"],
         f"{device} bfloat16, float32 head": [f"device={device}", "dtype=bfloat16", "head_dtype=float32"],
         f"{device} float16, float32 head": [f"device={device}", "dtype=float16", "head_dtype=float32"],
         f"{device} bfloat16 logits": [f"device={device}", "dtype=bfloat16", "head_dtype=model"],
@@ -59,19 +57,54 @@ def stage2_runs(device: str) -> dict[str, list[str]]:
     }
 
 
-def child(kind: str, name: str, args: list[str], work: Path) -> tuple[list[str], Path]:
-    return command_line(kind, work / f"{slug(name)}.events.jsonl", args), work / f"{slug(name)}.log"
+def command(
+    contender: str, size: None, work: str, device: str, overrides: list, reference: str = ""
+) -> list | None:
+    """A run's command (``stage 1: <name>``, ``stage 2: <name>``), or None: the official code, in a child."""
+    kind, _, name = contender.partition(": ")
+    events = Path(work) / f"{shared.slug(contender)}.events.jsonl"
+    if kind == "stage 1":
+        runs = {"cpu float32": ["device=cpu", "dtype=float32"], **stage1_runs(device)}
+        out = [f"output_dir={Path(work) / 'keytokens'}", f"name={shared.slug(name)}"]
+        return command_line("stage1", events, [*EVALUATOR, *out, *overrides, *runs[name]])
+    if kind == "stage 2":
+        runs = {"cpu float32": ["device=cpu", "dtype=float32"], **stage2_runs(device)}
+        results = Path(work) / f"scores-{shared.slug(name)}.jsonl"
+        args = ["model=smollm2-135m", f"artifact={reference}", f"results={results}", "progress=false"]
+        return command_line("stage2", events, [*args, *runs[name]])
+    return None
 
 
-def run_stage1(name: str, args: list[str], work: Path, extra: list[str]) -> dict:
-    out = [f"output_dir={work / 'keytokens'}", f"name={slug(name)}"]
-    cmd, log = child("stage1", name, [*EVALUATOR, *out, *extra, *args], work)
-    record = run_measured(cmd, log, cwd=ROOT)
-    if record["returncode"]:  # a failed run is a result (float16 may overflow): the others go on
-        print(f"{name} failed:\n{log.read_text()[-2000:]}", flush=True)
-        lines = [line for line in log.read_text().splitlines() if line.strip()]
-        return {"error": (lines or ["no output"])[-1][:300], "wall_s": record["wall_s"]}
-    return {"artifact": str(work / "keytokens" / slug(name)), "wall_s": record["wall_s"]}
+def setup(
+    contender: str, size: None, work: str, device: str, overrides: list, reference: str = ""
+) -> runner.Work:
+    """The official find_key_token in bfloat16 with SmolLM2 (its converted checkpoint) on the reference
+    artifact's texts, with its K and d: the key spans of each document."""
+    import pyarrow.parquet as pq
+    import torch
+    from longppl.longppl import find_key_token
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline.models.gguf import convert_gguf
+    from pipeline.models.sources import EMBEDDED_MODELS
+
+    checkpoint, _ = convert_gguf(EMBEDDED_MODELS["smollm2-135m"].gguf_path())
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16, device_map=device).eval()
+    docs = pq.read_table(Path(reference) / "documents.parquet", columns=["doc_id", "text"]).to_pylist()
+    settings = json.loads((Path(reference) / "manifest.json").read_text())["settings"]
+
+    def work() -> dict:
+        spans = [[doc["doc_id"], int(s), int(e)] for doc in docs
+                 for s, e in find_key_token(doc["text"], model, tokenizer, settings["K"], settings["d"]).tolist()]  # fmt: skip
+        return {"spans": spans}
+
+    return work
+
+
+STAGE1 = [f"stage 1: {n}" for n in ["cpu float32", *stage1_runs("cuda")]]
+STAGE2 = [f"stage 2: {n}" for n in ["cpu float32", *stage2_runs("cuda")]]
+CASE = runner.Case("numerics", contenders=(*STAGE1, OFFICIAL, *STAGE2), command=command, setup=setup)
 
 
 def key_characters(spans) -> set[tuple[str, int]]:
@@ -104,94 +137,67 @@ def value_differences(artifact: Path, reference: Path) -> dict[str, list[float]]
     return out
 
 
-def official_keys(reference: Path, device: str, K: int, d: int) -> tuple[set, int]:
-    """The official find_key_token in bfloat16 with SmolLM2 (its converted checkpoint) on the
-    reference artifact's texts."""
-    import pyarrow.parquet as pq
-    import torch
-    from longppl.longppl import find_key_token
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from pipeline.models.gguf import convert_gguf
-    from pipeline.models.sources import EMBEDDED_MODELS
-
-    checkpoint, _ = convert_gguf(EMBEDDED_MODELS["smollm2-135m"].gguf_path())
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16, device_map=device).eval()
-    docs = pq.read_table(reference / "documents.parquet", columns=["doc_id", "text"]).to_pylist()
-    rows = []
-    for doc in docs:
-        rows += [
-            (doc["doc_id"], int(s), int(e))
-            for s, e in find_key_token(doc["text"], model, tokenizer, K, d).tolist()
-        ]
-    return key_characters(rows), len(rows)
-
-
-def score(name: str, args: list[str], artifact: Path, work: Path) -> dict:
-    results = work / f"scores-{slug(name)}.jsonl"
-    overrides = ["model=smollm2-135m", f"artifact={artifact}", f"results={results}", "progress=false", *args]
-    cmd, log = child("stage2", name, overrides, work)
-    record = run_measured(cmd, log, cwd=ROOT)
-    if record["returncode"]:
-        raise SystemExit(f"stage 2 {name} failed:\n{log.read_text()[-2000:]}")
-    corpus = json.loads(results.read_text().splitlines()[-1])["corpus"]
-    return {
-        "name": name,
-        **{k: corpus[k] for k in ("ppl", "longppl", "longppl_soft")},
-        "wall_s": record["wall_s"],
-    }
-
-
 def measure(args: argparse.Namespace) -> dict:
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
+    options = {"work": str(work), "device": args.device, "overrides": args.overrides}
+    run = partial(runner.run, CASE, options=options, logs=work)
     if args.reference:
         reference, ref_wall = args.reference, None
     else:
-        ref = run_stage1("cpu float32", ["device=cpu", "dtype=float32"], work, args.overrides)
-        reference, ref_wall = Path(ref["artifact"]), ref["wall_s"]
+        (ref,) = run(contenders=["stage 1: cpu float32"], strict=True)
+        reference, ref_wall = (
+            work / "keytokens" / shared.slug("cpu float32"),
+            round(ref["work"]["seconds"], 1),
+        )
+    options["reference"] = str(reference)
     ref_keys, ref_spans, ref_tokens = artifact_keys(reference)
     rows = [{"name": "cpu float32 (reference)", "key_tokens": ref_tokens, "spans": ref_spans,
              "key_chars": len(ref_keys), "jaccard": 1.0, "wall_s": ref_wall}]  # fmt: skip
-    runs = list(stage1_runs(args.device).items())
-    done = {runs[0][0]: run_stage1(*runs[0], work, args.overrides)}  # converts the GGUF once, alone
-    with ThreadPoolExecutor(len(runs)) as pool:  # the rest at once: what they compute does not depend on it
-        later = {name: pool.submit(run_stage1, name, a, work, args.overrides) for name, a in runs[1:]}
-        done |= {name: future.result() for name, future in later.items()}
-    for name, _ in runs:
-        run = done[name]
-        if "error" in run:
-            rows.append({"name": name, **run})
+    names = list(stage1_runs(args.device))
+    runs = run(contenders=[f"stage 1: {names[0]}"])  # converts the GGUF once, alone
+    runs += run(contenders=[f"stage 1: {n}" for n in names[1:]], parallel=len(names) - 1)
+    for name, done in zip(names, runs, strict=True):
+        wall = round(done["process"]["seconds"], 1)
+        if "failed" in done:  # a failed run is a result (float16 may overflow): the others go on
+            rows.append({"name": name, "error": done["failed"], "wall_s": wall})
             continue
-        keys, spans, tokens = artifact_keys(Path(run["artifact"]))
-        rows.append({
-            "name": name, "key_tokens": tokens, "spans": spans, "key_chars": len(keys),
-            "jaccard": jaccard(keys, ref_keys), "abs_diff": value_differences(Path(run["artifact"]), reference),
-            "wall_s": run["wall_s"],
-        })  # fmt: skip
+        artifact = work / "keytokens" / shared.slug(name)
+        keys, spans, tokens = artifact_keys(artifact)
+        rows.append({"name": name, "key_tokens": tokens, "spans": spans, "key_chars": len(keys),
+                     "jaccard": jaccard(keys, ref_keys), "abs_diff": value_differences(artifact, reference),
+                     "wall_s": wall})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     if args.json:  # what is measured so far, should the run be cut short
         args.json.write_text(json.dumps({"bench": "gpu_numerics", "partial": True, "stage1": rows}, indent=1))
-    settings = json.loads((reference / "manifest.json").read_text())["settings"]
-    started = time.perf_counter()
-    keys, spans = official_keys(reference, args.device, settings["K"], settings["d"])
-    rows.append({"name": f"official find_key_token, {args.device} bfloat16", "spans": spans, "key_chars": len(keys),
-                 "jaccard": jaccard(keys, ref_keys), "wall_s": round(time.perf_counter() - started, 1)})  # fmt: skip
+    (official,) = run(contenders=[OFFICIAL], strict=True)
+    keys = key_characters(official["spans"])
+    rows.append({"name": f"official find_key_token, {args.device} bfloat16", "spans": len(official["spans"]),
+                 "key_chars": len(keys), "jaccard": jaccard(keys, ref_keys),
+                 "wall_s": round(official["work"]["seconds"], 1)})  # fmt: skip
+    return {"bench": "gpu_numerics", "machine": runner.machine(), "reference": shared.relative(reference),
+            "stage1": rows, "stage2": scores(args, run, reference)}  # fmt: skip
+
+
+def scores(args: argparse.Namespace, run, reference: Path) -> list[dict]:
+    """Stage 2 (SmolLM2 scored against the reference artifact) on the CPU in float32, read from
+    ``--reference-scores`` where given, and on the device: PPL, LongPPL, LongPPL-soft."""
+    names = list(stage2_runs(args.device))
+    if not args.reference_scores:
+        names.insert(0, "cpu float32")
+    rows = run(contenders=[f"stage 2: {n}" for n in names], parallel=4, strict=True)
+    found = [
+        json.loads((args.work / f"scores-{shared.slug(n)}.jsonl").read_text().splitlines()[-1])["corpus"]
+        for n in names
+    ]
+    scored = [{"name": n, **{k: c[k] for k in ("ppl", "longppl", "longppl_soft")}, "wall_s": round(r["process"]["seconds"], 3)}
+              for n, c, r in zip(names, found, rows, strict=True)]  # fmt: skip
     if args.reference_scores:  # `make score` of SmolLM2 on the reference artifact, on the CPU in float32
         corpus = json.loads(args.reference_scores.read_text().splitlines()[-1])["corpus"]
-        scores = [{"name": "cpu float32", **{k: corpus[k] for k in ("ppl", "longppl", "longppl_soft")}}]
-    else:
-        scores = [score("cpu float32", ["device=cpu", "dtype=float32"], reference, work)]
-    with ThreadPoolExecutor(4) as pool:
-        scores += list(pool.map(lambda item: score(*item, reference, work), stage2_runs(args.device).items()))
-    return {
-        "bench": "gpu_numerics",
-        "machine": machine(),
-        "reference": str(reference),
-        "stage1": rows,
-        "stage2": scores,
-    }
+        scored.insert(
+            0, {"name": "cpu float32", **{k: corpus[k] for k in ("ppl", "longppl", "longppl_soft")}}
+        )
+    return scored
 
 
 def jaccard(a: set, b: set) -> float:
@@ -243,6 +249,8 @@ def difference(value: float | None, reference: float | None) -> str:
 
 
 def main() -> None:
+    if runner.child(CASE):
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--work", type=Path, default=WORK)

@@ -6,12 +6,13 @@ Reads two artifact folders (their ``tokens.parquet``; the same documents and tok
 column (LCL, short log-prob, LSD, soft weight): the max |a - b|, its quantiles, how many values differ by
 more than each of a few thresholds, the tolerance's margin (tolerance / max), and the largest difference
 expected among ``--tokens`` values (the paper's 1.6M) from two fits of the tail (an exponential and a
-power law, on the largest 0.2% of the differences), with how many values each fit puts beyond the tolerance. For
-the key flags (LSD > alpha and LCL > beta): how many values lie near each threshold, and how many flags
-are expected to flip between the two CPUs at the artifact's size and at ``--tokens`` (each token's flag
-flips when the threshold lies between its two values: density at the threshold x mean |a - b|).
+power law, on the largest 0.2% of the differences), with how many values each fit puts beyond the
+tolerance. For the key flags (LSD > alpha and LCL > beta): how many values lie near each threshold,
+and how many flags are expected to flip between the two CPUs at the artifact's size and at ``--tokens``
+(each token's flag flips when the threshold lies between its two values: density at the threshold x
+mean |a - b|).
 
-    .venv/bin/python -m bench.cross_cpu ../shared/data/cross-machine ../shared/data/cross-machine-intel \
+    .venv/bin/python -m studies.cross_cpu ../shared/data/cross-machine ../shared/data/cross-machine-intel \
         --out docs/reports/reproducibility/cross_cpu.json
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from bench.harness import arguments
+from bench.shared import arguments
 from pipeline.artifact.identity import TOLERANCE
 
 COLUMNS = ("long_logprob", "short_logprob", "lsd", "soft_weight")

@@ -1,9 +1,9 @@
 """The lm-eval route (`make lm-eval`) against `make score`, and lm-eval's `hf` model against `longppl`.
 
-``--part time`` (point 1 and 5 of the lm-eval work): on one artifact (default: the default artifact),
-`make score`'s command and `make lm-eval`'s command, each in a fresh process, one after the other
-(``--repeats`` times, alternating): wall time of each, their ratio, and the corpus values of both
-(relative differences; lm-eval's results file checked against lm-eval's results schema).
+``--part time``: on one artifact (default: the default artifact), `make score`'s command and
+`make lm-eval`'s command, each in a fresh process, one after the other (``--repeats`` times each):
+wall and CPU time of each, their ratio, and the corpus values of both (relative differences;
+lm-eval's results file checked against lm-eval's results schema).
 
 ``--part memory``: one document of about ``--tokens`` tokens (the first GovReport text, cut), its
 ``loglikelihood_rolling`` by lm-eval's ``hf`` model (whole-sequence logits) and by ``longppl`` (the
@@ -11,7 +11,7 @@ score engine), each in a fresh process: peak resident memory above the loaded mo
 two log-likelihoods.
 
     make bench-lmeval
-    .venv/bin/python -m bench.lmeval_route --part memory --tokens 4096
+    make bench-lmeval ARGS="--part memory --tokens 4096"
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.harness import ROOT, PeakMemory, arguments, child, default_artifact, run, timed_command
+from bench import runner, shared
 from pipeline.results.score import read_lines
 
 MODEL = "smollm2-135m"
@@ -31,39 +30,37 @@ METRICS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "
            "key_bpb": "key_bits_per_byte"}  # fmt: skip
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and CPU seconds (user + system, the process and its children) of a command."""
-    return timed_command(cmd)[:2]
-
-
-def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
+def command(route: str, size: None, artifact: str = "", work: str = "") -> list[str] | None:
+    """The command of a route (None: a loglikelihood_rolling contender, run by ``setup``)."""
+    if route == "make score":
+        return [sys.executable, "-m", "pipeline.commands.score", f"artifact={artifact}",
+                f"results={work}/scores.jsonl", "progress=false"]  # fmt: skip
+    if route == "make lm-eval":
+        return [sys.executable, "-m", "pipeline.commands.lm_eval", "--model_args", f"pretrained={MODEL}",
+                "--artifact", artifact, "--tasks", f"longppl_{Path(artifact).name}", "--output_path",
+                f"{work}/lm-eval"]  # fmt: skip
+    return None
 
 
 def time_part(artifact: Path, repeats: int) -> None:
     from pipeline.lmeval.results_schema import schema_problems
 
-    task = f"longppl_{artifact.name}"
-    work = Path(tempfile.mkdtemp(prefix="bench-lmeval-"))
-    score_s, lmeval_s = [], []
-    for i in range(repeats):
-        score_s.append(timed([sys.executable, "-m", "pipeline.commands.score", f"artifact={artifact}",
-                              f"results={work / 'scores.jsonl'}", "progress=false"]))  # fmt: skip
-        lmeval_s.append(timed([sys.executable, "-m", "pipeline.commands.lm_eval", "--model_args", f"pretrained={MODEL}",
-                               "--artifact", str(artifact), "--tasks", task,
-                               "--output_path", str(work / f"lm-eval-{i}")]))  # fmt: skip
+    task, work = f"longppl_{artifact.name}", Path(tempfile.mkdtemp(prefix="bench-lmeval-"))
+    options = {"artifact": str(artifact), "work": str(work)}
+    rows = runner.run(CASE, contenders=ROUTES, options=options, repeats=repeats, strict=True)
     line = read_lines(work / "scores.jsonl")[-1][1]
-    (path,) = (work / f"lm-eval-{repeats - 1}").rglob("results_*.json")
+    path = sorted((work / "lm-eval").rglob("results_*.json"))[-1]
     results = json.loads(path.read_text())
     print(f"| route (model {MODEL}, artifact {artifact.name}) | wall s, each run | CPU s, each run |")
     print("|---|---|---|")
-    for name, runs in (("make score", score_s), ("make lm-eval", lmeval_s)):
+    for r in rows:
+        runs = r["work"]["runs"]
         print(
-            f"| {name} | {', '.join(f'{w:.1f}' for w, _ in runs)} | {', '.join(f'{c:.1f}' for _, c in runs)} |"
+            f"| {r['contender']} | {', '.join(f'{w:.1f}' for w, _ in runs)} | {', '.join(f'{c:.1f}' for _, c in runs)} |"
         )
-    for i, what in ((0, "wall"), (1, "CPU")):
-        ratio = median([r[i] for r in lmeval_s]) / median([r[i] for r in score_s])
-        print(f"\nlm-eval route / make score, {what} time (medians): {ratio:.3f}")
+    score, lmeval = (r["work"] for r in rows)
+    for key, what in (("seconds", "wall"), ("cpu_s", "CPU")):
+        print(f"\nlm-eval route / make score, {what} time (medians): {lmeval[key] / score[key]:.3f}")
     print(f"\ntorch threads: {os.environ.get('OMP_NUM_THREADS', 'default')} (OMP_NUM_THREADS)\n")
     print("| metric | make score | lm-eval results file | relative difference |")
     print("|---|---:|---:|---:|")
@@ -71,7 +68,7 @@ def time_part(artifact: Path, repeats: int) -> None:
         a, b = line["corpus"][ours], results["results"][task][f"{theirs},none"]
         print(f"| {ours} | {a!r} | {b!r} | {abs(a - b) / abs(a):.1e} |")
     meta = results["configs"][task]["metadata"]
-    print(f"\nresults file {path}\nfingerprint in it: {meta['longppl_fingerprint']}")
+    print(f"\nresults file {path.name}\nfingerprint in it: {meta['longppl_fingerprint']}")
     print(f"schema problems: {schema_problems(results) or 'none'}")
 
 
@@ -80,14 +77,14 @@ def document(tokens: int) -> str:
     from pipeline.models.loading import load_model
     from pipeline.text.tokenization import encode_with_offsets
 
-    text = json.loads((ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8").readline())["text"]
+    text = json.loads((shared.ROOT / "data/govreport-sample.jsonl").open(encoding="utf-8").readline())["text"]
     tokenizer = load_model(MODEL, dtype="float32", device="cpu").tokenizer
     offsets = encode_with_offsets(tokenizer, text).offsets
     return text[: int(offsets[min(tokens, len(offsets)) - 1, 1])]
 
 
-def measure(kind: str, tokens: int) -> dict:
-    """One model's loglikelihood_rolling of the document, in its own process."""
+def setup(kind: str, tokens: int) -> runner.Work:
+    """One model's loglikelihood_rolling of the document (lm-eval's ``hf`` or ``longppl``), loaded."""
     from lm_eval.api.instance import Instance
 
     from pipeline.models.gguf import convert_gguf
@@ -106,32 +103,38 @@ def measure(kind: str, tokens: int) -> dict:
 
         lm = LongPPLLM(MODEL, dtype="float32", device="cpu")
     request = Instance("loglikelihood_rolling", {}, (text,), 0, ("bench", 0, 1))
-    started = time.perf_counter()
-    with PeakMemory() as peak:
-        (value,) = lm.loglikelihood_rolling([request], disable_tqdm=True)
     n = len(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
-    return {"kind": kind, "tokens": n, "loglikelihood": float(value),
-            "above_model_gib": peak.above_start_gb, "seconds": time.perf_counter() - started}  # fmt: skip
+
+    def work() -> dict:
+        (value,) = lm.loglikelihood_rolling([request], disable_tqdm=True)
+        return {"tokens": n, "loglikelihood": float(value)}
+
+    return work
+
+
+ROUTES, MODELS = ("make score", "make lm-eval"), ("hf", "longppl")
+CASE = runner.Case("lmeval", contenders=(*ROUTES, *MODELS), command=command, setup=setup)
 
 
 def memory_part(tokens: int) -> None:
-    rows = run("bench.lmeval_route", [{"kind": kind, "tokens": tokens} for kind in ("hf", "longppl")])
+    rows = runner.run(CASE, contenders=MODELS, sizes=[tokens], strict=True)
     print("| model (lm-eval --model) | tokens | log-likelihood | peak memory above the model | seconds |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
+        w = r["work"]
         print(
-            f"| {r['kind']} | {r['tokens']} | {r['loglikelihood']:.6f} | {r['above_model_gib']:.2f} GiB | {r['seconds']:.1f} |"
+            f"| {r['contender']} | {r['tokens']} | {r['loglikelihood']:.6f} | {w['above_start_bytes'] / 2**30:.2f} GiB | {w['seconds']:.1f} |"
         )
     a, b = rows[0]["loglikelihood"], rows[1]["loglikelihood"]
     print(f"\nrelative difference of the log-likelihoods: {abs(a - b) / abs(a):.1e}")
 
 
 def main() -> None:
-    if child(measure):
+    if runner.child(CASE):
         return
-    parser = arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--part", choices=("time", "memory", "all"), default="all")
-    parser.add_argument("--artifact", default=str(default_artifact()))
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=4096)
     args = parser.parse_args()

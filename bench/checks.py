@@ -5,19 +5,19 @@ file hashes, Parquet tables), the content checks (``pipeline.artifact.checks``),
 (``KeyTokenArtifact.contents``), its identity as the same artifact (``artifact_identity``) and the checks against its inputs (``pipeline.artifact.inputs``):
 as the first load on a machine does them (loading the evaluator's tokenizer, re-tokenising every text,
 reading the sources; ``--cold-repeats`` times) and as every later load does (recalling the completed
-check: `make keytokens` completes it when it writes the artifact). Medians of ``--repeats`` runs,
-alternately; the wall time of the newest score run on that artifact (same fingerprint) is read from a
-results file, which ``make score`` wrote on this machine.
+check: `make keytokens` completes it when it writes the artifact). Each step in its own process,
+medians of ``--repeats`` runs; the wall time of the newest score run on that artifact (same
+fingerprint) is read from a results file, which ``make score`` wrote on this machine.
 
     make bench-checks
-    .venv/bin/python -m bench.check_cost --results artifacts/results/scores.jsonl --repeats 20
+    make bench-checks ARGS="--results artifacts/results/scores.jsonl --repeats 20"
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.harness import arguments, default_artifact, timed
+from bench import runner, shared
 from pipeline.artifact import inputs
 from pipeline.artifact.checks import check_artifact
 from pipeline.artifact.identity import artifact_identity
@@ -44,35 +44,51 @@ def newest_score_seconds(results: Path, fingerprint: str) -> tuple[float, str] |
     return float(run["wall_seconds"]), f"{run['model_name']} on {run.get('date')}"
 
 
+STEPS = (
+    "read: manifest, file hashes, tables",
+    "content checks (artifact.checks)",
+    "contents hash (schema.contents_sha256)",
+    "identity (identity.artifact_identity: discrete hash, value summaries)",
+    "inputs, later loads: the recorded check",
+)
+FIRST_LOAD = "inputs, first load: tokenizer, re-tokenising, sources"
+
+
+def setup(step: str, size: None, artifact: str) -> runner.Work:
+    """One step on the artifact as read before the checks (for later loads, its check recorded first)."""
+    root = Path(artifact)
+    read = read_unchecked(root)
+    tables = {name: getattr(read, name) for name in declared_tables(read.manifest, root)}
+    if step == STEPS[4]:
+        inputs.check_against_inputs(read)  # completes and records it, as `make keytokens` does
+    work = (
+        lambda: read_unchecked(root),
+        lambda: check_artifact(read),
+        lambda: contents_sha256(tables),
+        lambda: artifact_identity(read),
+        lambda: inputs.check_against_inputs(read),
+        lambda: inputs.check_now(read),
+    )
+    return work[(*STEPS, FIRST_LOAD).index(step)]
+
+
+CASE = runner.Case("checks", contenders=(*STEPS, FIRST_LOAD), setup=setup)
+
+
 def main() -> None:
-    parser = arguments(__doc__)
-    parser.add_argument("--artifact", default=str(default_artifact()))
+    if runner.child(CASE):
+        return
+    parser = shared.arguments(__doc__)
+    parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--results", default="artifacts/results/scores.jsonl")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--cold-repeats", type=int, default=3)
     args = parser.parse_args()
-    root = Path(args.artifact)
-    artifact = read_unchecked(root)
-    tables = {name: getattr(artifact, name) for name in declared_tables(artifact.manifest, root)}
-    steps = {
-        "read: manifest, file hashes, tables": (lambda: read_unchecked(root), args.repeats),
-        "content checks (artifact.checks)": (lambda: check_artifact(artifact), args.repeats),
-        "contents hash (schema.contents_sha256)": (lambda: contents_sha256(tables), args.repeats),
-        "identity (identity.artifact_identity: discrete hash, value summaries)": (
-            lambda: artifact_identity(artifact),
-            args.repeats,
-        ),
-        "inputs, first load: tokenizer, re-tokenising, sources": (
-            lambda: inputs.check_now(artifact),
-            args.cold_repeats,
-        ),
-    }
-    medians = {step: timed(work, repeats) for step, (work, repeats) in steps.items()}
-    inputs.check_against_inputs(artifact)  # completes and records it, as `make keytokens` does
-    medians["inputs, later loads: the recorded check"] = timed(
-        lambda: inputs.check_against_inputs(artifact), args.repeats
-    )
-    print_table(root, artifact, medians, args)
+    options = {"artifact": args.artifact}
+    rows = runner.run(CASE, contenders=STEPS, options=options, repeats=args.repeats, strict=True)
+    rows += runner.run(CASE, contenders=[FIRST_LOAD], options=options, repeats=args.cold_repeats, strict=True)
+    medians = {r["contender"]: (r["work"]["seconds"], r["work"]["cpu_s"]) for r in rows}
+    print_table(Path(args.artifact), read_unchecked(Path(args.artifact)), medians, args)
 
 
 def print_table(

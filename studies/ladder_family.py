@@ -9,7 +9,7 @@ is read from those rungs as the model's is from all of them. A member whose W is
 has no rung to read: its length is at most W by construction. Also checks that the ladder's LongPPL at
 W on the first 5 documents (validate's GovReport documents) is validate's member value.
 
-    .venv/bin/python -m bench.ladder_family docs/reports/ladder/ladder.jsonl \
+    .venv/bin/python -m studies.ladder_family docs/reports/ladder/ladder.jsonl \
         docs/reports/ladder/ladder-gemma.jsonl
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import ROOT, arguments
+from bench.shared import ROOT, arguments
 from pipeline.ladder.effective import LadderSums, effective_length
 from pipeline.results.ladder import read_rows, reading_text
 
@@ -76,8 +76,12 @@ def main() -> None:
     args = parser.parse_args()
     ladders = {row["model_name"]: row for path in args.ladders for row in read_rows(path)}
     validation = json.loads(args.validation.read_text())
-    out, lines = [], ["| member | answer-token accuracy | effective length (5%) | 95% interval | LongPPL at W, "
-                      "13 documents | 5 documents: ladder / validate - 1 |", "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    out: list[dict] = []
+    lines = [
+        "| member | answer-token accuracy | effective length (5%) | 95% interval "
+        "| LongPPL at W, 13 documents | 5 documents: ladder / validate - 1 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for member in validation["family"]:
         row, limit = ladders[member["model"]], member["context_limit"]
         sums = LadderSums.of_row(row)
@@ -94,12 +98,13 @@ def main() -> None:
             five = math.exp(sums.key_nll[:5, r].sum() / sums.key_n[:5].sum())
             check = f"{five / member['evaluators']['gemma3-270m']['longppl'] - 1:+.1e}"
         out.append({"accuracy": member["token_accuracy"], "bounds": bounds(reading, limit)})
-        lines.append(
-            f"| {member['label']} | {member['token_accuracy']:.1%} | {text} | {interval} | {longppl} | {check} |"
-        )
+        accuracy = f"{member['token_accuracy']:.1%}"
+        lines.append(f"| {member['label']} | {accuracy} | {text} | {interval} | {longppl} | {check} |")
     same, other, undecided = pairs(out)
-    lines.append(f"\nPairs of members with different accuracies: {same} ordered the same way by the effective "
-                 f"length, {other} the other way, {undecided} that it cannot order (equal or censored).")  # fmt: skip
+    lines.append(
+        f"\nPairs of members with different accuracies: {same} ordered the same way by the effective "
+        f"length, {other} the other way, {undecided} that it cannot order (equal or censored)."
+    )
     print("\n".join(lines))
 
 

@@ -1,10 +1,10 @@
 """`make bench-gpu`: the paper's shapes on one GPU, every contender in the same run, offline.
 
-``build`` makes, under ``--work``, a random-weight evaluator of Llama-3.1-8B's exact shape (built from
+``build`` makes, under ``--work`` (artifacts/bench/gpu), a random-weight evaluator of Llama-3.1-8B's exact shape (built from
 its config on the GPU, bfloat16, saved once) and a copy of ``emozilla/govreport-test-tokenized`` in its
 format whose texts exceed ``--tokens`` reference tokens (the shipped sample's reports joined;
 ``studies.rehearse_paper.build_dataset``). ``measure`` then runs, each alone in its own process
-(``bench.gpu_child``), on the same texts:
+(``bench.gpu_child``, measured by ``bench.runner``), on the same texts:
 
 - stage 1, ``preset=paper`` (K=4096, d=1024, bfloat16, float32 head), against the official
   ``find_key_token`` (bfloat16, K=4096, d=1024);
@@ -14,12 +14,12 @@ format whose texts exceed ``--tokens`` reference tokens (the shipped sample's re
 
 Per contender: the first text's time, the steady time per text (the median after the first), the
 fixed start-up (the process's wall time less the texts at the steady rate: one text's run minus a
-steady text), where the time before the first text went, and the device's peak memory by NVML
-(``bench.harness.run_measured``). ``bench.gpu_report`` renders ``docs/reports/benchmarks-gpu.md`` from the measurements'
-JSON files (and those of ``bench.gpu_numerics`` and ``bench.gpu_levers``).
+steady text), where the time before the first text went, and the device's peak memory by NVML.
+``bench.gpu_report`` renders ``docs/reports/benchmarks-gpu.md`` from the measurements' JSON files (and
+those of ``bench.numerics`` and ``bench.gpu_levers``).
 
-    python -m bench.gpu_paper build --texts 3 --tokens 32767
-    python -m bench.gpu_paper measure --texts 3 --tokens 32767 --float32 --json gpu-32k.json
+    python -m bench.gpu build --texts 3 --tokens 32767
+    python -m bench.gpu measure --texts 3 --tokens 32767 --float32 --json gpu-32k.json
     python -m bench.gpu_report gpu-32k.json gpu-128k.json numerics.json levers.json
 """
 
@@ -28,26 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
-from bench.gpu_child import command_line
-from bench.harness import ROOT, machine, nvml_reader, run_measured, slug
+from bench import runner, shared
+from bench.gpu_child import WORK, command_line, paths
 from studies import random_models as random_weights
 from studies.random_models import LLAMA3_ROPE, LLAMA31_SHAPES
 
-WORK = Path("/tmp/longppl-bench-gpu")
 SHAPES = LLAMA31_SHAPES
-
-
-def paths(work: Path, tokens: int) -> dict[str, Path]:
-    return {
-        "model": work / "model",
-        "tokenizer": work / "tokenizer",
-        "dataset": work / f"govreport-test-tokenized-{tokens}",
-        "keytokens": work / "keytokens",
-        "events": work / "events",
-    }
 
 
 def build(work: Path, texts: int, tokens: int, shape: str, device: str, tokenizer: Path | None) -> dict:
@@ -56,22 +44,20 @@ def build(work: Path, texts: int, tokens: int, shape: str, device: str, tokenize
 
     from studies.rehearse_paper import build_dataset, embedded_tokenizer
 
-    p = paths(work, tokens)
-    started = time.perf_counter()
-    if not (p["tokenizer"] / "tokenizer_config.json").exists():
-        if tokenizer is None:
-            embedded_tokenizer("smollm2-135m", p["tokenizer"])
-        else:
-            AutoTokenizer.from_pretrained(tokenizer).save_pretrained(p["tokenizer"])
-    reference = AutoTokenizer.from_pretrained(p["tokenizer"])
-    record = {"tokenizer": str(p["tokenizer"])}
-    if not p["dataset"].exists():
-        rows = build_dataset(p["dataset"], reference, texts, repeat=1 + tokens // 65536)
-        record["dataset_lengths"] = [r["tokenized_len"] for r in rows]
-    if not (p["model"] / "config.json").exists():
-        record["parameters"] = save_random_model(p["model"], SHAPES[shape], reference, device)
-    record["seconds"] = round(time.perf_counter() - started, 1)
-    return record
+    p, record = paths(work, tokens), {"tokenizer": shared.relative(work / "tokenizer")}
+    with runner.Clock() as clock:
+        if not (p["tokenizer"] / "tokenizer_config.json").exists():
+            if tokenizer is None:
+                embedded_tokenizer("smollm2-135m", p["tokenizer"])
+            else:
+                AutoTokenizer.from_pretrained(tokenizer).save_pretrained(p["tokenizer"])
+        reference = AutoTokenizer.from_pretrained(p["tokenizer"])
+        if not p["dataset"].exists():
+            rows = build_dataset(p["dataset"], reference, texts, repeat=1 + tokens // 65536)
+            record["dataset_lengths"] = [r["tokenized_len"] for r in rows]
+        if not (p["model"] / "config.json").exists():
+            record["parameters"] = save_random_model(p["model"], SHAPES[shape], reference, device)
+    return record | {"seconds": round(clock.seconds, 1)}
 
 
 def save_random_model(out: Path, shape: dict, tokenizer, device: str) -> int:
@@ -119,7 +105,7 @@ def contenders(
             ("TF32 on", ["--tf32"]),
             ("TF32 on, math attention", ["--tf32", "--sdpa-math"]),
         ):
-            tag = f"paper{tokens}x1-float32-{slug(label)}"
+            tag = f"paper{tokens}x1-float32-{shared.slug(label)}"
             child = ["stage1", *stage1, "dtype=float32", "corpus.limit=1", f"name={tag}"]
             runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags]})
         child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name=paper{tokens}x1-float16"]
@@ -127,40 +113,70 @@ def contenders(
     return runs
 
 
+def command(
+    name: str, tokens: int, work: str, texts: int, device: str, overrides: list, float32: bool
+) -> list:
+    """The command of contender ``name`` (``bench.gpu_child``), its phase records to ``events_file``."""
+    (run,) = [
+        r for r in contenders(Path(work), texts, tokens, device, overrides, float32) if r["name"] == name
+    ]
+    return command_line(run["child"][0], events_file(Path(work), name, tokens), run["child"][1:])
+
+
+def events_file(work: Path, name: str, tokens: int) -> Path:
+    return paths(work, tokens)["events"] / f"{shared.slug(name)}-{tokens}.jsonl"
+
+
+CASE = runner.Case(
+    "gpu",
+    contenders=tuple(r["name"] for r in contenders(WORK, 3, 32767, "cuda", [], float32=True)),
+    sizes=(32767, 131071),
+    command=command,
+    device_memory=True,
+)
+
+
 def measure(args: argparse.Namespace) -> dict:
     """Every contender alone, one after another, within ``--budget`` seconds in all."""
     p = paths(args.work, args.tokens)
     p["events"].mkdir(parents=True, exist_ok=True)
-    deadline = time.perf_counter() + args.budget
-    nvml = nvml_reader()
-    results = []
     runs = contenders(args.work, args.texts, args.tokens, args.device, args.overrides, args.float32)
-    for run in [r for r in runs if not args.only or r["name"].split(" (")[0] in args.only]:
-        left = deadline - time.perf_counter()
-        if left < 20:
-            results.append({**run, "skipped": f"out of time ({args.budget:.0f} s budget)"})
-            continue
-        events = p["events"] / f"{slug(run['name'])}-{args.tokens}.jsonl"
-        cmd = command_line(run["child"][0], events, run["child"][1:])
-        log = p["events"] / f"{slug(run['name'])}-{args.tokens}.log"
-        record = run_measured(cmd, log, cwd=ROOT, timeout=left, nvml=nvml)
-        record |= summarise(read_events(events))
-        if record["returncode"]:
-            record["error"] = log.read_text()[-1500:]
-        results.append({**run, **record, "command": " ".join(cmd[1:])})
-        print(
-            json.dumps({k: v for k, v in results[-1].items() if k not in ("child", "command", "error")}),
-            flush=True,
-        )
-        if record["returncode"]:
+    runs = [r for r in runs if not args.only or r["name"].split(" (")[0] in args.only]
+    options = {"work": str(args.work), "texts": args.texts, "device": args.device}
+    options |= {"overrides": args.overrides, "float32": args.float32}
+    rows = runner.run(CASE, contenders=[r["name"] for r in runs], sizes=[args.tokens], options=options,
+                      budget=args.budget, logs=p["events"])  # fmt: skip
+    results = []
+    for run, row in zip(runs, rows, strict=True):
+        record = {k: run[k] for k in ("name", "against") if k in run} | contender_record(row)
+        if "skipped" not in row:
+            record |= summarise(read_events(events_file(args.work, run["name"], args.tokens)))
+        results.append(record)
+        print(json.dumps({k: v for k, v in record.items() if k != "error"}), flush=True)
+        if "error" in record:
             print(record["error"], flush=True)
-    return {
-        "bench": "gpu_paper",
-        "tokens": args.tokens,
-        "texts": args.texts,
-        "machine": machine(),
-        "runs": results,
+    return {"bench": "gpu_paper", "tokens": args.tokens, "texts": args.texts, "machine": runner.machine(),
+            "runs": results}  # fmt: skip
+
+
+def contender_record(row: dict) -> dict:
+    """The runner's row as the report reads it: wall time, device peak above the start (NVML) or the
+    process tree's peak, exit status and the end of the log of a failed run."""
+    if "skipped" in row:
+        return {"skipped": row["skipped"]}
+    process, nvml = row["process"], row["process"]["memory"].startswith("nvml")
+    record = {
+        "returncode": process["returncode"],
+        "wall_s": round(process["seconds"], 3),
+        "peak_gib": round((process["above_start_bytes"] if nvml else process["peak_bytes"]) / shared.GIB, 3),
+        "base_gib": round(process["start_bytes"] / shared.GIB, 3) if nvml else 0.0,
+        "memory_measure": "nvml (device memory in use, CUDA context included)"
+        if nvml
+        else "process tree RSS",
     }
+    if "failed" in row:
+        record["error"] = row["failed"]
+    return record
 
 
 def read_events(path: Path) -> list[dict]:

@@ -5,7 +5,7 @@ digit. The ladder's results line and picture go to ``--out`` (docs/reports/ladde
 ``--report``.
 
     make bench-ladder                                   # SmolLM2-135M (docs/reports/cost.md)
-    make bench-ladder ARGS="--model gemma3-270m --report ladder-cost-gemma.md"
+    make bench-ladder ARGS="--model gemma3-270m --report artifacts/ladder-cost-gemma.md"
 
 ``--key-only`` runs no model: it counts, from the tokenization alone, what a rung that computed only
 the key tokens' log-probs could skip and still equal `make score` on them (whole window batches, as the
@@ -23,18 +23,23 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import ROOT, arguments, default_artifact, stamp, timed_command
+from bench import runner, shared
 from bench.report import publish
 from pipeline.models.logprobs import _batches, short_windows
 
 
-def command(module: str, model: str, artifact: Path, *overrides: str) -> tuple[float, str]:
-    """Run one command as `make` does; its wall time and output."""
-    group = ["model=" + model] if (ROOT / "conf" / "model" / f"{model}.yaml").is_file() else ["model=local",
-             f"model.spec={model}"]  # fmt: skip
-    cmd = [sys.executable, "-m", module, *group, f"artifact={artifact}", "progress=false", *overrides]
-    seconds, _, printed = timed_command(cmd, env={"HF_HUB_OFFLINE": "1"})
-    return seconds, printed
+def command(name: str, size: None, model: str, artifact: str, results: dict, out: str) -> list[str]:
+    """`make score` or `make ladder` with ``model`` on ``artifact`` as `make` runs it, its results line
+    to ``results[name]`` (the ladder's picture to ``out``)."""
+    known = (shared.ROOT / "conf" / "model" / f"{model}.yaml").is_file()
+    group = [f"model={model}"] if known else ["model=local", f"model.spec={model}"]
+    module = {"make score": "pipeline.commands.score", "make ladder": "pipeline.commands.ladder"}[name]
+    plots = [f"plot_dir={out}"] if name == "make ladder" else []
+    common = [f"artifact={artifact}", f"results={results[name]}", "progress=false"]
+    return [sys.executable, "-m", module, *group, *common, *plots]
+
+
+CASE = runner.Case("ladder", contenders=("make score", "make ladder"), command=command)
 
 
 def passes(sequence: int, limit: int | None) -> tuple[int, int]:
@@ -65,8 +70,8 @@ def report(args: Any, score_s: float, ladder_s: float, scored: dict, ladder: dic
     model_s = sum(r["seconds"] for r in ladder["rungs"])
     return "\n".join([
         f"# The context ladder against one `make score` ({args.model})\n",
-        f"`make bench-ladder{'' if args.model == 'smollm2-135m' else ' ARGS=...'}` (`bench/ladder_cost.py`), one run "
-        f"each, on {stamp()}; load average {loads[0]:.1f} before and {loads[1]:.1f} after (a shared machine: "
+        f"`make bench-ladder{'' if args.model == 'smollm2-135m' else ' ARGS=...'}` (`bench/ladder.py`), one run "
+        f"each, on {runner.stamp()}; load average {loads[0]:.1f} before and {loads[1]:.1f} after (a shared machine: "
         "wall times are contended).\n",
         f"Artifact `{ladder['artifact']['name']}` ({n_docs} documents, {full_tokens} tokens with the BOS).\n",
         "| command | wall time (s) | relative |", "| --- | ---: | ---: |",
@@ -115,15 +120,16 @@ def key_only(model: str, artifact_path: Path, rungs: list[int]) -> str:
             batches, holding = batches + len(groups), holding + sum(hit)
             total += w + sum(sizes)
             kept += w * bool((keys < w).any()) + sum(s for s, h in zip(sizes, hit, strict=True) if h)
-        lines.append(f"| {w} | {windows} | {batches} | {holding} | {kept / total:.0%} |")
+        share = f"{kept / total:.0%}" if total else "n/a (no document is longer)"
+        lines.append(f"| {w} | {windows} | {batches} | {holding} | {share} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = arguments(__doc__)
+    parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--artifact", type=Path, default=default_artifact())
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reports" / "ladder")
+    parser.add_argument("--artifact", type=Path, default=shared.default_artifact())
+    parser.add_argument("--out", type=Path, default=Path("docs/reports/ladder"))
     parser.add_argument("--report", type=Path, help="a page of its own (default: docs/reports/cost.md)")
     parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")
     args = parser.parse_args()
@@ -132,15 +138,17 @@ def main() -> None:
         return
     before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        score_s, _ = command(
-            "pipeline.commands.score", args.model, args.artifact, f"results={tmp}/scores.jsonl"
-        )
-        scored = json.loads(Path(tmp, "scores.jsonl").read_text().splitlines()[-1])
-    results = args.out / "ladder.jsonl"
-    ladder_s, printed = command("pipeline.commands.ladder", args.model, args.artifact, f"results={results}",
-                                f"plot_dir={args.out}")  # fmt: skip
-    print(printed)
-    ladder = json.loads(results.read_text().splitlines()[-1])
+        results = {"make score": f"{tmp}/scores.jsonl", "make ladder": str(args.out / "ladder.jsonl")}
+        options = {
+            "model": args.model,
+            "artifact": str(args.artifact),
+            "results": results,
+            "out": str(args.out),
+        }
+        rows = runner.run(CASE, options=options, strict=True)
+        scored = json.loads(Path(results["make score"]).read_text().splitlines()[-1])
+    ladder = json.loads(Path(results["make ladder"]).read_text().splitlines()[-1])
+    score_s, ladder_s = (r["work"]["seconds"] for r in rows)
     text = report(args, score_s, ladder_s, scored, ladder, (before, os.getloadavg()[0]))
     publish(text, "cost.md", "ladder", args.report)
     print(text)

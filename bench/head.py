@@ -9,14 +9,14 @@ On a CPU the float32-output GEMM does not exist (torch 2.13 raises NotImplemente
 fallback and the bfloat16 head are measured there.
 
     make bench-head                                             # 256 positions on the CPU
-    .venv/bin/python -m bench.head_float32 --device cuda --positions 2048
+    make bench-head ARGS="--device cuda --positions 2048"
 
 Writes its section of docs/reports/benchmarks.md.
 """
 
 from __future__ import annotations
 
-from bench.harness import arguments, stamp, timed
+from bench import runner, shared
 from bench.report import publish
 
 PATHS = ("bfloat16 head", "float32 head, upcast operands", "float32 head, float32-output GEMM")
@@ -48,65 +48,64 @@ def scorer(weight, path: str):
     return out
 
 
-def measure(path: str, weight, hidden, targets, repeats: int) -> dict:
-    import torch
-
-    s = scorer(weight, path)
-    if path == PATHS[2] and not s.uses_float32_output(hidden):
-        return {"path": path, "unsupported": f"no float32-output GEMM on {weight.device.type}"}
-    cuda = weight.device.type == "cuda"
-    s.score_hidden(hidden, targets)  # warm-up: kernels, allocator, cuBLAS workspace
-    sync = torch.cuda.synchronize if cuda else None
-    seconds, _ = timed(
-        lambda: s.score_hidden(hidden, targets), repeats, sync
-    )  # its result on the host: synced
-    flop = 2 * hidden.shape[0] * weight.shape[1] * weight.shape[0]
-    return {"path": path, "seconds": seconds, "tflops": flop / seconds / 1e12}
-
-
-def run(device: str, positions: int, hidden_size: int, vocab: int, repeats: int) -> list[dict]:
+def setup(path: str, positions: int, device: str, hidden: int, vocab: int) -> runner.Work:
+    """The head's scoring of ``positions`` random hidden states, on seeded weights, after a warm-up."""
     import torch
 
     torch.manual_seed(0)
-    weight = (torch.randn(vocab, hidden_size, device=device) * 0.02).to(torch.bfloat16)
-    hidden = torch.randn(positions, hidden_size, device=device).to(torch.bfloat16)
+    weight = (torch.randn(vocab, hidden, device=device) * 0.02).to(torch.bfloat16)
+    states = torch.randn(positions, hidden, device=device).to(torch.bfloat16)
     targets = torch.randint(0, vocab, (positions,), device=device)
-    rows = [measure(path, weight, hidden, targets, repeats) for path in PATHS]
-    reference = next(r for r in rows if r["path"] == PATHS[1])
-    for r in rows:
-        if "seconds" in r:
-            r["vs_upcast"] = r["seconds"] / reference["seconds"]
-    return rows
+    s = scorer(weight, path)
+    if path == PATHS[2] and not s.uses_float32_output(states):
+        raise runner.Skip(f"no float32-output GEMM on {device}")
+    s.score_hidden(states, targets)  # warm-up: kernels, allocator, cuBLAS workspace
+
+    def work() -> dict:
+        s.score_hidden(states, targets)  # its result on the host: synchronised
+        return {"flop": 2 * positions * hidden * vocab}
+
+    return work
+
+
+CASE = runner.Case("head", contenders=PATHS, sizes=(256,), setup=setup)
 
 
 def report(rows: list[dict]) -> str:
     lines = ["| path | seconds | TFLOP/s | time / upcast |", "|---|---:|---:|---:|"]
+    upcast = next(r["work"]["seconds"] for r in rows if r["contender"] == PATHS[1])
     for r in rows:
-        if "unsupported" in r:
-            lines.append(f"| {r['path']} | {r['unsupported']} | | |")
-        else:
-            lines.append(f"| {r['path']} | {r['seconds']:.3f} | {r['tflops']:.2f} | {r['vs_upcast']:.2f} |")
+        if "work" not in r:
+            lines.append(f"| {r['contender']} | {r.get('skipped') or r.get('failed')} | | |")
+            continue
+        seconds = r["work"]["seconds"]
+        tflops = r["flop"] / seconds / 1e12
+        lines.append(f"| {r['contender']} | {seconds:.3f} | {tflops:.2f} | {seconds / upcast:.2f} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = arguments(__doc__)
+    if runner.child(CASE):
+        return
+    parser = shared.arguments(__doc__)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--positions", type=int, default=256)
+    parser.add_argument("--positions", type=int, default=CASE.sizes[0])
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
     args = parser.parse_args()
-    rows = run(args.device, args.positions, args.hidden, args.vocab, args.repeats)
+    options = {"device": args.device, "hidden": args.hidden, "vocab": args.vocab}
+    rows = runner.run(CASE, sizes=[args.positions], options=options, repeats=args.repeats, strict=True)
     text = (
         "# The float32 output head of a bfloat16 model\n\n"
-        "Regenerate: `make bench-head` (bench/head_float32.py). "
+        "Regenerate: `make bench-head` (bench/head.py). "
         f"{args.positions} positions through a head of hidden size {args.hidden} and {args.vocab} "
         "vocabulary entries (Llama-3.1-8B's), bfloat16 weights and hidden states, "
         "`TargetScorer.score_hidden` with the default tiles, median of "
-        f"{args.repeats} calls after a warm-up. Machine: {stamp()}; device {args.device}. "
-        "Times are from a machine shared with other jobs: compare them within the table only.\n\n"
+        f"{args.repeats} calls after a warm-up, each path in its own process. Machine: {runner.stamp()}; "
+        f"device {args.device}. Times are from a machine shared with other jobs: compare them within the "
+        "table only.\n\n"
         + report(rows)
         + "\n\nThe float32-output GEMM (`torch.mm(..., out_dtype=torch.float32)`) exists on CUDA "
         "devices of compute capability 8.0 and up only; elsewhere the pipeline runs the upcast path.\n"

@@ -12,7 +12,7 @@ length) runs in its own process. Reported: the bytes of the mask the layer recei
 above the loaded model (CPU: resident set, sampled every 10 ms; CUDA: max_memory_allocated) and time.
 
     make bench-attention                                  # 8k and 16k tokens on the CPU
-    .venv/bin/python -m bench.attention_memory --tokens 8192 16384 32768 --device cuda
+    make bench-attention ARGS="--tokens 8192 16384 32768 --device cuda"
     make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"   # -> its own section
 
 Writes its section of docs/reports/memory.md.
@@ -20,13 +20,8 @@ Writes its section of docs/reports/memory.md.
 
 from __future__ import annotations
 
-import gc
-import time
-
-from bench.harness import PeakMemory, arguments, child, run, stamp
+from bench import runner, shared
 from bench.report import publish
-
-IMPLEMENTATIONS = ("sdpa", "dense_blocked", "blocked_sdpa")
 
 
 def register(mask_sizes: list[int]) -> None:
@@ -56,8 +51,8 @@ def register(mask_sizes: list[int]) -> None:
         AttentionMaskInterface.register(f"bench_{name}", recorded(mask))
 
 
-def measure(implementation: str, tokens: int, device: str, math: bool = False) -> dict:
-    """One (implementation, length), in its own process: one forward pass of the one-layer model."""
+def setup(implementation: str, tokens: int, device: str, math: bool = False) -> runner.Work:
+    """One forward pass of the one-layer model, built and warmed up."""
     import contextlib
 
     import torch
@@ -69,36 +64,28 @@ def measure(implementation: str, tokens: int, device: str, math: bool = False) -
     mask_sizes: list[int] = []
     register(mask_sizes)
     config = random_config(
-        "mistral",
-        vocab_size=1000,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2 if math else 4,
-        head_dim=64,
-        max_position_embeddings=max(tokens, 1024),
-        sliding_window=None if math else 512,
-    )
+        "mistral", vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2 if math else 4, head_dim=64,
+        max_position_embeddings=max(tokens, 1024), sliding_window=None if math else 512,
+    )  # fmt: skip
     model = random_model(config, attn=f"bench_{implementation}").to(device)
     ids = torch.randint(0, 1000, (1, tokens), device=device)
     with torch.inference_mode():
         model.model(input_ids=ids[:, :64], use_cache=False)  # warm-up: kernels and allocator
-    gc.collect()
-    mask_sizes.clear()
-    backend = sdpa_kernel([SDPBackend.MATH]) if math else contextlib.nullcontext()
-    start = time.perf_counter()
-    with backend, PeakMemory(cuda=device == "cuda") as peak, torch.inference_mode():
-        model.model(input_ids=ids, use_cache=False)
-    above = peak.peak - peak.start
-    return {
-        "implementation": implementation,
-        "tokens": tokens,
-        "device": device,
-        "mask_mb": max(mask_sizes, default=0) / 2**20,
-        "peak_above_model_mb": above / 2**20,
-        "seconds": time.perf_counter() - start,
-    }
+
+    def work() -> dict:
+        mask_sizes.clear()
+        backend = sdpa_kernel([SDPBackend.MATH]) if math else contextlib.nullcontext()
+        with backend, torch.inference_mode():
+            model.model(input_ids=ids, use_cache=False)
+        return {"mask_mb": max(mask_sizes, default=0) / 2**20}
+
+    return work
+
+
+CASE = runner.Case(
+    "attention", contenders=("sdpa", "dense_blocked", "blocked_sdpa"), sizes=(8192, 16384), setup=setup
+)
 
 
 def report(rows: list[dict]) -> str:
@@ -108,11 +95,12 @@ def report(rows: list[dict]) -> str:
     ]
     for r in rows:
         if "failed" in r:
-            lines.append(f"| {r['implementation']} | {r['tokens']} | failed: {r['failed']} | | |")
+            lines.append(f"| {r['contender']} | {r['size']} | failed: {r['failed']} | | |")
             continue
+        w = r["work"]
         lines.append(
-            f"| {r['implementation']} | {r['tokens']} | {r['mask_mb']:.1f} | {r['peak_above_model_mb']:.1f} "
-            f"| {r['seconds']:.2f} |"
+            f"| {r['contender']} | {r['size']} | {r['mask_mb']:.1f} | {w['above_start_bytes'] / 2**20:.1f} "
+            f"| {w['seconds']:.2f} |"
         )
     return "\n".join(lines)
 
@@ -120,7 +108,7 @@ def report(rows: list[dict]) -> str:
 MATH_PAGE = (
     "# Peak memory of plain causal attention on sdpa's math backend\n\n"
     'Regenerate: `make bench-attention ARGS="--math --implementations sdpa blocked_sdpa"` '
-    "(bench/attention_memory.py). A one-layer model of Llama's shape, tiny (plain causal attention, hidden "
+    "(bench/attention.py). A one-layer model of Llama's shape, tiny (plain causal attention, hidden "
     "256, 4 query heads of 64 over 2 key/value heads, float32, random weights), forced onto sdpa's math "
     "backend (`torch.nn.attention.sdpa_kernel`): the path a float32 run takes on CUDA, where flash has no "
     "float32 kernel. transformers' sdpa builds the (heads, n, n) scores; blocked_sdpa runs the layer in "
@@ -136,7 +124,7 @@ def document(rows: list[dict], machine: str, math: bool = False) -> str:
         return MATH_PAGE + f"Machine: {machine}.\n\n" + report(rows) + "\n"
     return (
         "# Peak memory of sliding-window attention\n\n"
-        "Regenerate: `make bench-attention` (bench/attention_memory.py). A one-layer Mistral-style model "
+        "Regenerate: `make bench-attention` (bench/attention.py). A one-layer Mistral-style model "
         "(every layer a sliding window of 512 tokens, hidden 256, 4 heads of 64, float32, random weights), "
         "one forward pass per process. Layer mask: the mask the attention layer receives (transformers' "
         "sdpa: a dense (1, 1, n, n) boolean; blocked_sdpa: a description, 0 bytes). Peak: above the loaded "
@@ -148,25 +136,22 @@ def document(rows: list[dict], machine: str, math: bool = False) -> str:
 
 
 def main() -> None:
-    if child(measure):
+    if runner.child(CASE):
         return
-    parser = arguments(__doc__)
-    parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
+    parser = shared.arguments(__doc__)
+    parser.add_argument("--tokens", type=int, nargs="+", default=list(CASE.sizes))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(
-        "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
+        "--implementations", nargs="+", default=list(CASE.contenders), choices=CASE.contenders
     )
     parser.add_argument("--cap-gb", type=float, default=12.0)
     parser.add_argument("--math", action="store_true", help="plain causal layer on the math backend")
     parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
     args = parser.parse_args()
-    contenders = [
-        {"implementation": implementation, "tokens": tokens, "device": args.device, "math": args.math}
-        for tokens in args.tokens
-        for implementation in args.implementations
-    ]
-    rows = run("bench.attention_memory", contenders, cap_gb=args.cap_gb, timeout=900, strict=False)
-    text = document(rows, stamp(), args.math)
+    options = {"device": args.device, "math": args.math}
+    rows = runner.run(CASE, contenders=args.implementations, sizes=args.tokens, options=options,
+                      cap_gb=args.cap_gb, timeout=900)  # fmt: skip
+    text = document(rows, runner.stamp(), args.math)
     publish(text, "memory.md", "attention-math" if args.math else "attention", args.output)
     print(text)
 
