@@ -45,9 +45,10 @@ MAX_GAP = 20  # characters: how much two successive blocks' gaps may differ with
 ELLIPSIS = re.compile(r"\.{3,}|…")
 SENTENCE = re.compile(  # where the sentences rule splits an evidence string
     r"\.{3,}|…"  # an ellipsis
-    r"|(?<=[.!?])(?:\[[0-9a-z]{1,4}\]|[\"')\]])*\s+(?=[A-Z0-9\"'(\[])"  # an end, markers, a space, a capital
-    r"|(?<=[a-z][.!?])(?=[A-Z][a-z])"  # a full stop glued to the next sentence ("city.Even so")
-)
+    r"|(?<!\bSt\.)(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bJr\.)(?<=[.!?])"  # an end (not "St."), then
+    r"(?:\[[0-9a-z]{1,4}\]|[\"')\]])*\s+(?=[A-Z0-9\"'(\[])"  # markers, a space and a capital
+    r"|(?<=[a-z][.!])(?=[A-Z][a-z])"  # a full stop glued to the next sentence ("city.Even so"; not "?",
+)  # LooGLE's evidence writes a non-ASCII character as "?": "the?Zona Franca")
 TOKENS = re.compile(
     r"(?P<mark>\[(?:\d{1,4}|[a-z]{1,2})\])|(?P<space>[\s\u200b-\u200d\u2060\ufeff])"
     r"|(?P<odd>[?\x80-\U0010ffff])|.",
