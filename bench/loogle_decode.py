@@ -217,12 +217,16 @@ def cost(cut: dict[str, float], questions: int) -> dict[str, float]:
     bound: most of LooGLE's documents fill the prompt). One at a time (LooGLE's loop): a whole prefill
     and the steps per question. Together: per document the shared half once, each question's own half
     (``own``: from the two prefills measured), and per batch of at most ``questions`` the steps at the
-    measured batch's cost (a smaller batch is charged as a full one)."""
+    measured batch's cost (a smaller batch is charged as a full one); documents of one question (the
+    summaries) in batches of their own, each prompt whole."""
     own = (cut["together_prefill_s"] - cut["alone_prefill_s"]) / (questions - 1)
     half = cut["alone_prefill_s"] - own
     alone = together = 0.0
     for n, new, per_doc in BENCHMARK.values():
         alone += n * (cut["alone_prefill_s"] + (new - 1) * cut["alone_step_s"])
+        if per_doc == 1:
+            together += n * cut["alone_prefill_s"] + -(-n // questions) * (new - 1) * cut["together_step_s"]
+            continue
         documents, batches = n / per_doc, -(-per_doc // questions)
         together += documents * (half + per_doc * own + batches * (new - 1) * cut["together_step_s"])
     return {"one_at_a_time_h": round(alone / 3600, 2), "together_h": round(together / 3600, 2),

@@ -89,3 +89,28 @@ def test_the_embedded_models_give_the_same_answers(spec):
             reference, margins = generate_ids(lm.model, lm.tokenizer, cut, 40, margins=True)
             flip = first_flip(reference, margins, answer.ids)
             assert flip is None or flip[1] < FLIP_MARGIN, flip
+
+
+def test_documents_of_one_question_are_decoded_together(monkeypatch):
+    """A document's questions share a batch; documents of one question (summaries) share one too."""
+    from types import SimpleNamespace
+
+    from pipeline.loogle.data.questions import Question
+    from pipeline.loogle.generation import answering
+
+    asked = [Question("longdep_summarization", doc, 0, "text", "", "a") for doc in ("a", "b")]
+    asked += [Question("longdep_qa", "c", i, "text", "q", "a") for i in range(2)]
+    groups: list[list[int]] = []
+
+    def decode(model, tokenizer, cuts, new, batch, done):
+        groups.append([cut.prompt_tokens for cut in cuts])
+        for i in range(len(cuts)):
+            done(i, batched.Answer([], "", 0, 0.0))
+
+    monkeypatch.setattr(answering, "decode_document", decode)
+    cuts = {q.qid: Cut([0, n], n, 0) for n, q in enumerate(asked)}
+    found: list[str] = []
+    answering.answer(
+        SimpleNamespace(model=None, tokenizer=None), asked, cuts, 5, 8, lambda q, _: found.append(q.qid)
+    )
+    assert groups == [[2, 3], [0, 1]] and sorted(found) == sorted(q.qid for q in asked)

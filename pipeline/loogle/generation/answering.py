@@ -104,11 +104,14 @@ def answer(
     done: Callable[[Question, Answer], None],
 ) -> None:  # fmt: skip
     """Every question answered, each document's questions together (in batches of ``batch_size``, their
-    shared prompt tokens computed once); ``done(question, answer)`` as each finishes."""
+    shared prompt tokens computed once); documents of one question (a summary) together, sharing
+    their instruction; ``done(question, answer)`` as each finishes."""
     documents: dict[str, list[Question]] = {}
     for question in questions:
         documents.setdefault(question.doc_id, []).append(question)
-    for group in documents.values():
+    alone = [group[0] for group in documents.values() if len(group) == 1]
+    groups = [group for group in documents.values() if len(group) > 1] + ([alone] if alone else [])
+    for group in groups:
         decode_document(lm.model, lm.tokenizer, [cuts[q.qid] for q in group], max_new_tokens,
                         batch_size, lambda i, found, group=group: done(group[i], found))  # fmt: skip
 
