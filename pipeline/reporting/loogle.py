@@ -88,8 +88,13 @@ def metrics_summary(result: dict[str, Any]) -> str:
 
 
 def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:
-    """`make loogle`'s summary: each task's metrics, its predictions file and where its line went."""
+    """`make loogle`'s summary: each task's metrics, its predictions file, where its line went, and its
+    wall and CPU seconds (CPU: this process's, the steadier on a shared machine)."""
     out = []
     for result in results.values():
         out += [*result_lines(result), f"predictions   {result['predictions']}", f"appended to   {path}"]
+        if result.get("cpu_seconds") is not None:
+            n, wall, cpu = result["n_questions"], result["wall_seconds"], result["cpu_seconds"]
+            each = f"{wall / n:.1f} s and {cpu / n:.1f} s a question"
+            out.append(f"time          wall {wall:.0f} s, CPU {cpu:.0f} s ({each})")
     return "\n".join(out)

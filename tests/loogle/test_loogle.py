@@ -102,10 +102,13 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
     from pipeline.commands.loogle import run as loogle
 
     result = loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
+    summary = loogle_board.run_summary(result, tmp_path / "results" / "loogle.jsonl")
+    assert re.search(r"time +wall \d+ s, CPU \d+ s \([\d.]+ s and [\d.]+ s a question\)", summary)
     (path,) = tmp_path.glob("*.jsonl")
     (line,) = loogle_results.read_rows(tmp_path / "results" / "loogle.jsonl")
     assert (line["task"], line["n_questions"], line["settings"]["limit"]) == ("shortdep_qa", 3, 3)
     assert line["metrics"] == result["shortdep_qa"]["metrics"] and line["model"]["weights_sha256"]
+    assert line["cpu_seconds"] > 0 and line["batch_size"] == 8 and line["measured_by"] == "make loogle"
     board = loogle_board.files(tmp_path / "results" / "loogle.jsonl")["loogle.md"].decode()
     # make leaderboard: the LooGLE table beside LongPPL's, from loogle.jsonl beside the scores file
     scores = write_lines(tmp_path / "results" / "scores.jsonl", base_rows())
