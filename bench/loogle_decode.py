@@ -20,6 +20,7 @@ the whole benchmark's hours recomputed from them (``cost``).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +277,7 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    load = os.getloadavg()  # the machine's load (1, 5 and 15 minutes) before and after: a shared machine's
     if args.sample:
         options = {"part": "sample", "tasks": args.tasks, "limit": args.limit, "batch_size": args.batch_size}
         rows = runner.run(CASE, contenders=WAYS, sizes=args.models, options=options, strict=True)
@@ -292,7 +294,7 @@ def main() -> None:
             "prompt_tokens": prompt,
             "new_tokens": new,
         }
-    out |= {"machine": runner.machine(), "stamp": runner.stamp()}
+    out |= {"machine": runner.machine(), "stamp": runner.stamp(), "load": [load, os.getloadavg()]}
     print(json.dumps(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
