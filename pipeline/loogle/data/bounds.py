@@ -56,14 +56,12 @@ def open_regular(path: Path, what: str, max_bytes: int) -> int:
     return fd
 
 
-def check_size(path: Path, what: str, max_bytes: int = MAX_DATA_BYTES) -> None:
-    """``path`` is a regular file within ``max_bytes`` (a Parquet file, before it is read)."""
-    os.close(open_regular(path, what, max_bytes))
+def check_size(path: Path, what: str) -> None:
+    """``path`` is a regular data file within ``MAX_DATA_BYTES`` (a Parquet file, before it is read)."""
+    os.close(open_regular(path, what, MAX_DATA_BYTES))
 
 
-def json_lines(
-    path: Path, what: str, max_bytes: int = MAX_DATA_BYTES, max_line: int = MAX_DATA_BYTES
-) -> Iterator[tuple[int, Any]]:
+def json_lines(path: Path, what: str, max_bytes: int, max_line: int) -> Iterator[tuple[int, Any]]:
     """Each non-blank line of a JSONL file with its 1-based number, parsed; one line naming the file and
     the line for bytes that are not UTF-8, a line that is not JSON or over ``max_line`` bytes."""
     with os.fdopen(open_regular(path, what, max_bytes), "rb") as stream:
@@ -97,7 +95,7 @@ def parsed(data: bytes, path: Path, number: int) -> Any:
 def jsonl_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a LooGLE data file (JSONL), each an object; at most ``MAX_ROWS``."""
     rows = []
-    for number, row in json_lines(path, "data file"):
+    for number, row in json_lines(path, "data file", MAX_DATA_BYTES, MAX_DATA_BYTES):
         if not isinstance(row, dict):
             raise PipelineError(f"{path}, line {number}: a row must be a JSON object, not {kind(row)}")
         rows.append(row)

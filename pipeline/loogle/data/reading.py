@@ -54,7 +54,7 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
         for b in (folder, folder / "data")
         for ext in (".jsonl", ".parquet", "")
     ]
-    path = next((p for p in candidates if p.is_file() or sorted(p.rglob("*.parquet"))), None)
+    path = next((p for p in candidates if found(p)), None)
     if path is None and source.data == "sample":
         raise PipelineError(
             f"the embedded LooGLE sample has no {task}: its texts' licenses do not allow shipping them "
@@ -65,6 +65,16 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
             f"{folder} has no {task}.jsonl, {task}.parquet or {task}/ with Parquet files (nor its data/)"
         )
     return questions_from_rows(task, file_rows(path), str(path))
+
+
+def found(path: Path) -> bool:
+    """Whether a data file is at ``path``: anything but a folder (a FIFO or a device too, which the
+    reader then refuses), or a folder of Parquet parts."""
+    return (
+        path.is_dir() and any(path.rglob("*.parquet"))
+        if path.is_dir()
+        else path.exists() or path.is_symlink()
+    )
 
 
 def file_rows(path: Path) -> list[Any]:
