@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline import __version__
 from pipeline.errors import PipelineError
@@ -27,6 +27,7 @@ from pipeline.results.forgetting import Finite, Length, newest_per
 from pipeline.results.keys import model_key
 
 SCHEMA = "loogle/1"
+OUTPUT_DATA = "LooGLE Output/"  # the data of a file of LooGLE's Output/ format (`make loogle-metrics`)
 RUN_HINT = "run `make loogle MODEL=...` first"
 TASK = Literal["shortdep_qa", "longdep_qa", "shortdep_cloze", "longdep_summarization"]
 
@@ -57,7 +58,7 @@ class RunRecord(_Part):
     data: str | None = None
     fingerprint: str | None = None
     model: str | None = None
-    max_length: Annotated[Length, Field(ge=1)] | None = None
+    max_length: Annotated[Length, Field(ge=1)] | None = None  # a run's; an Output/ file has none
     max_new_tokens: Annotated[Length, Field(ge=1)] | None = None
     limit: Annotated[Length, Field(ge=1)] | None = None
     repetition_penalty: Finite | None = None
@@ -90,6 +91,12 @@ class LooGLELine(_Part):
     cpu_seconds: Annotated[Finite, Field(ge=0)] | None = None
     batch_size: Annotated[int, Field(ge=1)] | None = None
     measured_by: Literal["make loogle", "make loogle-metrics"] | None = None
+
+    @model_validator(mode="after")
+    def _a_run_has_its_budget(self) -> LooGLELine:
+        if self.settings.max_length is None and self.settings.data != OUTPUT_DATA:
+            raise ValueError("`settings.max_length` is missing (only a file of LooGLE's Output/ has none)")
+        return self
 
 
 def loogle_row(

@@ -87,7 +87,7 @@ def file_identity(path: Path, task: str) -> tuple[str, dict[str, Any], dict[str,
     else:
         pairs = official_pairs(rows, task, str(path))
         fingerprint = json_sha256([[p.question, p.answer] for p in pairs])[:12]
-        settings = {"task": task, "data": "LooGLE Output/", "fingerprint": fingerprint}
+        settings = {"task": task, "data": loogle_lines.OUTPUT_DATA, "fingerprint": fingerprint}
         model, name = {"spec": path.stem, "kind": "named in predictions"}, path.stem
     empty = {"task": task, "n_questions": 1, "metrics": {}, "unavailable": {}, "predictions": ""}
     line = loogle_lines.loogle_row(name, model, empty, settings, 0, 0, "make loogle-metrics")
