@@ -63,9 +63,10 @@ def describe_holder(path: Path, wait: float = 2.0) -> str:
 
 
 @contextmanager
-def exclusive(directory: Path, what: str = "run") -> Iterator[None]:
-    """Hold the lock of ``directory`` for the body; if another process holds it, a PipelineError
-    that names the holder, at once (no waiting)."""
+def exclusive(directory: Path, what: str = "run", instead: str = "pass name=<other name>") -> Iterator[None]:
+    """Hold the lock of ``directory`` (an artifact's folder, or any file written whole) for the body; if
+    another process holds it, a PipelineError that names the holder, at once (no waiting); ``instead``
+    says how to write elsewhere."""
     path = lock_path(Path(directory))
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(path, timeout=0, preserve_lock_file=True, on_acquired=_write_holder)
@@ -74,7 +75,7 @@ def exclusive(directory: Path, what: str = "run") -> Iterator[None]:
     except Timeout:
         raise PipelineError(
             f"another {what} is writing {directory}: {describe_holder(path)}; wait for it to finish or stop "
-            "it (a killed run releases the lock by itself), or pass name=<other name>"
+            f"it (a killed run releases the lock by itself), or {instead}"
         ) from None
     except OSError as exc:
         if exc.errno != ENOSYS:
@@ -84,7 +85,7 @@ def exclusive(directory: Path, what: str = "run") -> Iterator[None]:
                 else "make that folder writable"
             )
             raise PipelineError(
-                f"cannot take the lock {path} ({exc.strerror or exc}): {fix}, or pass name=<other name>"
+                f"cannot take the lock {path} ({exc.strerror or exc}): {fix}, or {instead}"
             ) from None
         print(
             f"warning: {path.parent} does not support file locks: {directory} is not locked", file=sys.stderr

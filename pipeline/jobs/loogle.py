@@ -4,6 +4,8 @@ it), LooGLE's metrics and its results line (``loogle.jsonl``, ``pipeline.results
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from typing import Any
 
 import pydantic.dataclasses
 
+from pipeline.artifact.lock import exclusive
 from pipeline.errors import PipelineError
 from pipeline.formats import file_slug
 from pipeline.jobs.recipe import JobResult, ModelInput, Record
@@ -29,7 +32,10 @@ from pipeline.loogle.metrics.evaluation import evaluate
 from pipeline.loogle.metrics.task_scores import bertscore_mode
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer
+from pipeline.provenance import json_sha256
 from pipeline.results import loogle as loogle_lines
+from pipeline.results.keys import model_identity
+from pipeline.results.lines import check_writable, kernel_filesystem, special_file
 from pipeline.results.loogle import loogle_row
 from pipeline.results.score import model_record
 from pipeline.settings import Compute, parse, parse_group
@@ -116,11 +122,15 @@ class LoogleJob:
         return self.options.source.data == "hub" or bertscore_mode(self.options.bertscore) == "true"
 
     def open(self) -> dict[str, list[Question]]:
-        """Each task's questions and generation length, checked before the model loads."""
+        """Each task's questions and generation length, checked before the model loads, and what lies
+        at its predictions files' paths (whatever the model's identity) a file a run can rewrite."""
         check_batch_size(self.options.batch_size)
         questions = selected(self.options.task, self.options.source, self.options.limit)
         for task in questions:
             new_tokens_for(task, self.options.max_new_tokens)
+            pattern = predictions_name(self.model.display_name, "*", task, self.options.source.label, "*")
+            for path in sorted(Path(self.options.predictions_dir).glob(pattern)):
+                check_predictions_path(path)
         return questions
 
     append = staticmethod(loogle_lines.append)
@@ -135,25 +145,71 @@ class LoogleJob:
     ) -> JobResult:
         """Every task's prompts checked before any generation, then each task in turn: its predictions
         (resumed), its metrics, its results line."""
-        plans = {task: self.plan(lm, task, task_questions) for task, task_questions in questions.items()}
-        results = {}
-        for task, (settings, path) in plans.items():
-            clock, model = Clock(), model_record(lm, add_bos=True)
-            predict_task(lm, questions[task], settings, path, self.options.batch_size, self.options.progress,
-                         model)  # fmt: skip
-            result = evaluate(path, task, self.options.source, bertscore_mode(self.options.bertscore))
-            row = loogle_row(settings.model, model, result, settings.record(), clock.wall(), clock.cpu())
-            record({**row, "batch_size": self.options.batch_size})
-            results[task] = {**result, "wall_seconds": row["wall_seconds"], "cpu_seconds": row["cpu_seconds"]}
+        model = model_record(lm, add_bos=True)
+        plans = {
+            task: self.plan(lm, task, task_questions, model) for task, task_questions in questions.items()
+        }
+        with contextlib.ExitStack() as locks:
+            for _, path in plans.values():
+                locks.enter_context(exclusive(path, "LooGLE run", "pass predictions_dir=<another folder>"))
+            results = {
+                task: self.run_task(lm, questions[task], *plan, model, record) for task, plan in plans.items()
+            }
         return JobResult(results)
 
-    def plan(self, lm: LoadedModel, task: str, questions: list[Question]) -> tuple[RunSettings, Path]:
-        """The task's run settings and predictions file; every prompt checked to fit its budget."""
+    def run_task(
+        self, lm: LoadedModel, questions: list[Question], settings: RunSettings, path: Path,
+        model: dict[str, Any], record: Record,
+    ) -> dict[str, Any]:  # fmt: skip
+        """One task: its predictions (resumed), its metrics, its results line."""
+        clock, options = Clock(), self.options
+        predict_task(lm, questions, settings, path, options.batch_size, options.progress, model)
+        result = evaluate(path, settings.task, options.source, bertscore_mode(options.bertscore))
+        row = loogle_row(settings.model, model, result, settings.record(), clock.wall(), clock.cpu())
+        record({**row, "batch_size": options.batch_size})
+        return {**result, "wall_seconds": row["wall_seconds"], "cpu_seconds": row["cpu_seconds"]}
+
+    def plan(
+        self, lm: LoadedModel, task: str, questions: list[Question], model: dict[str, Any]
+    ) -> tuple[RunSettings, Path]:
+        """The task's run settings and predictions file (named by the model's identity, checked a file a
+        run can rewrite); every prompt checked to fit its budget."""
         options, name = self.options, self.model.display_name
         new_tokens = new_tokens_for(task, options.max_new_tokens)
         budget = prompt_limit(lm.context_length, options.max_length, new_tokens, task)
         fields = (options.source.label, fingerprint(questions), name, budget, new_tokens)
         settings = RunSettings(task, *fields, options.limit)
         check_prompts(lm.tokenizer, questions, budget)
-        stem = file_slug(f"{name}--{task}--{options.source.label}--L{budget}", task)
-        return settings, Path(options.predictions_dir) / f"{stem}.jsonl"
+        identity = json_sha256(model_identity(model))[:12]
+        folder = Path(options.predictions_dir)
+        path = folder / predictions_name(name, identity, task, options.source.label, str(budget))
+        check_predictions_path(path)
+        older = folder / f"{file_slug(f'{name}--{task}--{options.source.label}--L{budget}', task)}.jsonl"
+        if older.is_file():
+            print(
+                f"note: {older} is named by the model's name alone (an older version): not resumed, as it "
+                f"could hold another model's answers; this run writes {path.name}",
+                file=sys.stderr,
+            )
+        return settings, path
+
+
+def predictions_name(name: str, identity: str, task: str, data: str, budget: str) -> str:
+    """A predictions file's name: the model's name and identity (a hash of what identifies it:
+    ``results.keys.model_identity``), the task, the data and the prompt budget. ``identity`` and
+    ``budget`` may be ``*`` (a glob pattern of every model of that name)."""
+    return f"{file_slug(name, 'model')}-{identity}--{task}--{file_slug(data, 'data')}--L{budget}.jsonl"
+
+
+def check_predictions_path(path: Path) -> None:
+    """What lies at a predictions file's path is nothing or a regular file a run can read and rewrite
+    (not a folder, a FIFO, a device, a link leading nowhere, a file of the kernel's): one line."""
+    why = " is a folder" if path.is_dir() else (f" is {special}" if (special := special_file(path)) else None)
+    if why is None and path.exists() and (kernel := kernel_filesystem(path)):
+        why = f" is {kernel}"
+    if why:
+        raise PipelineError(
+            f"predictions_dir={path.parent}: {path.name}{why}, not a predictions file: remove it, or pass "
+            "predictions_dir=<another folder>"
+        )
+    check_writable(path, "predictions_dir")

@@ -17,15 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline import __version__
+from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per
 from pipeline.results.keys import model_key
 
 SCHEMA = "loogle/1"
+OUTPUT_DATA = "LooGLE Output/"  # the data of a file of LooGLE's Output/ format (`make loogle-metrics`)
 RUN_HINT = "run `make loogle MODEL=...` first"
 TASK = Literal["shortdep_qa", "longdep_qa", "shortdep_cloze", "longdep_summarization"]
 
@@ -48,13 +50,15 @@ class _Part(BaseModel):
 
 class RunRecord(_Part):
     """What a task ran with (``pipeline.loogle.generation.answering.RunSettings.record``): the fields
-    the readers use, of their types (the board shows ``max_length``, the key holds them all)."""
+    the readers use, of their types (the board shows ``max_length``, the key holds them all). A file of
+    LooGLE's ``Output/`` format scored by `make loogle-metrics` records no run: its task, data and
+    fingerprint only."""
 
     task: TASK | None = None
     data: str | None = None
     fingerprint: str | None = None
     model: str | None = None
-    max_length: Annotated[Length, Field(ge=1)]
+    max_length: Annotated[Length, Field(ge=1)] | None = None  # a run's; an Output/ file has none
     max_new_tokens: Annotated[Length, Field(ge=1)] | None = None
     limit: Annotated[Length, Field(ge=1)] | None = None
     repetition_penalty: Finite | None = None
@@ -87,6 +91,12 @@ class LooGLELine(_Part):
     cpu_seconds: Annotated[Finite, Field(ge=0)] | None = None
     batch_size: Annotated[int, Field(ge=1)] | None = None
     measured_by: Literal["make loogle", "make loogle-metrics"] | None = None
+
+    @model_validator(mode="after")
+    def _a_run_has_its_budget(self) -> LooGLELine:
+        if self.settings.max_length is None and self.settings.data != OUTPUT_DATA:
+            raise ValueError("`settings.max_length` is missing (only a file of LooGLE's Output/ has none)")
+        return self
 
 
 def loogle_row(
@@ -126,9 +136,18 @@ def loogle_row(
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate, then append one strict-JSON line."""
-    lines.validate(row, LooGLELine)
+    """Validate, then append one strict-JSON line; a line its reader would refuse (a field a predictions
+    file gave it, of the wrong type) is one line, and nothing is written."""
+    check(row, f"the line for {path}")
     lines.append(path, row)
+
+
+def check(row: dict[str, Any], where: str) -> None:
+    """``row`` is a line ``read_rows`` reads; else one line naming ``where`` and the field."""
+    try:
+        lines.validate(row, LooGLELine)
+    except ValueError as exc:
+        raise PipelineError(f"{where}: {exc}, which its readers refuse: nothing was written") from None
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

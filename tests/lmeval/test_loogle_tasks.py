@@ -9,7 +9,7 @@ lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: make 
 
 from pipeline.errors import PipelineError  # noqa: E402
 from pipeline.lmeval import LongPPLLM, task_manager  # noqa: E402
-from pipeline.loogle.data.questions import jsonl_rows  # noqa: E402
+from pipeline.loogle.data.bounds import jsonl_rows  # noqa: E402
 from pipeline.loogle.data.reading import DataSource, load_questions  # noqa: E402
 from pipeline.loogle.generation.decoding import cut_prompt, generate  # noqa: E402
 from tests.support import compose_config  # noqa: E402

@@ -11,7 +11,8 @@ import pytest
 
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
-from pipeline.loogle.data.questions import SAMPLE_DIR, jsonl_rows, questions_from_rows
+from pipeline.loogle.data.bounds import jsonl_rows
+from pipeline.loogle.data.questions import SAMPLE_DIR, questions_from_rows
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
 from pipeline.loogle.generation import answering as run
 from pipeline.loogle.generation import decoding as generation

@@ -37,7 +37,7 @@ def loogle_line(**edits) -> dict:
         "reorder": reorder_scores(pairs), "predictions": "artifacts/loogle/p.jsonl",
     }  # fmt: skip
     model = {"spec": "tiny", "kind": "local", "weights_sha256": "0" * 64}
-    line = loogle_lines.loogle_row("tiny", model, result, settings.record(), 1.5)
+    line = loogle_lines.loogle_row("tiny", model, result, settings.record(), 1.5, 1.0)
     line.update(edits)
     return line
 

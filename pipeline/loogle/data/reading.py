@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PipelineError
-from pipeline.loogle.data.questions import SAMPLE_DIR, Question, check_task, jsonl_rows, questions_from_rows
+from pipeline.loogle.data.bounds import MAX_ROWS, check_size, jsonl_rows
+from pipeline.loogle.data.questions import SAMPLE_DIR, Question, check_task, questions_from_rows
 
 # The Hub configs a task may have: later revisions name the summaries' config `summarization`.
 CONFIG_NAMES = {"longdep_summarization": ("longdep_summarization", "summarization")}
@@ -53,7 +54,7 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
         for b in (folder, folder / "data")
         for ext in (".jsonl", ".parquet", "")
     ]
-    path = next((p for p in candidates if p.is_file() or sorted(p.rglob("*.parquet"))), None)
+    path = next((p for p in candidates if found(p)), None)
     if path is None and source.data == "sample":
         raise PipelineError(
             f"the embedded LooGLE sample has no {task}: its texts' licenses do not allow shipping them "
@@ -66,13 +67,41 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
     return questions_from_rows(task, file_rows(path), str(path))
 
 
-def file_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL file, a Parquet file, or a folder of Parquet files (a Hub download)."""
+def found(path: Path) -> bool:
+    """Whether a data file is at ``path``: anything but a folder (a FIFO or a device too, which the
+    reader then refuses), or a folder of Parquet parts."""
+    return (
+        path.is_dir() and any(path.rglob("*.parquet"))
+        if path.is_dir()
+        else path.exists() or path.is_symlink()
+    )
+
+
+def file_rows(path: Path) -> list[Any]:
+    """The rows of a JSONL file, a Parquet file, or a folder of Parquet files (a Hub download), each file
+    within ``MAX_DATA_BYTES`` and the rows within ``MAX_ROWS``."""
+    if path.is_dir():
+        rows = [row for part in sorted(path.rglob("*.parquet")) for row in parquet_rows(part)]
+        if len(rows) > MAX_ROWS:
+            raise PipelineError(f"{path}: more than {MAX_ROWS} rows, the limit of one task")
+        return rows
+    return parquet_rows(path) if path.suffix == ".parquet" else jsonl_rows(path)
+
+
+def parquet_rows(path: Path) -> list[Any]:
+    """A Parquet file's rows; a file that is not Parquet (or too large) is one line naming it."""
+    import pyarrow
     import pyarrow.parquet as pq
 
-    if path.is_dir():
-        return [row for part in sorted(path.rglob("*.parquet")) for row in pq.read_table(part).to_pylist()]
-    return pq.read_table(path).to_pylist() if path.suffix == ".parquet" else jsonl_rows(path)
+    check_size(path, "data file")
+    try:
+        table = pq.ParquetFile(path)
+        if table.metadata.num_rows > MAX_ROWS:
+            raise PipelineError(f"{path}: {table.metadata.num_rows} rows, over the limit of {MAX_ROWS}")
+        return table.read().to_pylist()
+    except (pyarrow.ArrowException, OSError) as exc:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PipelineError(f"{path}: not a Parquet file this reads ({detail})") from None
 
 
 def hub_rows(task: str, source: DataSource) -> list[dict[str, Any]]:

@@ -122,7 +122,7 @@ def predict_task(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """A prediction per question in ``path`` (resumed when it holds part of this run), each line with
     the model's record ``model``; its lines."""
-    done = {row["qid"]: row for row in resumed(path, settings.record())}
+    done = {row["qid"]: row for row in resumed(path, settings.record(), [q.qid for q in questions], model)}
     todo = [q for q in questions if q.qid not in done]
     cuts = {q.qid: cut_prompt(lm.tokenizer, q, settings.max_length) for q in todo}
     bar = tqdm(

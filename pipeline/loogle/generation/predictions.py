@@ -14,7 +14,18 @@ from typing import Any
 
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
-from pipeline.loogle.data.questions import jsonl_rows, literal
+from pipeline.loogle.data.bounds import (
+    MAX_LINE_BYTES,
+    MAX_PREDICTION_CHARS,
+    MAX_PREDICTION_WORDS,
+    MAX_PREDICTIONS_BYTES,
+    check_strings,
+    json_lines,
+    kind,
+    text_problem,
+)
+from pipeline.loogle.data.questions import literal
+from pipeline.results.keys import model_key
 
 OURS = {"task", "data", "fingerprint", "qid", "prediction"}
 
@@ -29,13 +40,18 @@ class Scored:
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
+    """A predictions file's lines, each an object (the file within ``MAX_PREDICTIONS_BYTES``, UTF-8)."""
+    if not path.exists() and not path.is_symlink():
         raise PipelineError(f"predictions file {path} does not exist")
-    rows = jsonl_rows(path)
+    rows = []
+    for number, row in json_lines(path, "predictions file", MAX_PREDICTIONS_BYTES, MAX_LINE_BYTES):
+        if not isinstance(row, dict):
+            raise PipelineError(
+                f"predictions file {path}, line {number}: expected a JSON object, not {kind(row)}"
+            )
+        rows.append(row)
     if not rows:
         raise PipelineError(f"predictions file {path} is empty: no prediction to score")
-    if not all(isinstance(row, dict) for row in rows):
-        raise PipelineError(f"predictions file {path}: expected one JSON object per line")
     return rows
 
 
@@ -43,14 +59,46 @@ def is_ours(rows: list[dict[str, Any]]) -> bool:
     return set(rows[0]) >= OURS
 
 
-def check_ours(rows: list[dict[str, Any]], task: str, fingerprint: str, n_questions: int, where: str) -> None:
-    """This project's predictions: all of ``task``, of the questions with ``fingerprint``, one per
-    question."""
+def prediction_problem(value: Any) -> str | None:
+    """Why ``value`` is not a prediction this scores (not text, or beyond ``MAX_PREDICTION_CHARS`` or
+    ``MAX_PREDICTION_WORDS``), or None."""
+    if not isinstance(value, str):
+        return f"is {kind(value)}, not text"
+    if why := text_problem(value, MAX_PREDICTION_CHARS):
+        return why
+    if (words := len(value.split())) > MAX_PREDICTION_WORDS:
+        return f"holds {words} words, over the limit of {MAX_PREDICTION_WORDS}"
+    return None
+
+
+def check_line(row: dict[str, Any], here: str) -> None:
+    """One line of this project's: its fields of their types, its prediction within bounds."""
+    for field in ("task", "fingerprint", "qid"):
+        if not isinstance(row[field], str):
+            raise PipelineError(f"{here}, field {field}: expected a string, not {kind(row[field])}")
+    if why := prediction_problem(row["prediction"]):
+        raise PipelineError(f"{here}, field prediction: {why}")
+    limit = row.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise PipelineError(f"{here}, field limit: {str(limit)[:40]} is not a whole number of questions >= 1")
+
+
+def check_shape(rows: list[dict[str, Any]], where: str) -> None:
+    """Every line is one of this project's, its fields of their types (``check_line``)."""
     for number, row in enumerate(rows, start=1):
         if not set(row) >= OURS:
             raise PipelineError(
                 f"{where}, line {number}: not a LooGLE predictions line (no {OURS - set(row)})"
             )
+        check_line(row, f"{where}, line {number}")
+
+
+def check_ours(rows: list[dict[str, Any]], task: str, fingerprint: str, qids: list[str], where: str) -> None:
+    """This project's predictions: all of ``task``, of the questions with ``fingerprint`` (whose ids
+    are ``qids``), one per question."""
+    check_shape(rows, where)
+    known = set(qids)
+    for number, row in enumerate(rows, start=1):
         if row["task"] != task:
             raise PipelineError(
                 f"{where} holds predictions of task {row['task']}, not {task}: pass task={row['task']}"
@@ -60,10 +108,15 @@ def check_ours(rows: list[dict[str, Any]], task: str, fingerprint: str, n_questi
                 f"{where} holds predictions of other questions (data {row['data']}, fingerprint "
                 f"{row['fingerprint']}; these are {fingerprint}): pass the data it was made from (data=...)"
             )
-    qids = [row["qid"] for row in rows]
-    if len(set(qids)) != len(qids) or len(qids) != n_questions:
+        if row["qid"] not in known:
+            raise PipelineError(
+                f"{where}, line {number}, field qid: {row['qid'][:80]!r} names no question of these "
+                f"(fingerprint {fingerprint}): the line was edited, or belongs to another file"
+            )
+    found = [row["qid"] for row in rows]
+    if len(set(found)) != len(found) or len(found) != len(qids):
         raise PipelineError(
-            f"{where} has {len(set(qids))} distinct predictions ({len(qids)} lines) for {n_questions} "
+            f"{where} has {len(set(found))} distinct predictions ({len(found)} lines) for {len(qids)} "
             "questions: finish the run (make loogle resumes it) or pass the file of a whole run"
         )
 
@@ -82,22 +135,42 @@ def official_pairs(rows: list[dict[str, Any]], task: str, where: str) -> list[Sc
         if isinstance(pairs, str) and pairs != "none":
             pairs = literal(pairs, f"qa_pairs of {here}")
         check_official_task(task, pairs, answers, here)
+        check_official_values(task, outputs, answers, here)
         questions = [p.get("Q", "") for p in pairs] if isinstance(pairs, list) else [""] * len(answers)
         out += [Scored(h, a, q) for h, a, q in zip(outputs, answers, questions, strict=False)]
     return out
 
 
 def check_official_task(task: str, pairs: Any, answers: list[Any], here: str) -> None:
-    """The line's shape fits ``task``: summarization has no questions, the others one per answer, and a
-    cloze answer is a mapping."""
-    if task == "longdep_summarization" and pairs != "none":
-        raise PipelineError(f"{here}: has questions, so it is not of task longdep_summarization")
-    if task != "longdep_summarization" and (not isinstance(pairs, list) or len(pairs) != len(answers)):
+    """The line's shape fits ``task``: summarization has no questions, the others one per answer (each
+    a mapping whose ``Q`` is text), and a cloze answer is a mapping."""
+    if task == "longdep_summarization":
+        if isinstance(pairs, list):
+            raise PipelineError(
+                f"{here}: has {len(pairs)} questions (qa_pairs), so it is not of task longdep_summarization"
+            )
+        if pairs not in ("none", None):
+            raise PipelineError(f'{here}, field qa_pairs: {kind(pairs)}, where a summary line has "none"')
+    elif not isinstance(pairs, list) or len(pairs) != len(answers):
         raise PipelineError(f"{here}: no question per answer, so it is not of task {task}")
+    for index, pair in enumerate(pairs if isinstance(pairs, list) else []):
+        if not isinstance(pair, dict) or not isinstance(pair.get("Q", ""), str):
+            raise PipelineError(f"{here}, field qa_pairs[{index}]: expected a mapping whose Q is text")
     mappings = all(isinstance(a, dict) and all(isinstance(v, str) for v in a.values()) for a in answers)
     if (task == "shortdep_cloze") != mappings:
-        kind = "mappings of masks to entities" if task == "shortdep_cloze" else "text"
-        raise PipelineError(f"{here}: its answers are not {kind}, so it is not of task {task}")
+        kind_of = "mappings of masks to entities" if task == "shortdep_cloze" else "text"
+        raise PipelineError(f"{here}: its answers are not {kind_of}, so it is not of task {task}")
+
+
+def check_official_values(task: str, outputs: list[Any], answers: list[Any], here: str) -> None:
+    """Each prediction within bounds (text, except a cloze prediction, which may be a mapping), each
+    answer's strings text within the data's bounds."""
+    for index, output in enumerate(outputs):
+        if task == "shortdep_cloze" and isinstance(output, dict):
+            check_strings(output, here, f"llm_output[{index}]", MAX_PREDICTION_CHARS)
+        elif why := prediction_problem(output):
+            raise PipelineError(f"{here}, field llm_output[{index}]: {why}")
+    check_strings(answers, here, "output")
 
 
 def write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -106,17 +179,32 @@ def write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def resumed(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """The lines a killed run left (none for a new file); a file of another run is an error."""
-    if not path.exists():
+def resumed(
+    path: Path, settings: dict[str, Any], qids: list[str], model: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The lines a killed run left (none for a new file), each checked like a line `make loogle-metrics`
+    reads; a file of another run (other settings, another model's identity, other questions) is an
+    error."""
+    if not path.exists() and not path.is_symlink():
         return []
-    rows = jsonl_rows(path)
+    rows = read_lines(path)
+    check_shape(rows, f"predictions file {path}")
     for row in rows:
         theirs = {key: row.get(key) for key in settings}
         if theirs != settings:
             differ = ", ".join(f"{k}={theirs[k]} (now {v})" for k, v in settings.items() if theirs[k] != v)
+            raise PipelineError(another_run(path, differ))
+        if model is not None and model_key(row.get("model_record") or model) != model_key(model):
+            raise PipelineError(another_run(path, "another model: its weights, tokenizer or config differ"))
+        if row["qid"] not in qids:
             raise PipelineError(
-                f"{path} holds predictions of another run ({differ}): pass predictions=<another file>, "
-                "or remove it to start again"
+                another_run(path, f"its qid {row['qid'][:80]!r} names no question of this run")
             )
     return rows
+
+
+def another_run(path: Path, differ: str) -> str:
+    return (
+        f"{path} holds predictions of another run ({differ}): pass predictions_dir=<another folder>, "
+        "or remove the file to start again"
+    )

@@ -17,7 +17,14 @@ from pipeline.files import recorded_path
 from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
-from pipeline.loogle.generation.predictions import Scored, check_ours, is_ours, official_pairs, read_lines
+from pipeline.loogle.generation.predictions import (
+    Scored,
+    check_ours,
+    check_shape,
+    is_ours,
+    official_pairs,
+    read_lines,
+)
 from pipeline.loogle.metrics.reorder import reorder_scores
 from pipeline.loogle.metrics.task_scores import bertscore_mode, score_task
 from pipeline.provenance import json_sha256
@@ -56,28 +63,36 @@ def evaluate_file(options: MetricsOptions) -> dict[str, Any]:
     offline_unless(options.source.data == "hub", mode == "true")
     wall, cpu = time.perf_counter(), time.process_time()
     path = Path(options.predictions)
-    result = evaluate(path, options.task, options.source, mode)
-    row = metrics_row(path, result, time.perf_counter() - wall, time.process_time() - cpu)
+    pairs, kind = scored_pairs(path, check_task(options.task), options.source)
+    name, model, settings = file_identity(path, options.task)
+    result = scores(path, options.task, pairs, kind, mode)
+    seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
+    row = loogle_lines.loogle_row(name, model, result, settings, seconds, cpu_seconds, "make loogle-metrics")
     loogle_lines.append(results, row)
     return {**result, "appended_to": str(results), "result_id": row["result_id"]}
 
 
-def metrics_row(path: Path, result: dict[str, Any], seconds: float, cpu_seconds: float) -> dict[str, Any]:
-    """The results line of a scored predictions file: this project's file by the model record, name and
-    run settings its lines carry (an older file without a record: its model's name); a file of LooGLE's
+def file_identity(path: Path, task: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What the results line of a predictions file records of its model and run, checked before any
+    scoring to be what a results line holds: this project's file by the model record, name and run
+    settings its lines carry (an older file without a record: its model's name); a file of LooGLE's
     ``Output/`` format by its name, its questions by a hash of its questions and answers."""
     rows = read_lines(path)
     if is_ours(rows):
+        check_shape(rows, str(path))
         first = rows[0]
         settings = {key: first.get(key) for key in RUN_SETTINGS}
         model = first.get("model_record") or {"spec": first["model"], "kind": "named in predictions"}
         name = first["model"]
     else:
-        pairs = official_pairs(rows, result["task"], str(path))
+        pairs = official_pairs(rows, task, str(path))
         fingerprint = json_sha256([[p.question, p.answer] for p in pairs])[:12]
-        settings = {"task": result["task"], "data": "LooGLE Output/", "fingerprint": fingerprint}
+        settings = {"task": task, "data": loogle_lines.OUTPUT_DATA, "fingerprint": fingerprint}
         model, name = {"spec": path.stem, "kind": "named in predictions"}, path.stem
-    return loogle_lines.loogle_row(name, model, result, settings, seconds, cpu_seconds, "make loogle-metrics")
+    empty = {"task": task, "n_questions": 1, "metrics": {}, "unavailable": {}, "predictions": ""}
+    line = loogle_lines.loogle_row(name, model, empty, settings, 0, 0, "make loogle-metrics")
+    loogle_lines.check(line, f"{path}, line 1 (what its results line would hold)")
+    return name, model, settings
 
 
 def scored_pairs(path: Path, task: str, source: DataSource) -> tuple[list[Scored], str]:
@@ -85,20 +100,25 @@ def scored_pairs(path: Path, task: str, source: DataSource) -> tuple[list[Scored
     rows = read_lines(path)
     if not is_ours(rows):
         return official_pairs(rows, task, str(path)), "LooGLE's Output/ format"
-    tasks = sorted({str(row.get("task")) for row in rows})
+    check_shape(rows, str(path))
+    tasks = sorted({row["task"] for row in rows})
     if tasks != [task]:
         raise PipelineError(
             f"{path} holds predictions of task {', '.join(tasks)}, not {task}: pass task={tasks[0]}"
         )
     limit = rows[0].get("limit")  # a run of the first N questions of each task
     questions = load_questions(task, source)[: limit or None]
-    check_ours(rows, task, fingerprint(questions), len(questions), str(path))
+    check_ours(rows, task, fingerprint(questions), [q.qid for q in questions], str(path))
     by_qid = {row["qid"]: row["prediction"] for row in rows}
     return [Scored(by_qid[q.qid], q.answer, q.question) for q in questions], f"data {source.label}"
 
 
 def evaluate(path: Path, task: str, source: DataSource, bertscore: str) -> dict[str, Any]:
-    pairs, kind = scored_pairs(path, check_task(task), source)
+    """The metrics of a predictions file of ``task`` (its questions read from ``source``)."""
+    return scores(path, task, *scored_pairs(path, check_task(task), source), bertscore)
+
+
+def scores(path: Path, task: str, pairs: list[Scored], kind: str, bertscore: str) -> dict[str, Any]:
     result = score_task(task, pairs, bertscore)
     if task == "longdep_qa":
         result["reorder"] = reorder_scores(pairs)

@@ -22,7 +22,10 @@ An empty prediction is scored as the text "None", as LooGLE does.
 from __future__ import annotations
 
 import ast
+import contextlib
+import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 BERTSCORE_MODEL = "roberta-large"  # bert-score's model for lang="en"
@@ -50,16 +53,31 @@ def bleu(reference: str, hypothesis: str) -> tuple[float, float]:
 
 def rouge_recall(reference: str, hypothesis: str) -> tuple[float, float, float]:
     """ROUGE-1, -2 and -L recall. A hypothesis with no sentence left after the package's split on "."
-    (such as "...") makes the package raise, and LooGLE's run stop; here it scores 0."""
+    (such as "...") makes the package raise, and LooGLE's run stop; here it scores 0. The package
+    traces ROUGE-L's common subsequence back by recursion, one call per word of a sentence of each: the
+    recursion limit is raised to that for the call (a sentence of ~1,000 words would exceed Python's
+    default; a prediction's words are bounded, ``loogle.data.bounds.MAX_PREDICTION_WORDS``)."""
     from rouge import Rouge
 
     try:
-        scores = Rouge().get_scores(hyps=[hypothesis], refs=[reference])[0]
+        with recursion_room(len(words(hypothesis)) + len(words(reference))):
+            scores = Rouge().get_scores(hyps=[hypothesis], refs=[reference])[0]
     except ValueError:
         if not [part for part in hypothesis.split(".") if part]:
             return 0.0, 0.0, 0.0
         raise
     return tuple(float(scores[name]["r"]) for name in ("rouge-1", "rouge-2", "rouge-l"))  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def recursion_room(depth: int) -> Iterator[None]:
+    """Python's recursion limit raised by ``depth`` calls for the block (room for them above the caller)."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(before + depth)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def ordered_set(tokens: list[str]) -> list[str]:
