@@ -31,7 +31,7 @@ import statistics
 from pathlib import Path
 
 from bench import runner, shared
-from bench.gpu_child import WORK, command_line, paths
+from bench.gpu_child import WORK, before_first_text, command_line, paper_overrides, paths, read_events
 from studies import random_models as random_weights
 from studies.random_models import LLAMA3_ROPE, LLAMA31_SHAPES
 
@@ -79,26 +79,16 @@ def contenders(
     work: Path, texts: int, tokens: int, device: str, extra: list[str], float32: bool
 ) -> list[dict]:
     """Each contender's name, what it is measured against, and its command (``bench.gpu_child``)."""
-    p = paths(work, tokens)
-    name = f"paper{tokens}x{texts}"
+    p, overrides = paths(work, tokens), paper_overrides(work, tokens, texts, device, extra)
+    name, stage1 = f"paper{tokens}x{texts}", overrides["stage1"]
     artifact = p["keytokens"] / name
-    corpus = [f"corpus.dataset={p['dataset']}", f"corpus.tokenized_with={p['tokenizer']}"]
-    corpus += [f"corpus.max_ids={tokens}", f"corpus.min_tokenized_len={min(tokens, 16384)}"]
-    stage1 = ["preset=paper", "evaluator=llama3.1-8b", f"evaluator.spec={p['model']}", *corpus]
-    stage1 += [f"output_dir={p['keytokens']}", "progress=false", f"device={device}", *extra]
     plain = ["--model", str(p["model"]), "--artifact", str(artifact), "--device", device]
     runs = [
         {"name": "stage 1 (ours)", "child": ["stage1", *stage1, f"corpus.limit={texts}", f"name={name}"]},
         {"name": "find_key_token (official)", "against": "stage 1 (ours)", "child": ["official", *plain]},
-        {
-            "name": "stage 2 (ours)",
-            "child": [
-                "stage2", "model=local", f"model.spec={p['model']}", f"artifact={artifact}", "dtype=bfloat16",
-                f"device={device}", "add_bos=false", f"results={work / 'scores.jsonl'}", "progress=false",
-            ],
-        },
+        {"name": "stage 2 (ours)", "child": ["stage2", *overrides["stage2"]]},
         {"name": "plain forward + float32 CE", "against": "stage 2 (ours)", "child": ["plain", *plain]},
-    ]  # fmt: skip
+    ]
     if float32:  # TF32 off and on; on, with attention on the math backend in query blocks (before 88746e2)
         for label, flags in (
             ("TF32 off", []),
@@ -179,12 +169,6 @@ def contender_record(row: dict) -> dict:
     return record
 
 
-def read_events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def summarise(events: list[dict]) -> dict:
     """Per-text times and where the time before the first text went, from a child's phase records."""
     texts = [e["end"] - e["start"] for e in events if e["phase"] == "text"]
@@ -193,15 +177,7 @@ def summarise(events: list[dict]) -> dict:
         return out
     out["first_text_s"] = round(texts[0], 3)
     out["steady_text_s"] = round(statistics.median(texts[1:]), 3) if len(texts) > 1 else None
-    start = next((e["start"] for e in events if e["phase"] == "process"), None)
-    first = next(e["start"] for e in events if e["phase"] == "text")
-    if start is not None:
-        out["before_first_text_s"] = round(first - start, 3)
-    phases: dict[str, float] = {}
-    for e in events:
-        if e["phase"] not in ("text", "torch peak") and "end" in e:
-            phases[e["phase"]] = phases.get(e["phase"], 0.0) + e["end"] - e["start"]
-    out["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
+    out |= before_first_text(events)
     peak = [e["bytes"] for e in events if e["phase"] == "torch peak"]
     if peak:
         out["torch_peak_gib"] = round(peak[0] / 2**30, 3)
