@@ -47,13 +47,23 @@ def events_file(contender: str, size: str) -> Path:
     return HERE / "events" / f"{shared.slug(contender)}-{size}.jsonl"
 
 
-def command(contender: str, size: str, device: str, work: str, tokens: int, texts: int, extra: list) -> list:
-    """The contender's command line: its stage, stopped at its first text; phase records appended."""
+def command(
+    contender: str,
+    size: str,
+    device: str,
+    work: str,
+    tokens: int,
+    texts: int,
+    extra: list,
+    threads: int | None,
+) -> tuple[list, dict]:
+    """The contender's command line (its stage, stopped at its first text; phase records appended) and
+    its environment (``threads``: OMP_NUM_THREADS)."""
     stage = STAGES[contender]
     events = events_file(contender, size)
     events.parent.mkdir(parents=True, exist_ok=True)
     args = ["--until-first-text", *overrides(stage, size, device, work, tokens, texts, extra)]
-    return command_line(stage, events, args)
+    return command_line(stage, events, args), ({"OMP_NUM_THREADS": str(threads)} if threads else {})
 
 
 CASE = runner.Case("startup", contenders=tuple(STAGES), sizes=("embedded", "paper"), command=command)
@@ -86,7 +96,7 @@ def medians(runs: list[dict]) -> dict:
 def measure(args) -> dict:
     """Every (stage, size) ``--runs`` times, each run's phases, and their medians."""
     options = {"device": args.device, "work": str(args.work), "tokens": args.tokens, "texts": args.texts,
-               "extra": args.overrides}  # fmt: skip
+               "extra": args.overrides, "threads": args.threads}  # fmt: skip
     for contender in STAGES:
         for size in args.sizes:
             events_file(contender, size).unlink(missing_ok=True)
@@ -103,7 +113,7 @@ def measure(args) -> dict:
         results.append(record)
     load = [round(x, 2) for x in (*load_before, *os.getloadavg())]
     return {"bench": "startup", "machine": runner.machine(), "load_average_before_after": load,
-            "device": args.device, "results": results}  # fmt: skip
+            "device": args.device, "threads": args.threads, "results": results}  # fmt: skip
 
 
 def table(result: dict) -> list[str]:
@@ -111,8 +121,8 @@ def table(result: dict) -> list[str]:
     m = result["machine"]
     lines = [
         f"{m.get('gpu', 'CPU only')}, {m['cpus']} CPUs, torch {m['torch']}, transformers {m['transformers']}, "
-        f"commit {m.get('commit')}, {m['date']}; load average (1, 5, 15 min) before and after: "
-        f"{result['load_average_before_after']}",
+        f"commit {m.get('commit')}, {m['date']}; OMP_NUM_THREADS {result.get('threads') or 'unset'}; load "
+        f"average (1, 5, 15 min) before and after: {result['load_average_before_after']}",
         "",
         "| stage | size | runs | phase | wall s (median) | CPU s (median) |",
         "|---|---|---:|---|---:|---:|",
@@ -139,6 +149,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32767, help="its texts' tokens (size paper)")
     parser.add_argument("--texts", type=int, default=2, help="its stage 1 run's texts (size paper)")
     parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for both stages")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the runs (default: unset)")
     parser.add_argument("--json", type=Path, default=HERE / "startup.json")
     args = parser.parse_args()
     result = measure(args)
