@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
 from pipeline.models import attention
+from pipeline.models.fast_tokenizer import load_tokenizer
 from pipeline.models.gguf import check_header, default_cache_dir
 from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.pairing import check_held, check_pairing
@@ -179,9 +180,11 @@ def load_model(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     kwargs.update(from_pretrained_placement(torch_device, device_map, gpus))
-    hashing = local_weight_hashing(source, Path(cache_dir) if cache_dir else default_cache_dir())
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    hashing = local_weight_hashing(source, cache)
     try:
-        tokenizer = _load_tokenizer(source, location, trust_remote_code=trust_remote_code, **hub_options)
+        options = {"trust_remote_code": trust_remote_code, **hub_options}
+        tokenizer = _load_tokenizer(source, location, cache, **options)
         model = _from_pretrained(source, location, kwargs)
     except BaseException:
         if hashing is not None:
@@ -208,9 +211,12 @@ def load_model(
     )
 
 
-def _load_tokenizer(source: ModelSource, location: str, **options: Any) -> Any:
-    """The model's tokenizer; a folder without one is an error that says so."""
+def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: Any) -> Any:
+    """The model's tokenizer (a GGUF file's converted checkpoint's in its fast form where it is known to
+    be the same: ``pipeline.models.fast_tokenizer``); a folder without one is an error that says so."""
     try:
+        if source.kind in ("embedded", "gguf"):  # the conversion's files were checked against its record
+            return load_tokenizer(Path(location), cache)
         return AutoTokenizer.from_pretrained(location, **options)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if (
