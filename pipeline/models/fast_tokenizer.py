@@ -101,8 +101,9 @@ def fast_form(folder: Path) -> Any:
     for name in cls.SPECIAL_TOKENS_ATTRIBUTES:
         if settings.get(name) is not None:
             settings[name] = by_text.get(str(settings[name]), settings[name])
-    for name, file in {**cls.vocab_files_names, "tokenizer_file": "tokenizer.json"}.items():
-        settings[name] = str(folder / file) if (folder / file).is_file() else None
+    for name, file in cls.vocab_files_names.items():  # the backend is read: no tokenizer_file to read again
+        if name != "tokenizer_file":
+            settings[name] = str(folder / file) if (folder / file).is_file() else None
     settings |= {"added_tokens_decoder": added, "name_or_path": str(folder), "is_local": True}
     settings["local_files_only"] = is_offline_mode()  # as from_pretrained sets it
     TokenizersBackend.__init__(tokenizer, **settings)

@@ -70,7 +70,9 @@ def test_the_fast_form_is_taken_once_known_to_be_the_same(gemma_like, tmp_path, 
     assert encodings(second) == encodings(first)
 
 
-def test_a_changed_file_or_a_verdict_of_different_loads_as_transformers_does(gemma_like, tmp_path, monkeypatch):
+def test_a_changed_file_or_a_verdict_of_different_loads_as_transformers_does(
+    gemma_like, tmp_path, monkeypatch
+):
     calls = spy_transformers_load(monkeypatch)
     cache = tmp_path / "cache"
     load_tokenizer(gemma_like, cache)
