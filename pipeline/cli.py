@@ -5,7 +5,8 @@ command's own (Hydra overrides, ``--help``, ``-m``; lm-eval's flags for ``lm-eva
 
 ``longppl --help`` lists the subcommands with the first line of each module's docstring, read from its
 source without importing it (no torch for a help text). An unknown subcommand is one ``error:`` line,
-exit status 2, naming the known ones and the closest.
+exit status 2, naming the known ones and the closest. Ctrl-C, while the command's modules are imported
+or while it runs, is one ``error:`` line with exit status 130 (``pipeline.errors.stopped_on_interrupt``).
 
 Layer: commands, the top. May import: every layer.
 """
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pipeline.commands
+from pipeline.errors import stopped_on_interrupt
 
 SHARED = {"shell"}  # modules of pipeline/commands/ that are no command
 HELP_FLAGS = ("-h", "--help")
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {unknown(name, known)}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [f"longppl {name}", *rest]  # what the command parses, and its name in its own messages
-    importlib.import_module(known[name]).main()
+    with stopped_on_interrupt():  # also while the command's modules are imported (torch: seconds)
+        importlib.import_module(known[name]).main()
 
 
 if __name__ == "__main__":

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, stopped_on_interrupt
 from pipeline.lmeval.command_line import run
 
 
 def main() -> None:
     try:
-        run(sys.argv[1:])
+        with stopped_on_interrupt():
+            run(sys.argv[1:])
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -21,6 +21,7 @@ from pipeline.hub import is_hub_dataset, offline_unless
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
 from pipeline.models.sources import is_local_model
 from pipeline.provenance import library_versions
+from pipeline.reporting.finetune import finish_line, start_line
 from pipeline.settings import Compute, DirectoryName, directory_name, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
@@ -108,14 +109,9 @@ def run(job: FinetuneJob) -> dict[str, Any]:
         "pipeline_version": __version__,
         "libraries": library_versions(),
     }
-    loss = "CE" if settings.source == "ce" else f"LongCE({settings.source})"
-    print(
-        f"fine-tuning {choice.spec} with {loss} on {data['sequences']} sequences of up to "
-        f"{data['max_length']} tokens ({data['truncated']} truncated, {len(data['skipped'])} skipped) "
-        f"-> {run_dir}"
-    )
+    print(start_line(choice.spec, settings.source, data, run_dir))
     record = finetune(lm, sequences, settings, args, record, resume=options.resume)
-    print(f"finished {record['steps']} steps in {record['wall_seconds']:.0f} s: {run_dir / 'final'}")
+    print(finish_line(record, run_dir))
     return record
 
 

@@ -45,6 +45,7 @@ from pipeline.official.boundaries import (
 from pipeline.official.pinned_inputs import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
 from pipeline.provenance import file_sha256, json_sha256, library_versions
+from pipeline.reporting.import_official import import_summary
 from pipeline.settings import DirectoryName, Text, directory_name, parse, parse_group
 from pipeline.text.alignment import hard_key_mask
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
@@ -148,7 +149,7 @@ def run(job: ImportJob) -> dict[str, Any]:
     manifest = write_artifact(
         root, KeyTokenArtifact(root, manifest, tables["documents"], None, tables["spans"])
     )
-    print_summary(root, report, tables["spans"].num_rows, len(rows))
+    print(import_summary(root, report, tables["spans"].num_rows, len(rows)))
     return manifest
 
 
@@ -266,17 +267,3 @@ def existing_same(root: Path, fingerprint: str) -> dict[str, Any] | None:
         )
     print(f"{root} is complete with these inputs: nothing to do")
     return recorded
-
-
-def print_summary(root: Path, report: BoundaryReport, n_spans: int, n_docs: int) -> None:
-    print(
-        "\n".join(
-            [
-                f"documents   {n_docs}",
-                f"key spans   {n_spans}",
-                f"boundaries  {100 * report.share:.2f}% of spans start and end on {report.tokenizer} token "
-                f"boundaries (threshold {100 * report.threshold:g}%)",
-                f"output      {root} (kind {KEY_SPANS}: PPL and LongPPL; no per-token LSD)",
-            ]
-        )
-    )

@@ -23,6 +23,7 @@ from lm_eval.api.registry import metric_registry, register_aggregation, register
 from lm_eval.api.task import ConfigurableTask
 from tqdm.auto import tqdm
 
+from pipeline.errors import PipelineError
 from pipeline.loogle.data.prompts import max_new_tokens, prompt_for
 from pipeline.loogle.data.questions import Question
 from pipeline.loogle.data.reading import DataSource, load_questions
@@ -54,6 +55,17 @@ for _name in (*SIMILARITY, *MATCH):
         )
 
 
+def prompt_budget(value: Any) -> int | None:
+    """``loogle_max_length`` (``--metadata`` or ``--gen_kwargs``), checked before the model runs: null
+    (the model's context less the new tokens) or a whole number of tokens, at least 2."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 2):
+        return value
+    raise PipelineError(
+        f"setting loogle_max_length={value!r}: the prompt's token budget is a whole number of at least 2, "
+        "or null (the model's context less the new tokens)"
+    )
+
+
 def question_of(doc: dict[str, Any]) -> Question:
     """A task document back as the question `make loogle` asks."""
     answer = json.loads(doc["answer"])
@@ -81,7 +93,8 @@ class LooGLETask(ConfigurableTask):
                 "until": [],
                 "max_gen_toks": max_new_tokens()[self.task],
                 "do_sample": False,
-                "loogle_max_length": meta.get("loogle_max_length"),  # null: the context less the new tokens
+                # null: the context less the new tokens
+                "loogle_max_length": prompt_budget(meta.get("loogle_max_length")),
             },
             "metric_list": [
                 {"metric": n, "aggregation": RATIO if n in MATCH else MEAN, "higher_is_better": True}
@@ -109,7 +122,9 @@ class LooGLETask(ConfigurableTask):
         """The request of one question: its LooGLE prompt (the model ``longppl`` cuts it in tokens)."""
         for key in ("apply_chat_template", "chat_template"):
             kwargs.pop(key, None)
-        arguments = (prompt_for(question_of(doc)).text, copy.deepcopy(self.config.generation_kwargs))
+        options = copy.deepcopy(self.config.generation_kwargs)
+        prompt_budget(options.get("loogle_max_length"))  # --gen_kwargs may set it after the task is built
+        arguments = (prompt_for(question_of(doc)).text, options)
         return Instance(request_type="generate_until", doc=doc, arguments=arguments, idx=0, **kwargs)
 
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:

@@ -5,9 +5,10 @@ The conversion records the sha256 of every file it wrote (``longppl-source.json`
 checks every file against them, its weights too (``check_weights``: hashed again whenever their
 device, inode, size, mtime or ctime changed since they were last found whole), so a damaged or edited
 cache is named as such (delete it: the next load makes it again), never taken for the model or blamed
-on an artifact. A conversion is staged in a folder of its own held by a lock; a conversion killed
-midway leaves it behind, and the next one removes it. Its files get the mode of any new file (the
-umask), as every file the pipeline writes."""
+on an artifact; one whose record has no hashes (made before records had them) cannot be checked and
+is refused, to be made again. A conversion is staged in a folder of its own held by a lock; a
+conversion killed midway leaves it behind, and the next one removes it. Its files get the mode of any
+new file (the umask), as every file the pipeline writes."""
 
 from __future__ import annotations
 
@@ -151,12 +152,16 @@ def new_file_modes(folder: Path) -> None:
 def check_conversion(target: Path, weights: bool = True) -> None:
     """A cached conversion must still hold what it was made with (``SOURCE_RECORD``'s ``files``): every
     file by size and sha256, its weights (unless ``weights`` is False: only its tokenizer is used) by
-    ``check_weights``. A conversion made before the record had them is taken as it is."""
+    ``check_weights``. A conversion whose record names no weights (made before records had the files'
+    hashes) cannot be checked, and hashing it now would bless whatever it holds: refused, to be made
+    again (``unrecorded``)."""
     try:
         files = json.loads((target / SOURCE_RECORD).read_text(encoding="utf-8")).get("files") or {}
         entries = [(name, int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()]
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         raise PipelineError(f"{damaged(target)}: its {SOURCE_RECORD} does not read") from None
+    if why := unrecorded(target, {name for name, _, _ in entries}):
+        raise PipelineError(why)
     for name, size, sha in entries:
         path = target / name
         if not path.is_file() or path.stat().st_size != size:
@@ -165,6 +170,21 @@ def check_conversion(target: Path, weights: bool = True) -> None:
             raise PipelineError(f"{damaged(target)}: {name} is not the file written when it was made")
     if weights:
         check_weights(target, {name: sha for name, _, sha in entries if Path(name).suffix in WEIGHTS})
+
+
+def unrecorded(target: Path, recorded: set[str]) -> str | None:
+    """Why a conversion cannot be checked: its record names no file (a record from before the hashes),
+    or a weight file it holds is not in the record (transformers would load it unchecked); else None."""
+    weights = sorted(p.name for p in target.iterdir() if p.suffix in WEIGHTS and not p.name.startswith("."))
+    missing = [name for name in weights if name not in recorded]
+    if recorded and not missing and any(Path(name).suffix in WEIGHTS for name in recorded):
+        return None
+    what = f"names no hash of {missing[0]}" if recorded and missing else "holds no hashes of its files"
+    return (
+        f"the cached GGUF conversion {target} cannot be checked: its {SOURCE_RECORD} {what} (a conversion "
+        "made before records had them), so damaged weights would pass for the model: delete that folder "
+        "(the next load converts the GGUF file again, once)"
+    )
 
 
 def check_weights(target: Path, recorded: dict[str, str]) -> None:

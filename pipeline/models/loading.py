@@ -170,45 +170,73 @@ def load_model(
     attn_implementation: str | None = attention.NAME,
     cache_dir: str | Path | None = None,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer from any supported spec, in eval mode."""
-    source = resolve_source(spec)
+    """Load a causal LM and its tokenizer from any supported spec, in eval mode. Top to bottom: where
+    it runs and in what dtype; the source (``pipeline.models.sources``: resolved, then prepared: a GGUF
+    file converted once, a Hub id pinned to its commit); its identity begun (a local folder's weights
+    hashed while they load); the load and placement; the checks of what loaded; its identity completed."""
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    source = resolve_source(spec)
     location, hub_options = prepare(source, revision, cache_dir)
-    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, **hub_options}
-    kwargs["weights_only"] = True  # a pickled checkpoint is read as tensors only, never run
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    kwargs.update(from_pretrained_placement(torch_device, device_map, gpus))
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     hashing = local_weight_hashing(source, cache)
+    kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, **hub_options}
+    kwargs["weights_only"] = True  # a pickled checkpoint is read as tensors only, never run
+    kwargs |= {"attn_implementation": attn_implementation} if attn_implementation else {}
+    kwargs |= from_pretrained_placement(torch_device, device_map, gpus)
+    tokenizer, model = load_parts(source, location, kwargs, hashing, torch_device, cache)
+    check_loaded(model, tokenizer, spec, attn_implementation)
+    identify(source, model, tokenizer, hashing, trust_remote_code)
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
+    )
+
+
+def load_parts(
+    source: ModelSource,
+    location: str,
+    kwargs: dict[str, Any],
+    hashing: Any,
+    device: torch.device,
+    cache: Path,
+) -> tuple[Any, Any]:
+    """The tokenizer and the model, put where it runs, in eval mode; a failure stops the weights'
+    hashing. ``cache``: the pipeline's cache folder (a converted checkpoint's tokenizer verdicts)."""
+    options = {k: kwargs[k] for k in ("revision", "local_files_only") if k in kwargs}
     try:
-        options = {"trust_remote_code": trust_remote_code, **hub_options}
-        tokenizer = _load_tokenizer(source, location, cache, **options)
+        tokenizer = _load_tokenizer(
+            source, location, cache, trust_remote_code=kwargs["trust_remote_code"], **options
+        )
         model = _from_pretrained(source, location, kwargs)
     except BaseException:
         if hashing is not None:
             hashing.cancel()
         raise
-    if hashing is not None:
-        source.weights_sha256 = hashing.result()
-    check_pairing(model, tokenizer, spec)
     if "device_map" not in kwargs:
-        model.to(torch_device)
-    model.eval()
+        model.to(device)
+    return tokenizer, model.eval()
+
+
+def check_loaded(model: Any, tokenizer: Any, spec: str, attn_implementation: str | None) -> None:
+    """The tokenizer is the model's, and the model's forward calls the attention asked for."""
+    check_pairing(model, tokenizer, spec)
     if attn_implementation == attention.NAME and not attention_dispatches(model):
         raise PipelineError(
             f"'{spec}' does not call transformers' attention interface (custom modelling code?), so "
             f"attn_implementation={attention.NAME} would be ignored: pass attn_implementation=sdpa (or "
             "another implementation its code supports) in its evaluator/model group"
         )
+
+
+def identify(source: ModelSource, model: Any, tokenizer: Any, hashing: Any, trust_remote_code: bool) -> None:
+    """What the record says the loaded model is: its weights' hashes, its attention implementation,
+    a Hub commit's tokenizer files, its config files (and remote code)."""
+    if hashing is not None:
+        source.weights_sha256 = hashing.result()
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
     if source.kind == "hub" and (snapshot := cached_snapshot(source.spec, source.revision)) is not None:
         source.tokenizer_sha256 = tokenizer_sha256(snapshot)  # the files of the commit loaded
     identify_config_and_code(source, model, tokenizer, trust_remote_code)
-    return LoadedModel(
-        model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
-    )
 
 
 def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: Any) -> Any:

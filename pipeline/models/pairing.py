@@ -6,8 +6,8 @@ over a handful of key tokens), so the pairing is checked where a model and its t
 - ``check_pairing``: the tokenizer's BOS id must be among those the model's config and generation
   config name, and its EOS id where there is no BOS to compare (only where both sides name one; a
   fine-tune may give a new EOS, and pad ids, which users set freely, change no number);
-- ``check_held``: what an API call is given is a loaded model (parameters, none on the meta device)
-  and a tokenizer object (not its name);
+- ``check_held``: what an API call is given is a loaded model (parameters, none on the meta device,
+  all of one dtype) and a tokenizer object (not its name, nor a function);
 - ``check_token_ids``: every token id fed to the model must have an embedding;
 - ``worse_than_uniform``: a perplexity above the vocabulary size, worse than guessing uniformly, is
   reported (a trained model with its own tokenizer is far below it; an untrained one lies near it).
@@ -22,6 +22,8 @@ import torch
 
 from pipeline.errors import PipelineError
 
+# What the pipeline calls on a tokenizer (besides calling it): a function or another object lacks them.
+TOKENIZER_METHODS = ("encode", "decode")
 ADVICE = "pass the model's own tokenizer (AutoTokenizer.from_pretrained of the model's checkpoint)"
 
 
@@ -41,11 +43,39 @@ def check_held(model: Any, tokenizer: Any) -> None:
         )
     if tokenizer is None:
         raise PipelineError("pass the model's tokenizer too: the key spans are mapped onto its tokens")
-    if isinstance(tokenizer, (str, bytes, PathLike)) or not callable(tokenizer):
+    lacking = next((name for name in TOKENIZER_METHODS if not callable(getattr(tokenizer, name, None))), None)
+    if isinstance(tokenizer, (str, bytes, PathLike)) or not callable(tokenizer) or lacking:
+        what = f"; it has no {lacking}()" if lacking and callable(tokenizer) else ""
         raise PipelineError(
-            f"tokenizer is {type(tokenizer).__name__} ({str(tokenizer)[:80]!r}): pass the tokenizer object, "
-            "e.g. AutoTokenizer.from_pretrained(<its name or folder>)"
+            f"tokenizer is {type(tokenizer).__name__} ({str(tokenizer)[:80]!r}{what}): pass the tokenizer "
+            "object, e.g. AutoTokenizer.from_pretrained(<its name or folder>)"
         )
+    if mixed := mixed_dtype(model):
+        raise PipelineError(
+            f"model {type(model).__name__} is {mixed}: its forward would mix the two and fail; pass the "
+            "model in one dtype, e.g. model.to(torch.float16) or model.float()"
+        )
+
+
+def mixed_dtype(model: Any) -> str | None:
+    """Where a model's floating parameters are not all of one dtype (``"float16 but its parameter
+    <name> is float32"``), outside the modules it keeps in float32 by design (transformers'
+    ``_keep_in_fp32_modules``: MoE routers and the like); None when they are."""
+    kept = [*(getattr(model, "_keep_in_fp32_modules", None) or ()),
+            *(getattr(model, "_keep_in_fp32_modules_strict", None) or ())]  # fmt: skip
+    dtype = None
+    for name, parameter in model.named_parameters():
+        if not parameter.is_floating_point():
+            continue
+        if parameter.dtype == torch.float32 and any(module in name for module in kept):
+            continue
+        if dtype is None:
+            dtype = parameter.dtype
+        elif parameter.dtype != dtype:
+            return f"{str(dtype).removeprefix('torch.')} but its parameter {name} is " + str(
+                parameter.dtype
+            ).removeprefix("torch.")
+    return None
 
 
 def token_ids(value: Any) -> set[int]:

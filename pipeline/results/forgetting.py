@@ -27,14 +27,16 @@ RUN_HINT = "run `make forgetting-curve MODEL=...` first"
 
 
 def _finite(value: Any) -> float:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > lines.LARGEST:
+        raise ValueError(f"is {lines.shown(value)}, beyond +-{lines.LARGEST:g}")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError("is not a finite number")
     return float(value)
 
 
 def _length(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError("is not a length (an integer >= 0)")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ValueError(f"is {lines.shown(value)}: a length is an integer in [0, 2**63)")
     return value
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import math
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,29 @@ from pipeline.files import nearest_existing, strict_json
 MAX_LINE_BYTES = 16 * 2**20
 MAX_DEPTH = 32
 LARGEST = 1e300
+MAX_DIGITS = 400  # an integer literal longer than this is beyond LARGEST, and read as a LongInteger
+SHOWN_DIGITS = 40  # an integer of more digits is shown as its number of digits
+# The kernel's own filesystems (type -> name): views of the system, where a results line is refused,
+# lost or changes a setting, whatever a file's mode says (root may "write" /proc/self/status).
+KERNEL_FILESYSTEMS = {
+    "proc": "procfs",
+    "sysfs": "sysfs",
+    "devtmpfs": "devtmpfs",
+    "devpts": "devpts",
+    "cgroup": "cgroupfs",
+    "cgroup2": "cgroupfs",
+    "debugfs": "debugfs",
+    "tracefs": "tracefs",
+    "securityfs": "securityfs",
+    "pstore": "pstore",
+    "bpf": "bpffs",
+    "configfs": "configfs",
+    "efivarfs": "efivarfs",
+    "fusectl": "fusectl",
+    "mqueue": "mqueue",
+    "binfmt_misc": "binfmt_misc",
+    "nsfs": "nsfs",
+}
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
@@ -46,8 +72,7 @@ def append(path: Path, row: dict[str, Any]) -> None:
             f"the line for {path} is {len(line) - 1} bytes, over the {MAX_LINE_BYTES}-byte limit of a "
             "results line: score fewer documents per run (documents=...): nothing was written"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_for_append(path)
     try:
         with contextlib.suppress(OSError):  # a filesystem without flock: the one O_APPEND write stays
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -59,31 +84,66 @@ def append(path: Path, row: dict[str, Any]) -> None:
             os.fsync(fd)
         except OSError as exc:
             raise PipelineError(append_failure(path, fd, size, exc)) from None
+        except BaseException:  # interrupted (Ctrl-C) mid-line: the file as it was
+            os.ftruncate(fd, size)
+            raise
     finally:
         os.close(fd)  # releases the lock
 
 
+def open_for_append(path: Path) -> int:
+    """A descriptor appending to ``path`` (made, with its folders, when missing), where ``check_writable``
+    allows it, and only to a regular file: the write never follows a path the check refuses."""
+    if why := unwritable(path):
+        raise PipelineError(f"could not append the result: {path}{why} (nothing was written)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise PipelineError(f"could not append the result to {path} ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # it changed since the check
+        os.close(fd)
+        raise PipelineError(f"could not append the result: {path} is no longer a regular file")
+    return fd
+
+
 def check_writable(path: str | Path, setting: str = "results") -> Path:
     """Fail now, in one line, when a line could not be appended to ``path`` (a folder, a path under a
-    file, a folder without write permission): checked before a model loads, so no scoring is lost.
-    Creates nothing."""
+    file or under a symlink that leads nowhere, a FIFO or a device, a file of the kernel's (procfs,
+    sysfs), a folder without write permission): checked before a model loads, so no scoring is lost.
+    ``append`` runs the same check before it writes. Creates nothing."""
     path = Path(path)
+    if why := unwritable(path):
+        raise PipelineError(f"{setting}={path}{why}")
+    return path
+
+
+def unwritable(path: Path) -> str | None:
+    """Why no line could be appended to ``path``, as the rest of a message that names it (``" is a
+    folder: ..."``, ``": <folder> is ..."``); None when one can. Each parent is resolved: a symlink on
+    the way that leads nowhere is named, and so is a kernel filesystem the path resolves into."""
     if path.is_dir():
-        raise PipelineError(f"{setting}={path} is a folder: pass a file in it, e.g. {path / 'results.jsonl'}")
+        return f" is a folder: pass a file in it, e.g. {path / 'results.jsonl'}"
+    for parent in reversed(path.parents):
+        if broken := special_file(parent):
+            return f": {parent} is {broken}: pass a path in a folder that exists or can be made"
     if not_a_file := special_file(path):
-        raise PipelineError(f"{setting}={path} is {not_a_file}: pass the path of a regular file")
+        return f" is {not_a_file}: pass the path of a regular file"
     folder = nearest_existing(path.parent)
     if not folder.is_dir():
-        raise PipelineError(f"{setting}={path}: {folder} is a file, not a folder: pass a path in a folder")
+        return f": {folder} is a file, not a folder: pass a path in a folder"
     target = path if path.exists() else folder
+    if kernel := kernel_filesystem(target):
+        return f": {os.path.realpath(target)} is {kernel}, not a place for files: pass a path on a disk"
     if not os.access(target, os.W_OK | (0 if path.exists() else os.X_OK)):
-        raise PipelineError(f"{setting}={path}: {target} is not writable here: pass a path you can write")
-    return path
+        return f": {target} is not writable here: pass a path you can write"
+    return None
 
 
 def special_file(path: Path) -> str | None:
     """What ``path`` is when a line could not be appended to it although it is no folder (a symlink
-    that leads nowhere or loops, a FIFO, a socket, a device), else None (a regular file, or nothing)."""
+    that leads nowhere or loops, a FIFO, a socket, a device), else None (a regular file, a folder, or
+    nothing)."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -97,6 +157,34 @@ def special_file(path: Path) -> str | None:
         "a block device": stat.S_ISBLK,
     }
     return next((kind for kind, test in kinds.items() if test(mode)), None)
+
+
+def kernel_filesystem(path: Path) -> str | None:
+    """Where ``path`` (an existing file or folder) resolves into one of the kernel's own filesystems
+    (``KERNEL_FILESYSTEMS``: its files are views of the system, whatever their mode says), what it
+    is (``"in procfs (/proc)"``); else None."""
+    real = os.path.realpath(path)
+    mounted = [(point, kind) for point, kind in mounts() if within(real, point)]
+    point, kind = max(mounted, key=lambda m: len(m[0]), default=("/", ""))
+    if kind in KERNEL_FILESYSTEMS:
+        return f"in {KERNEL_FILESYSTEMS[kind]} ({point})"
+    root = next((r for r in ("/proc", "/sys") if within(real, r)), None)  # without a mount table
+    return None if root is None or mounted else f"in {root}, the kernel's view of the system"
+
+
+def mounts() -> list[tuple[str, str]]:
+    """The mount table (mount point, filesystem type), in mount order; empty where there is none."""
+    try:
+        text = Path("/proc/self/mounts").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found = [line.split() for line in text.splitlines()]
+    unescape = functools.partial(re.sub, r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)))
+    return [(unescape(fields[1]), fields[2]) for fields in found if len(fields) > 2]
+
+
+def within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -190,10 +278,33 @@ def decoded(data: bytes) -> str:
         raise ValueError(f"not UTF-8: byte {data[exc.start]:#04x} at column {exc.start + 1}") from None
 
 
+@dataclass(frozen=True)
+class LongInteger:
+    """An integer literal of more than ``MAX_DIGITS`` digits (``parse_int``), kept as its number of
+    digits: beyond any line's range, and never converted (Python refuses one of over 4300 digits)."""
+
+    digits: int
+
+
+def parse_int(literal: str) -> int | LongInteger:
+    """A JSON integer literal (``json.loads``' ``parse_int``): its value, or a ``LongInteger``."""
+    return int(literal) if len(literal) <= MAX_DIGITS else LongInteger(len(literal.lstrip("-")))
+
+
+def shown(value: Any) -> str:
+    """A value as a message shows it, bounded: an integer of many digits by its number of digits."""
+    if isinstance(value, LongInteger):
+        return f"an integer of {value.digits} digits"
+    if isinstance(value, int) and abs(value) >= 10**SHOWN_DIGITS:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = str(value)
+    return text if len(text) <= 80 else f"{text[:80]}..."
+
+
 def parse(text: str, schema: type[BaseModel]) -> tuple[dict[str, Any], Any]:
     """The JSON object of one line and its validated form; ValueError names what is wrong."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_int=parse_int)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
@@ -204,9 +315,9 @@ def parse(text: str, schema: type[BaseModel]) -> tuple[dict[str, Any], Any]:
 
 
 def problem(obj: Any) -> str | None:
-    """The first value, in line order, that no line may hold (nested beyond ``MAX_DEPTH``, a float
-    beyond ``LARGEST``, NaN or infinity), as "`field` why"; None when there is none (integers are
-    each schema's to check)."""
+    """The first value, in line order, that no line may hold (nested beyond ``MAX_DEPTH``, a number
+    beyond ``LARGEST``, NaN or infinity), as "`field` why"; None when there is none (the range of
+    each integer is its schema's to check)."""
     stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
     while stack:
         value, where, depth = stack.pop()
@@ -220,6 +331,8 @@ def problem(obj: Any) -> str | None:
         elif isinstance(value, float) and not (math.isfinite(value) and abs(value) <= LARGEST):
             kind = "not a finite number" if not math.isfinite(value) else f"beyond +-{LARGEST:g}"
             return f"`{where or 'line'}` is {value}, {kind}"
+        elif isinstance(value, LongInteger) or (isinstance(value, int) and abs(value) > LARGEST):
+            return f"`{where or 'line'}` is {shown(value)}, beyond +-{LARGEST:g}"
     return None
 
 

@@ -19,7 +19,6 @@ not read (a write cut short) is named in ``skipped``; a file named directly must
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -106,7 +105,7 @@ def load(path: Path, required: bool) -> dict[str, Any] | None:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise ValueError(f"over {MAX_FILE_BYTES} bytes, the size limit of a results file")
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject)
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject, parse_int=lines.parse_int)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         if not required:
             return None
@@ -144,6 +143,8 @@ def longppl_tasks(data: dict[str, Any]) -> list[str]:
 def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any] | None, str | None]:
     """The task's row of ``frame_schema()``, or why it is left out."""
     counts = data["n-samples"].get(task) or {}
+    if why := lines.problem({"n-samples": {task: counts}}):
+        raise PipelineError(f"{path}: task {task}: {why}")
     if counts.get("effective") != counts.get("original"):
         return None, f"run on {counts.get('effective')} of {counts.get('original')} documents (--limit)"
     config, meta = data["config"], data["configs"][task]["metadata"]
@@ -201,7 +202,11 @@ def flat_row(data: dict[str, Any], task: TaskValues, settings: dict[str, Any]) -
 
 
 def evaluation_date(value: Any) -> datetime | None:
-    """lm-eval's ``date`` (seconds since the epoch, when the evaluation started) as UTC."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    """lm-eval's ``date`` (seconds since the epoch, when the evaluation started) as UTC; None when it is
+    no time (not a number, NaN, or beyond the years a date holds)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
         return datetime.fromtimestamp(value, tz=timezone.utc)
-    return None
+    except (OverflowError, ValueError, OSError):
+        return None

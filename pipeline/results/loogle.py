@@ -40,9 +40,33 @@ METRIC_LABELS = {  # LooGLE's metrics by the name results lines use, as people r
 }
 
 
-class LooGLELine(BaseModel):
+class _Part(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
+
+class RunRecord(_Part):
+    """What a task ran with (``pipeline.loogle.generation.answering.RunSettings.record``): the fields
+    the readers use, of their types (the board shows ``max_length``, the key holds them all)."""
+
+    task: TASK | None = None
+    data: str | None = None
+    fingerprint: str | None = None
+    model: str | None = None
+    max_length: Annotated[Length, Field(ge=1)]
+    max_new_tokens: Annotated[Length, Field(ge=1)] | None = None
+    limit: Annotated[Length, Field(ge=1)] | None = None
+    repetition_penalty: Finite | None = None
+
+
+class Reorder(_Part):
+    """The timeline-reorder deviations (``pipeline.loogle.metrics.reorder.reorder_scores``)."""
+
+    n_questions: Length
+    n_ordered: Length
+    metrics: dict[str, Finite | None]
+
+
+class LooGLELine(_Part):
     kind: Literal["loogle/1"]
     result_id: str
     model_name: str
@@ -50,11 +74,11 @@ class LooGLELine(BaseModel):
     task: TASK
     data: str
     fingerprint: str
-    settings: dict[str, Any]
+    settings: RunRecord
     n_questions: Annotated[Length, Field(ge=1)]
     metrics: dict[str, Finite | None]
     unavailable: dict[str, str]
-    reorder: dict[str, Any] | None = None
+    reorder: Reorder | None = None
     predictions: str
     date: str
     wall_seconds: Finite

@@ -55,6 +55,8 @@ def _number(value: Any) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError("is not a number")
+    if isinstance(value, int) and abs(value) > lines.LARGEST:  # beyond a float, or any use of one
+        raise ValueError(f"is {lines.shown(value)}, beyond +-{lines.LARGEST:g}")
     if not math.isfinite(value):
         raise ValueError(f"is {value}, not a finite number")
     return float(value)
@@ -63,14 +65,14 @@ def _number(value: Any) -> float | None:
 def _perplexity(value: Any) -> float | None:
     number = _number(value)
     if number is not None and number < 1:
-        raise ValueError(f"is {value}: a perplexity is at least 1")
+        raise ValueError(f"is {lines.shown(value)}: a perplexity is at least 1")
     return number
 
 
 def _fraction(value: Any) -> float | None:
     number = _number(value)
     if number is not None and not 0 <= number <= 1:
-        raise ValueError(f"is {value}: a fraction lies in [0, 1]")
+        raise ValueError(f"is {lines.shown(value)}: a fraction lies in [0, 1]")
     return number
 
 
@@ -81,7 +83,7 @@ def _count(value: Any) -> int | None:
     if number != int(number):
         raise ValueError("is not an integer")
     if not 0 <= value < 2**63:
-        raise ValueError(f"is {value}: a count lies in [0, 2**63)")
+        raise ValueError(f"is {lines.shown(value)}: a count lies in [0, 2**63)")
     return int(value)
 
 
@@ -100,7 +102,7 @@ def _date(value: Any) -> datetime | None:
 def _bits(value: Any) -> float | None:
     number = _number(value)
     if number is not None and number < 0:
-        raise ValueError(f"is {value}: bits per byte are at least 0")
+        raise ValueError(f"is {lines.shown(value)}: bits per byte are at least 0")
     return number
 
 

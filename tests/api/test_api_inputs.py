@@ -4,6 +4,8 @@ surrogate, spans past the end of the text), checked before any work."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -55,15 +57,30 @@ def test_bad_arguments(tiny, tiny_artifact):
             r"^model LlamaForCausalLM: its parameter .* is on the meta device, so its weights are not loaded",
         ),
         ("tokenizer=str", r"^tokenizer is str \('gpt2'\): pass the tokenizer object"),
+        (
+            "tokenizer=function",
+            r"^tokenizer is function \('<function .*'; it has no encode\(\)\): pass the tokenizer object",
+        ),
+        (
+            "float16 with a float32 layer",
+            r"^model LlamaForCausalLM is float16 but its parameter model\.layers\.0\.mlp\.\w+\.weight is "
+            r"float32: its forward would mix the two and fail; pass the model in one dtype",
+        ),
     ],
 )
 def test_the_api_refuses_what_is_no_loaded_model_or_tokenizer(held, tokenizer, tiny_artifact, case, said):
+    """On 70baafc a tokenizer given as a function and a float16 model with one float32 layer gave
+    tracebacks (AttributeError from the tokenizer's use, a dtype mismatch inside the model)."""
     from pipeline import api
 
     model, meta = held
-    given = {"model=None": (None, tokenizer), "meta": (meta, tokenizer), "tokenizer=str": (model, "gpt2")}[
-        case
-    ]
+    given = {
+        "model=None": (None, tokenizer),
+        "meta": (meta, tokenizer),
+        "tokenizer=str": (model, "gpt2"),
+        "tokenizer=function": (model, lambda text, **options: tokenizer(text, **options)),
+        "float16 with a float32 layer": (mixed_precision(model), tokenizer),
+    }[case]
     with pytest.raises(PipelineError, match=said):
         api.score(*given, tiny_artifact)
     with pytest.raises(PipelineError, match=said):
@@ -117,3 +134,23 @@ def test_dropin_text_longer_than_the_context_and_spans_past_its_end(tiny, tmp_pa
         PipelineError, match=r"reach character 1000000, past the end of the text \(\d+ characters\)"
     ):
         compute_longppl(STAGE1_TEXTS[0], model, None, tokenizer, save_path=str(spans))
+
+
+def mixed_precision(model):
+    """A float16 copy of ``model`` with one layer left in float32."""
+    mixed = copy.deepcopy(model).half()
+    mixed.model.layers[0].mlp.float()
+    return mixed
+
+
+def test_modules_a_model_keeps_in_float32_by_design_are_taken(held, tokenizer):
+    """transformers keeps some modules of a 16-bit model in float32 (``_keep_in_fp32_modules``: MoE
+    routers and the like); such a model is no mixture to refuse."""
+    from pipeline.models.pairing import check_held
+
+    mixed = mixed_precision(held[0])
+    mixed._keep_in_fp32_modules = ["mlp"]
+    check_held(mixed, tokenizer)
+    mixed._keep_in_fp32_modules = ["self_attn"]
+    with pytest.raises(PipelineError, match=r"is float16 but its parameter model\.layers\.0\.mlp\."):
+        check_held(mixed, tokenizer)

@@ -1,6 +1,6 @@
 """`make compare-artifacts` and the tolerance of *the same artifact*: every value judged where both
 artifacts are at hand; the default artifacts of two real CPUs are still the same artifact; the
-tolerance's margin over them is the one docs/reproducibility.md states, and the cross-CPU numbers are
+tolerance's margin over them is the one docs/reports/reproducibility.md states, and the cross-CPU numbers are
 recomputed from the two artifacts."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_the_tolerance_holds_two_real_cpus_with_the_margin_the_docs_state():
     assert measured["key_flags"]["flags_differ"] == 0
     for name, column in columns.items():
         assert column["tolerance"] == TOLERANCE[name] and column["max"] * 2 < TOLERANCE[name], name
-    text = (ROOT / "docs" / "reproducibility.md").read_text()
+    text = (ROOT / "docs" / "reports" / "reproducibility.md").read_text()
     margins = {f"{columns[c]['tolerance'] / columns[c]['max']:.1f}x" for c in ("long_logprob", "lsd")}
     assert margins == {"2.4x"} and "**2.4x** the largest difference for LCL and LSD" in text
     assert f"**{columns['long_logprob']['max']:.1e} nats**".replace("e-04", "e-4") in text

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -70,6 +72,31 @@ def test_a_cached_conversion_with_changed_weights_is_named_damaged(converted, da
         PipelineError, match=r"cached GGUF conversion .* is damaged .*model\.safetensors .*sha256"
     ):
         gguf.convert_gguf(model)
+
+
+@pytest.mark.parametrize("record", ["no files", "no weights"])
+def test_a_conversion_whose_record_has_no_hashes_is_refused_not_taken(converted, record):
+    """A conversion made before its record held its files' hashes (or whose record names no weight file)
+    was taken as it is: with its weights damaged, SmolLM2 scored PPL 19.8080 instead of 19.8014 under
+    the genuine result id. Hashing it now would bless the damage, so it is refused, naming the fix;
+    deleted, the next load converts the GGUF file again, hashes recorded."""
+    model, folder = converted
+    source = json.loads((folder / gguf.SOURCE_RECORD).read_text())
+    if record == "no files":
+        del source["files"]
+    else:
+        del source["files"]["model.safetensors"]
+    (folder / gguf.SOURCE_RECORD).write_text(json.dumps(source))
+    weights = folder / "model.safetensors"
+    flip_bits(weights, weights.stat().st_size - 3, 0x01)
+    with pytest.raises(
+        PipelineError,
+        match=rf"^the cached GGUF conversion {re.escape(str(folder))} cannot be checked: .* delete that",
+    ):
+        gguf.convert_gguf(model)
+    shutil.rmtree(folder)
+    assert gguf.convert_gguf(model)[0] == folder
+    assert "model.safetensors" in json.loads((folder / gguf.SOURCE_RECORD).read_text())["files"]
 
 
 def test_a_whole_conversion_is_read_once_then_known_by_its_version(converted, monkeypatch):
