@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -76,9 +77,16 @@ def save_random_model(out: Path, shape: dict, tokenizer, device: str) -> int:
 
 
 def contenders(
-    work: Path, texts: int, tokens: int, device: str, extra: list[str], float32: bool
+    work: Path,
+    texts: int,
+    tokens: int,
+    device: str,
+    extra: list[str],
+    float32: bool,
+    compile: str | None = None,
 ) -> list[dict]:
-    """Each contender's name, what it is measured against, and its command (``bench.gpu_child``)."""
+    """Each contender's name, what it is measured against, its command (``bench.gpu_child``) and, for a
+    compiled one, its environment (the compile cache) and the artifact it starts without."""
     p, overrides = paths(work, tokens), paper_overrides(work, tokens, texts, device, extra)
     name, stage1 = f"paper{tokens}x{texts}", overrides["stage1"]
     artifact = p["keytokens"] / name
@@ -100,17 +108,48 @@ def contenders(
             runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags]})
         child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name=paper{tokens}x1-float16"]
         runs.append({"name": "stage 1 float16, float32 head, 1 text", "child": child})
+    return runs + (compiled(work, texts, tokens, overrides, compile) if compile else [])
+
+
+def compiled(work: Path, texts: int, tokens: int, overrides: dict, spec: str) -> list[dict]:
+    """Stage 1 with its decoder layers under ``torch.compile`` (``--compile`` of ``bench.gpu_child``: a
+    lever of the benches, not a setting), first with an empty compile cache (it compiles), then again
+    with the cache the first filled (what a second run pays); stage 2 likewise, after them. Each is
+    compared with what its uncompiled stage is (``versus``), on the same texts."""
+    p = paths(work, tokens)
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(p["compile_cache"]), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+    cache["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
+    runs = []
+    for label, cold in (("cold compile cache", True), ("warm compile cache", False)):
+        name = f"paper{tokens}x{texts}-compiled-{'cold' if cold else 'warm'}"
+        child = ["stage1", *overrides["stage1"], f"corpus.limit={texts}", f"name={name}", "--compile", spec]
+        runs.append({"name": f"stage 1 compiled (ours), {label}", "versus": "find_key_token (official)",
+                     "child": child, "env": cache, "fresh": [p["keytokens"] / name] + ([p["compile_cache"]] if cold else [])})  # fmt: skip
+    child = ["stage2", *overrides["stage2"], "--compile", spec]
+    runs.append({"name": "stage 2 compiled (ours), warm compile cache", "versus": "plain forward + float32 CE",
+                 "child": child, "env": cache, "fresh": []})  # fmt: skip
     return runs
 
 
 def command(
-    name: str, tokens: int, work: str, texts: int, device: str, overrides: list, float32: bool
-) -> list:
-    """The command of contender ``name`` (``bench.gpu_child``), its phase records to ``events_file``."""
-    (run,) = [
-        r for r in contenders(Path(work), texts, tokens, device, overrides, float32) if r["name"] == name
-    ]
-    return command_line(run["child"][0], events_file(Path(work), name, tokens), run["child"][1:])
+    name: str,
+    tokens: int,
+    work: str,
+    texts: int,
+    device: str,
+    overrides: list,
+    float32: bool,
+    compile: str | None = None,
+) -> tuple[list, dict]:
+    """The command of contender ``name`` (``bench.gpu_child``), its phase records to ``events_file``, and
+    its environment; what it must start without (a compiled run's artifact and cold cache) removed."""
+    found = contenders(Path(work), texts, tokens, device, overrides, float32, compile)
+    (run,) = [r for r in found if r["name"] == name]
+    for path in run.get("fresh", []):
+        shutil.rmtree(path, ignore_errors=True)
+    return command_line(run["child"][0], events_file(Path(work), name, tokens), run["child"][1:]), run.get(
+        "env", {}
+    )
 
 
 def events_file(work: Path, name: str, tokens: int) -> Path:
@@ -119,7 +158,7 @@ def events_file(work: Path, name: str, tokens: int) -> Path:
 
 CASE = runner.Case(
     "gpu",
-    contenders=tuple(r["name"] for r in contenders(WORK, 3, 32767, "cuda", [], float32=True)),
+    contenders=tuple(r["name"] for r in contenders(WORK, 3, 32767, "cuda", [], True, "default")),
     sizes=(32767, 131071),
     command=command,
     device_memory=True,
@@ -130,15 +169,17 @@ def measure(args: argparse.Namespace) -> dict:
     """Every contender alone, one after another, within ``--budget`` seconds in all."""
     p = paths(args.work, args.tokens)
     p["events"].mkdir(parents=True, exist_ok=True)
-    runs = contenders(args.work, args.texts, args.tokens, args.device, args.overrides, args.float32)
+    runs = contenders(
+        args.work, args.texts, args.tokens, args.device, args.overrides, args.float32, args.compile
+    )
     runs = [r for r in runs if not args.only or r["name"].split(" (")[0] in args.only]
     options = {"work": str(args.work), "texts": args.texts, "device": args.device}
-    options |= {"overrides": args.overrides, "float32": args.float32}
+    options |= {"overrides": args.overrides, "float32": args.float32, "compile": args.compile}
     rows = runner.run(CASE, contenders=[r["name"] for r in runs], sizes=[args.tokens], options=options,
                       budget=args.budget, logs=p["events"])  # fmt: skip
     results = []
     for run, row in zip(runs, rows, strict=True):
-        record = {k: run[k] for k in ("name", "against") if k in run} | contender_record(row)
+        record = {k: run[k] for k in ("name", "against", "versus") if k in run} | contender_record(row)
         if "skipped" not in row:
             record |= summarise(read_events(events_file(args.work, run["name"], args.tokens)))
         results.append(record)
@@ -181,6 +222,9 @@ def summarise(events: list[dict]) -> dict:
     peak = [e["bytes"] for e in events if e["phase"] == "torch peak"]
     if peak:
         out["torch_peak_gib"] = round(peak[0] / 2**30, 3)
+    compiled = [{k: v for k, v in e.items() if k != "phase"} for e in events if e["phase"] == "compile"]
+    if compiled:
+        out["compile"] = compiled[0]
     return out
 
 
@@ -210,6 +254,8 @@ def paper_section(result: dict) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     baseline = {r.get("against"): r for r in result["runs"] if r.get("against")}  # ours -> theirs
+    by_name = {r["name"]: r for r in result["runs"]}
+    baseline |= {r["name"]: by_name[r["versus"]] for r in result["runs"] if r.get("versus") in by_name}
     for r in result["runs"]:
         if "skipped" in r or r.get("returncode"):
             why = r.get("skipped") or "failed: " + r.get("error", "").strip().splitlines()[-1][:160]
@@ -220,6 +266,8 @@ def paper_section(result: dict) -> list[str]:
             f"| {fmt(startup(r), 1)} | {fmt(r['wall_s'], 1)} | {fmt(r['peak_gib'], 1)} | {fmt(r.get('torch_peak_gib'), 1)} "
             f"| {versus(r, baseline.get(r['name']))} |"
         )
+    facts = [f"- {r['name']}: {json.dumps(r['compile'])}" for r in result["runs"] if r.get("compile")]
+    lines += ["", "torch.compile (its options, and what it compiled):", "", *facts] if facts else []
     lines += ["", "Before the first text (seconds, from the process's start):", ""]
     for r in result["runs"]:
         if r.get("phases_s"):
@@ -263,6 +311,11 @@ def main() -> None:
             "--only", nargs="*", help="contenders by name: 'stage 1' 'find_key_token' 'stage 2' ..."
         )
         s.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
+        s.add_argument(
+            "--compile",
+            metavar="MODE[:DYNAMIC]",
+            help="add both stages with their layers under torch.compile",
+        )
     args = parser.parse_args()
     if args.step in ("build", "all"):
         print(

@@ -13,6 +13,9 @@ the epoch and CPU seconds of the whole process, every thread; ``text`` phases on
 two device synchronisations) and its process's start, each phase timed by the runner's clock
 (``bench.runner.Clock``). With ``--until-first-text`` it stops as the first text's computation starts
 (``first text``: when, and the CPU seconds spent until then): the start-up alone (``bench.startup``).
+With ``--compile MODE[:DYNAMIC]`` (a lever of the benches only, never a setting of the pipeline) every
+model the command loads gets its decoder layers under ``torch.compile`` (``compile_layers``); what the
+compiler did is recorded at the end (``compile``: graphs, graph breaks, the compile cache's hits).
 ``WORK`` and ``paths`` name the files of the GPU benches' work folder (``bench.gpu`` builds them,
 ``bench.gpu_levers`` reads them).
 """
@@ -35,6 +38,7 @@ from pathlib import Path  # noqa: E402
 from bench.runner import Clock, cuda_sync, own_cpu, process_started  # noqa: E402
 
 WORK = Path("artifacts/bench/gpu")  # the GPU benches' work folder, relative to the repository
+COMPILING: dict = {}  # torch.compile's options where --compile asks for it
 
 
 def paths(work: Path, tokens: int) -> dict[str, Path]:
@@ -46,6 +50,7 @@ def paths(work: Path, tokens: int) -> dict[str, Path]:
         "dataset": work / f"govreport-test-tokenized-{tokens}",
         "keytokens": work / "keytokens",
         "events": work / "events",
+        "compile_cache": work / "compile-cache",
     }
 
 
@@ -146,6 +151,55 @@ def load_parts() -> list[tuple]:
     ]
 
 
+def compile_layers(spec: str) -> None:
+    """Every model the command loads from now on with each decoder layer under ``torch.compile``
+    (``spec``: ``mode[:dynamic]``; mode ``default``, ``max-autotune-no-cudagraphs``, ``reduce-overhead``
+    ...; dynamic ``true``, ``false`` or ``auto``, torch's default: static first, dynamic on a second
+    shape). Compiled per layer, so one graph serves every layer; each shape compiles at its first
+    forward (the self-check's, then the first text's), read from the compile cache where it holds it
+    (``TORCHINDUCTOR_CACHE_DIR``)."""
+    from pipeline.models.loading import ModelChoice
+
+    options = compile_options(spec)
+    COMPILING.update(options)
+    inner = ModelChoice.load
+
+    @functools.wraps(inner)
+    def load(self, *args, **kwargs):
+        lm = inner(self, *args, **kwargs)
+        for layer in lm.model.get_decoder().layers:
+            layer.compile(**options)
+        return lm
+
+    ModelChoice.load = load
+
+
+def compile_options(spec: str) -> dict:
+    """``torch.compile``'s options of ``mode[:dynamic]`` (``default`` is its default mode; dynamic
+    ``true``, ``false``, else torch's default, ``None``)."""
+    mode, _, dynamic = spec.partition(":")
+    return {
+        "mode": None if mode == "default" else mode,
+        "dynamic": {"true": True, "false": False}.get(dynamic),
+    }
+
+
+def compile_facts() -> dict:
+    """What torch's compiler did in this process: graphs compiled, graph breaks (and their first
+    reasons), recompilations, and the compile cache's hits and misses."""
+    from torch._dynamo.utils import counters
+
+    breaks = counters["graph_break"]
+    return {
+        "unique_graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(breaks.values()),
+        "graph_break_reasons": [str(r)[:200] for r in list(breaks)[:3]],
+        "frames_compiled": counters["frames"]["ok"],
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+    }
+
+
 def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.artifact.writer import ArtifactWriter
     from pipeline.commands import keytokens as command
@@ -203,6 +257,8 @@ def run_command(events: Events, command, name: str, timed: list[tuple], override
         command.main()
     finally:
         _peak(events, sys.modules["torch"])
+        if COMPILING:
+            events.write(phase="compile", **COMPILING, **compile_facts())
 
 
 def command_line(contender: str, events: Path, args: list[str]) -> list[str]:
@@ -284,7 +340,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sdpa-math", action="store_true", help="sdpa on its math backend only (float32 as before 88746e2)"
     )
+    parser.add_argument("--compile", metavar="MODE[:DYNAMIC]", help="each decoder layer under torch.compile")
     args, overrides = parser.parse_known_args(argv)
+    if args.compile:
+        compile_layers(args.compile)
     if args.tf32:
         import torch
 

@@ -21,6 +21,7 @@ move less: both are recorded, with the load average before and after.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -33,18 +34,21 @@ STAGES = {"stage 1 (make keytokens)": "stage1", "stage 2 (make score)": "stage2"
 HERE = Path("artifacts/bench/startup")  # the runs' artifacts, results lines and phase records
 
 
-def overrides(stage: str, size: str, device: str, work: str, tokens: int, texts: int, extra: list) -> list:
-    """The command's overrides: the defaults (``embedded``) or the paper's shapes (``paper``)."""
+def overrides(
+    stage: str, size: str, device: str, work: str, tokens: int, texts: int, extra: dict, here: Path
+) -> list:
+    """The command's overrides: the defaults (``embedded``) or the paper's shapes (``paper``), then
+    ``extra[stage]``."""
     if size == "paper":
-        return paper_overrides(Path(work), tokens, texts, device, [])[stage] + extra
+        return paper_overrides(Path(work), tokens, texts, device, [])[stage] + extra[stage]
     if stage == "stage1":
-        return [f"output_dir={HERE / 'keytokens'}", "progress=false", f"device={device}", *extra]
-    return [f"artifact={shared.default_artifact()}", f"results={HERE / 'scores.jsonl'}", "progress=false",
-            f"device={device}", *extra]  # fmt: skip
+        return [f"output_dir={here / 'keytokens'}", "progress=false", f"device={device}", *extra[stage]]
+    return [f"artifact={shared.default_artifact()}", f"results={here / 'scores.jsonl'}", "progress=false",
+            f"device={device}", *extra[stage]]  # fmt: skip
 
 
-def events_file(contender: str, size: str) -> Path:
-    return HERE / "events" / f"{shared.slug(contender)}-{size}.jsonl"
+def events_file(here: Path, contender: str, size: str) -> Path:
+    return here / "events" / f"{shared.slug(contender)}-{size}.jsonl"
 
 
 def command(
@@ -54,15 +58,16 @@ def command(
     work: str,
     tokens: int,
     texts: int,
-    extra: list,
+    extra: dict,
     threads: int | None,
+    here: str = str(HERE),
 ) -> tuple[list, dict]:
     """The contender's command line (its stage, stopped at its first text; phase records appended) and
     its environment (``threads``: OMP_NUM_THREADS)."""
     stage = STAGES[contender]
-    events = events_file(contender, size)
+    events = events_file(Path(here), contender, size)
     events.parent.mkdir(parents=True, exist_ok=True)
-    args = ["--until-first-text", *overrides(stage, size, device, work, tokens, texts, extra)]
+    args = ["--until-first-text", *overrides(stage, size, device, work, tokens, texts, extra, Path(here))]
     return command_line(stage, events, args), ({"OMP_NUM_THREADS": str(threads)} if threads else {})
 
 
@@ -93,15 +98,16 @@ def medians(runs: list[dict]) -> dict:
     return out
 
 
-def measure(args) -> dict:
+def measure(args: argparse.Namespace) -> dict:
     """Every (stage, size) ``--runs`` times, each run's phases, and their medians."""
     options = {"device": args.device, "work": str(args.work), "tokens": args.tokens, "texts": args.texts,
-               "extra": args.overrides, "threads": args.threads}  # fmt: skip
+               "extra": {"stage1": args.overrides, "stage2": args.score_overrides}, "threads": args.threads,
+               "here": str(args.dir)}  # fmt: skip
     for contender in STAGES:
         for size in args.sizes:
-            events_file(contender, size).unlink(missing_ok=True)
+            events_file(args.dir, contender, size).unlink(missing_ok=True)
     load_before = os.getloadavg()
-    rows = runner.run(CASE, sizes=args.sizes, options=options, repeats=args.runs, logs=HERE / "events")
+    rows = runner.run(CASE, sizes=args.sizes, options=options, repeats=args.runs, logs=args.dir / "events")
     results = []
     for row in rows:
         runs = [
@@ -140,7 +146,7 @@ def table(result: dict) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--runs", type=int, default=5, help="runs of each stage (medians)")
     parser.add_argument("--sizes", nargs="*", default=["embedded"], choices=CASE.sizes)
@@ -148,10 +154,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=WORK, help="make bench-gpu's work folder (size paper)")
     parser.add_argument("--tokens", type=int, default=32767, help="its texts' tokens (size paper)")
     parser.add_argument("--texts", type=int, default=2, help="its stage 1 run's texts (size paper)")
-    parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for both stages")
+    parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
+    parser.add_argument("--score-overrides", nargs="*", default=[], help="more key=value for stage 2")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the runs (default: unset)")
+    parser.add_argument("--dir", type=Path, default=HERE, help="the runs' artifacts and phase records")
     parser.add_argument("--json", type=Path, default=HERE / "startup.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     result = measure(args)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1))

@@ -13,7 +13,7 @@ from argparse import Namespace
 import pyarrow.parquet as pq
 import pytest
 
-from bench import gpu, gpu_child, gpu_levers, gpu_report, numerics
+from bench import gpu, gpu_child, gpu_levers, gpu_report, numerics, startup
 from bench.runner import ROOT
 from studies.rehearse_paper import trained_tokenizer
 from tests.support import compose_keytokens, keytokens_overrides, run_keytokens
@@ -197,6 +197,54 @@ def test_the_machine_script_names_what_the_benches_read():
         assert option in script
     assert "--reference-scores" in script and "bench.numerics" in script and "bench.gpu_levers" in script
     assert "bench.gpu build" in script and "bench.gpu measure" in script
+    assert "bench.startup --sizes paper" in script and "--compile" in script
+
+
+def test_compiled_contenders_start_cold_then_share_the_compile_cache(tmp_path):
+    """With --compile, both stages again with their layers under torch.compile: stage 1 first with an
+    empty compile cache and an artifact of its own, then with the cache it filled; each compared with
+    the uncompiled contender's measure (the official code, a plain forward)."""
+    runs = {r["name"]: r for r in gpu.contenders(tmp_path, 2, 600, "cpu", [], False, "default:true")}
+    cold = runs["stage 1 compiled (ours), cold compile cache"]
+    warm = runs["stage 1 compiled (ours), warm compile cache"]
+    stage2 = runs["stage 2 compiled (ours), warm compile cache"]
+    cache = str(tmp_path / "compile-cache")
+    assert cold["env"]["TORCHINDUCTOR_CACHE_DIR"] == warm["env"]["TORCHINDUCTOR_CACHE_DIR"] == cache
+    assert tmp_path / "compile-cache" in cold["fresh"] and tmp_path / "compile-cache" not in warm["fresh"]
+    assert cold["child"][-2:] == ["--compile", "default:true"] and stage2["child"][0] == "stage2"
+    assert cold["versus"] == "find_key_token (official)" and stage2["versus"] == "plain forward + float32 CE"
+    (tmp_path / "compile-cache").mkdir()
+    options = {"work": str(tmp_path), "texts": 2, "device": "cpu", "overrides": [], "float32": False}
+    argv, env = gpu.command(cold["name"], 600, **options, compile="default:true")
+    assert not (tmp_path / "compile-cache").exists() and env == cold["env"] and "--compile" in argv
+    assert gpu_child.compile_options("max-autotune-no-cudagraphs:false") == {
+        "mode": "max-autotune-no-cudagraphs",
+        "dynamic": False,
+    }
+    assert gpu_child.compile_options("default") == {"mode": None, "dynamic": None}
+
+
+def test_startup_stops_each_stage_at_its_first_text(measured, tmp_path):
+    """bench.startup on the bench's tiny model: each stage run twice to its first text and stopped
+    there, every phase with its wall and CPU seconds, the medians."""
+    _, _, work = measured
+    out = tmp_path / "startup.json"
+    startup.main(["--sizes", "paper", "--device", "cpu", "--work", str(work), "--tokens", "600", "--texts",
+                  "2", "--runs", "2", "--overrides", "K=128", "d=64", "--dir", str(tmp_path / "runs"),
+                  "--json", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    assert [(r["stage"], r["size"]) for r in result["results"]] == [
+        ("stage 1 (make keytokens)", "paper"),
+        ("stage 2 (make score)", "paper"),
+    ]
+    for r in result["results"]:
+        assert "error" not in r and len(r["runs"]) == 2 and r["median"]["reached_first_text"] == 2
+        med = r["median"]
+        assert med["before_first_text_cpu_s"] > 0
+        assert 0 < med["phases_s"]["imports"] < med["before_first_text_s"]
+        assert {"model load", "load: tokenizer", "self-check"} <= set(med["phases_cpu_s"])
+    assert not list((tmp_path / "runs" / "keytokens").glob("*/manifest.json"))  # stopped before any text
+    assert "**to the first text**" in "\n".join(startup.table(result))
 
 
 def test_levers_time_stage_1_and_keep_its_numbers(measured, tmp_path):
