@@ -146,6 +146,19 @@ def table(result: dict) -> list[str]:
     return lines
 
 
+def section(result: dict) -> list[str]:
+    """The GPU report's section (``bench.gpu_report``)."""
+    title = f"## Start-up to the first text, phase by phase ({result['device']}, medians)"
+    return [
+        title,
+        "",
+        "`python -m bench.startup` (run by `bash bench/gpu_machine.sh 1`).",
+        "",
+        *table(result),
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--runs", type=int, default=5, help="runs of each stage (medians)")
