@@ -105,6 +105,18 @@ def test_a_fast_form_that_differs_is_never_taken(gemma_like, tmp_path, monkeypat
     assert json.loads(verdict.read_text())["same"] is False
 
 
+def test_a_fast_form_that_no_longer_builds_falls_back_to_transformers(gemma_like, tmp_path, monkeypatch):
+    calls = spy_transformers_load(monkeypatch)
+    load_tokenizer(gemma_like, tmp_path / "cache")
+
+    def broken(folder):
+        raise ValueError("no such class")
+
+    monkeypatch.setattr(fast_tokenizer, "fast_form", broken)
+    assert type(load_tokenizer(gemma_like, tmp_path / "cache")).__name__ == "GemmaTokenizer"
+    assert len(calls) == 2
+
+
 def test_the_key_holds_every_file_a_load_reads_but_weights_and_records(gemma_like):
     key = form_key(gemma_like)
     (gemma_like / "model.safetensors").write_bytes(b"weights")
