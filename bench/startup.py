@@ -110,9 +110,8 @@ def measure(args: argparse.Namespace) -> dict:
     rows = runner.run(CASE, sizes=args.sizes, options=options, repeats=args.runs, logs=args.dir / "events")
     results = []
     for row in rows:
-        runs = [
-            before_first_text(r) for r in runs_of(read_events(events_file(row["contender"], row["size"])))
-        ]
+        events = read_events(events_file(args.dir, row["contender"], row["size"]))
+        runs = [before_first_text(r) for r in runs_of(events)]
         record = {"stage": row["contender"], "size": row["size"], "runs": runs, "median": medians(runs)}
         if "failed" in row:
             record["error"] = row["failed"]

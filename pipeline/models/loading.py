@@ -25,7 +25,7 @@ from pipeline.models.fast_tokenizer import load_tokenizer
 from pipeline.models.gguf import check_header, default_cache_dir
 from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.pairing import check_held, check_pairing
-from pipeline.models.placement import describe, execution_device, from_pretrained_placement
+from pipeline.models.placement import describe, execution_device, from_pretrained_placement, one_thread_on_cpu
 from pipeline.models.sources import hub_error_message, is_local_model, prepare, resolve_source
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
@@ -288,9 +288,9 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
 def attention_dispatches(model: Any) -> bool:
     """Whether a forward pass of ``model`` calls ``blocked_sdpa`` (remote code may ignore it)."""
     before = attention.CALLS[0]
-    probe = torch.zeros(1, 2, dtype=torch.long).to(execution_device(model.get_input_embeddings()))
-    with torch.inference_mode():
-        model(input_ids=probe, use_cache=False)
+    device = execution_device(model.get_input_embeddings())
+    with torch.inference_mode(), one_thread_on_cpu(device):
+        model(input_ids=torch.zeros(1, 2, dtype=torch.long).to(device), use_cache=False)
     return attention.CALLS[0] > before
 
 
