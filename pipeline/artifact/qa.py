@@ -9,7 +9,8 @@ Checked on every load of an artifact that declares them (``load_artifact``), bes
 - the record of what the cut keeps of each document (``kept_records``), where there is one, equal to
   the documents table and to the counts recomputed from the tables;
 - evidence: every row names a question, in the questions' order; each question's ``evidence_index``
-  0 .. ``n_evidence`` - 1, each with ``piece_index`` 0, 1, ...; an ``unlocated`` string has null offsets
+  0 .. ``n_evidence`` - 1, each with ``piece_index`` 0, 1, ..., its rule one of ``EVIDENCE_RULES`` or
+  ``unlocated``; an ``unlocated`` string has null offsets
   and one row, a located one ``0 <= char_start < char_end <= n_source_chars``; an ``exact`` span inside
   the kept text is that text's characters (the evidence string stripped).
 
@@ -25,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.artifact.checks import FIX, ArtifactProblem
-from pipeline.artifact.schema import QUESTIONS, UNLOCATED, KeyTokenArtifact
+from pipeline.artifact.schema import EVIDENCE_RULES, QUESTIONS, UNLOCATED, KeyTokenArtifact
 
 Span = tuple[int, int]
 
@@ -215,6 +216,10 @@ def check_evidence_rows(
 def check_span(row: dict[str, Any], docs: dict[str, list], doc: int, at: str) -> None:
     """One evidence row's offsets against its rule and its document."""
     start, end = row["char_start"], row["char_end"]
+    if row["rule"] not in (*EVIDENCE_RULES, UNLOCATED):
+        raise ArtifactProblem(
+            f"{at}: rule {row['rule']!r} is none of {', '.join(EVIDENCE_RULES)}, {UNLOCATED}; {FIX}"
+        )
     if row["rule"] == UNLOCATED:
         if start is not None or end is not None or row["piece_index"] != 0:
             raise ArtifactProblem(f"{at}: an unlocated evidence string with offsets; {FIX}")

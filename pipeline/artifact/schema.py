@@ -18,8 +18,9 @@ An artifact is a directory ``artifacts/keytokens/<name>/`` holding:
     id in its data, ``<title>#<index>``), type (null when the data gives none), question, answer (a
     cloze answer as JSON), n_evidence. evidence (one row per located span; an unlocated evidence
     string is one row with null offsets): doc_id, question_index, evidence_index, piece_index, rule
-    (how it was located, or ``unlocated``), char_start, char_end (of the full source text: the kept
-    text is its prefix), occurrences, ratio (the fuzzy rule's), text (the evidence string). The
+    (how it was located: one of ``EVIDENCE_RULES``, or ``unlocated``), char_start, char_end (of the
+    full source text: the kept text is its prefix), occurrences, ratio (the fuzzy rule's), text (the
+    evidence string). The
     manifest's ``questions`` (their source, revision and fingerprints, the alignment) declares them;
     an artifact without it has none, and its files and bytes are those it always had.
 ``manifest.json``
@@ -139,6 +140,8 @@ QA_TABLES = {"questions": QUESTIONS_SCHEMA, "evidence": EVIDENCE_SCHEMA}
 ALL_TABLES = {**TABLES, **QA_TABLES}
 QUESTIONS = "questions"
 UNLOCATED = "unlocated"
+# The rules that locate an evidence string (pipeline.loogle.evidence.locating); a row names one, or UNLOCATED.
+EVIDENCE_RULES = ("exact", "normalised", "pieces", "fuzzy", "sentences")
 
 # The kinds of artifact and the tables each declares (every column of a table, as in its schema
 # above). The manifest's ``kind`` names one; manifests written before kinds existed are ``per_token``.

@@ -7,13 +7,13 @@ from typing import Any
 
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.loogle.metrics.evaluation import MetricsOptions, evaluate_file
-from pipeline.reporting.loogle import result_lines
+from pipeline.reporting.loogle import metrics_summary
 from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Any]:
     result = evaluate_file(parse(MetricsOptions, plain(cfg)))
-    print("\n".join(result_lines(result)))
+    print(metrics_summary(result))
     return result
 
 

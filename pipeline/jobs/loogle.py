@@ -19,6 +19,7 @@ from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_ta
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
 from pipeline.loogle.generation.answering import (
     RunSettings,
+    check_batch_size,
     check_prompts,
     new_tokens_for,
     predict_task,
@@ -46,6 +47,7 @@ class LoogleOptions:
     max_length: int | None
     max_new_tokens: int | None
     limit: int | None
+    batch_size: int
     predictions_dir: str
     results: str
     bertscore: str | bool
@@ -69,6 +71,20 @@ def selected(task: str, source: DataSource, limit: int | None) -> dict[str, list
             "data=hub has all four"
         )
     return {t: load_questions(t, source)[:limit] for t in tasks}
+
+
+class Clock:
+    """Wall and CPU seconds since it was made (CPU: this process's, every thread's: on a shared machine
+    the CPU time says what the run cost where the wall time says how long it waited too)."""
+
+    def __init__(self) -> None:
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.started
+
+    def cpu(self) -> float:
+        return time.process_time() - self.cpu_started
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,7 @@ class LoogleJob:
 
     def open(self) -> dict[str, list[Question]]:
         """Each task's questions and generation length, checked before the model loads."""
+        check_batch_size(self.options.batch_size)
         questions = selected(self.options.task, self.options.source, self.options.limit)
         for task in questions:
             new_tokens_for(task, self.options.max_new_tokens)
@@ -121,12 +138,13 @@ class LoogleJob:
         plans = {task: self.plan(lm, task, task_questions) for task, task_questions in questions.items()}
         results = {}
         for task, (settings, path) in plans.items():
-            task_started = time.time()
-            predict_task(lm, questions[task], settings, path, progress=self.options.progress)
+            clock, model = Clock(), model_record(lm, add_bos=True)
+            predict_task(lm, questions[task], settings, path, self.options.batch_size, self.options.progress,
+                         model)  # fmt: skip
             result = evaluate(path, task, self.options.source, bertscore_mode(self.options.bertscore))
-            record(loogle_row(settings.model, model_record(lm, add_bos=True), result, settings.record(),
-                              time.time() - task_started))  # fmt: skip
-            results[task] = result
+            row = loogle_row(settings.model, model, result, settings.record(), clock.wall(), clock.cpu())
+            record({**row, "batch_size": self.options.batch_size})
+            results[task] = {**result, "wall_seconds": row["wall_seconds"], "cpu_seconds": row["cpu_seconds"]}
         return JobResult(results)
 
     def plan(self, lm: LoadedModel, task: str, questions: list[Question]) -> tuple[RunSettings, Path]:

@@ -3,8 +3,9 @@ sample), ``loogle_shortdep_cloze`` and ``loogle_longdep_summarization`` (the Hub
 revision), tagged ``loogle``.
 
 One engine, two shells: with the model ``longppl``, a request is answered by the generation of `make
-loogle` (``pipeline.loogle.generation.decoding``: its prompt, the first-and-last-halves cut, greedy
-decoding with ``repetition_penalty=2.0`` and the task's new tokens), and ``process_results`` scores it with
+loogle` (``pipeline.loogle.generation.answering.answer``: its prompt, the first-and-last-halves cut,
+a document's questions decoded together, greedy with ``repetition_penalty=2.0`` per sequence and the
+task's new tokens), and ``process_results`` scores it with
 ``pipeline.loogle.metrics.similarity``; the aggregations average as LooGLE does (the cloze matches pooled over
 masks). BERTScore and the timeline-reorder deviations are `make loogle`'s only (docs/loogle.md).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 import datasets
@@ -27,8 +29,8 @@ from pipeline.errors import PipelineError
 from pipeline.loogle.data.prompts import max_new_tokens, prompt_for
 from pipeline.loogle.data.questions import Question
 from pipeline.loogle.data.reading import DataSource, load_questions
-from pipeline.loogle.generation.answering import prompt_limit
-from pipeline.loogle.generation.decoding import cut_prompt, generate
+from pipeline.loogle.generation.answering import BATCH_SIZE, answer, check_batch_size, prompt_limit
+from pipeline.loogle.generation.decoding import cut_prompt
 from pipeline.loogle.metrics import similarity as metrics
 
 MEAN, RATIO = "loogle_mean", "loogle_pooled_ratio"
@@ -66,6 +68,16 @@ def prompt_budget(value: Any) -> int | None:
     )
 
 
+def batch_budget(value: Any) -> int:
+    """``loogle_batch_size`` (``--metadata`` or ``--gen_kwargs``), checked before the model runs: a
+    whole number of questions, at least 1."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return check_batch_size(value)
+    raise PipelineError(
+        f"setting loogle_batch_size={value!r}: questions decoded together: a whole number, at least 1"
+    )
+
+
 def question_of(doc: dict[str, Any]) -> Question:
     """A task document back as the question `make loogle` asks."""
     answer = json.loads(doc["answer"])
@@ -74,8 +86,8 @@ def question_of(doc: dict[str, Any]) -> Question:
 
 class LooGLETask(ConfigurableTask):
     """One LooGLE task (``metadata.loogle_task``; ``loogle_data``: sample, hub or a folder;
-    ``loogle_max_length``: the prompt's token budget, `make loogle`'s ``max_length``; lm-eval's
-    ``--metadata`` sets them)."""
+    ``loogle_max_length``: the prompt's token budget, `make loogle`'s ``max_length``;
+    ``loogle_batch_size``: `make loogle`'s ``batch_size``; lm-eval's ``--metadata`` sets them)."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         cfg = copy.deepcopy(config or {})
@@ -95,6 +107,7 @@ class LooGLETask(ConfigurableTask):
                 "do_sample": False,
                 # null: the context less the new tokens
                 "loogle_max_length": prompt_budget(meta.get("loogle_max_length")),
+                "loogle_batch_size": batch_budget(meta.get("loogle_batch_size", BATCH_SIZE)),
             },
             "metric_list": [
                 {"metric": n, "aggregation": RATIO if n in MATCH else MEAN, "higher_is_better": True}
@@ -123,7 +136,8 @@ class LooGLETask(ConfigurableTask):
         for key in ("apply_chat_template", "chat_template"):
             kwargs.pop(key, None)
         options = copy.deepcopy(self.config.generation_kwargs)
-        prompt_budget(options.get("loogle_max_length"))  # --gen_kwargs may set it after the task is built
+        prompt_budget(options.get("loogle_max_length"))  # --gen_kwargs may set them after the task is built
+        batch_budget(options.get("loogle_batch_size", BATCH_SIZE))
         arguments = (prompt_for(question_of(doc)).text, options)
         return Instance(request_type="generate_until", doc=doc, arguments=arguments, idx=0, **kwargs)
 
@@ -139,15 +153,32 @@ class LooGLETask(ConfigurableTask):
 
 
 def answer_requests(lm: Any, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-    """The model's answers to LooGLE requests, by `make loogle`'s generation: the question's prompt cut
-    to ``loogle_max_length`` tokens (null: the model's context less the new tokens), ``max_gen_toks``
-    new tokens."""
-    out = []
-    for request in tqdm(requests, desc="questions", unit="question", disable=disable_tqdm):
-        question, options = question_of(request.doc), request.args[1]
+    """The model's answers to LooGLE requests, by `make loogle`'s generation (``answering.answer``): the
+    question's prompt cut to ``loogle_max_length`` tokens (null: the model's context less the new
+    tokens), ``max_gen_toks`` new tokens, a document's questions decoded together in batches of
+    ``loogle_batch_size``."""
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    questions = [question_of(request.doc) for request in requests]
+    for number, (request, question) in enumerate(zip(requests, questions, strict=True)):
+        options = request.args[1]
         new_tokens = int(options.get("max_gen_toks") or max_new_tokens()[question.task])
         budget = prompt_limit(lm.context_length, options.get("loogle_max_length"), new_tokens, question.task)
-        out.append(generate(lm.model, lm.tokenizer, cut_prompt(lm.tokenizer, question, budget), new_tokens))
+        batch = batch_budget(options.get("loogle_batch_size", BATCH_SIZE))
+        groups.setdefault((new_tokens, budget, batch), []).append(number)
+    out: list[str] = [""] * len(requests)
+    bar = tqdm(total=len(requests), desc="questions", unit="question", disable=disable_tqdm)
+    for (new_tokens, budget, batch), numbers in groups.items():
+        # each request its own question (index: its number), grouped by task and document
+        keyed = [replace(questions[n], doc_id=f"{questions[n].task}/{questions[n].doc_id}", index=n)
+                 for n in numbers]  # fmt: skip
+        cuts = {q.qid: cut_prompt(lm.tokenizer, q, budget) for q in keyed}
+
+        def done(question: Question, found: Any) -> None:
+            out[question.index] = found.text
+            bar.update(1)
+
+        answer(lm, keyed, cuts, new_tokens, batch, done)
+    bar.close()
     return out
 
 

@@ -40,7 +40,9 @@ def cells(row: dict[str, Any]) -> dict[str, str | None]:
         "task": row["task"],
         "data": row["data"],
         "n_questions": str(row["n_questions"]),
-        "max_length": str(row["settings"]["max_length"]),
+        "max_length": None
+        if row["settings"].get("max_length") is None
+        else str(row["settings"]["max_length"]),
         "reorder_location_mean": None
         if reorder.get("location_mean") is None
         else fmt(reorder["location_mean"]),
@@ -79,9 +81,20 @@ def result_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def metrics_summary(result: dict[str, Any]) -> str:
+    """`make loogle-metrics`'s summary: the metrics (4 decimals; the results line keeps them whole) and
+    where its line went."""
+    return "\n".join([*result_lines(result), f"appended to   {result['appended_to']}"])
+
+
 def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:
-    """`make loogle`'s summary: each task's metrics, its predictions file and where its line went."""
+    """`make loogle`'s summary: each task's metrics, its predictions file, where its line went, and its
+    wall and CPU seconds (CPU: this process's, the steadier on a shared machine)."""
     out = []
     for result in results.values():
         out += [*result_lines(result), f"predictions   {result['predictions']}", f"appended to   {path}"]
+        if result.get("cpu_seconds") is not None:
+            n, wall, cpu = result["n_questions"], result["wall_seconds"], result["cpu_seconds"]
+            each = f"{wall / n:.1f} s and {cpu / n:.1f} s a question"
+            out.append(f"time          wall {wall:.0f} s, CPU {cpu:.0f} s ({each})")
     return "\n".join(out)

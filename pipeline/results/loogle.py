@@ -1,11 +1,13 @@
 """The LooGLE results file ``artifacts/results/loogle.jsonl``: one strict-JSON line per task of a
-`make loogle` run. This module owns its schema (``LooGLELine``): ``loogle_row`` builds a line,
-``append`` validates and writes it, ``read_rows`` reads and validates a file (``pipeline.results.lines``).
+`make loogle` run, and per predictions file scored by `make loogle-metrics`. This module owns its
+schema (``LooGLELine``): ``loogle_row`` builds a line, ``append`` validates and writes it, ``read_rows``
+reads and validates a file (``pipeline.results.lines``); a line the writer refuses, the reader refuses.
 
 A line is keyed like every other entry (``loogle_key``): the model's identity (``keys.model_key``, not
-its name), the task, the questions (their fingerprint) and the settings; it holds LooGLE's metrics (null
-where one could not be computed, with the reason), the timeline-reorder deviations, the predictions file,
-and the provenance of the other results lines (library versions, date, wall time).
+its name), the task, the questions (their fingerprint) and the settings; it holds LooGLE's metrics at
+full precision (null where one could not be computed, with the reason), the timeline-reorder
+deviations, the predictions file, who measured it (``measured_by``), and the provenance of the other
+results lines (library versions, date, wall and CPU seconds).
 """
 
 from __future__ import annotations
@@ -82,13 +84,18 @@ class LooGLELine(_Part):
     predictions: str
     date: str
     wall_seconds: Finite
+    cpu_seconds: Annotated[Finite, Field(ge=0)] | None = None
+    batch_size: Annotated[int, Field(ge=1)] | None = None
+    measured_by: Literal["make loogle", "make loogle-metrics"] | None = None
 
 
 def loogle_row(
-    model_name: str, model: dict[str, Any], result: dict[str, Any], settings: dict[str, Any], seconds: float
-) -> dict[str, Any]:
+    model_name: str, model: dict[str, Any], result: dict[str, Any], settings: dict[str, Any],
+    seconds: float, cpu_seconds: float, measured_by: str = "make loogle",
+) -> dict[str, Any]:  # fmt: skip
     """One line: a task's metrics (``pipeline.loogle.metrics.evaluation.evaluate``'s result) for the model
-    ``model`` (``scores.model_record``) run with ``settings``; ``seconds`` the task's wall time."""
+    ``model`` (``scores.model_record``) run with ``settings``; ``seconds`` and ``cpu_seconds`` its wall
+    and CPU time (the task's run, or the metrics alone for `make loogle-metrics`)."""
     key = {
         "model": model,
         "task": result["task"],
@@ -111,6 +118,8 @@ def loogle_row(
         "predictions": result["predictions"],
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu_seconds, 2),
+        "measured_by": measured_by,
         "pipeline_version": __version__,
         "libraries": library_versions(),
     }

@@ -27,6 +27,7 @@ import numpy as np
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import DEFINITION_FIELDS
+from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic, write_json_atomic
 from pipeline.hub import offline_unless
 from pipeline.models.loading import LoadedModel, ModelChoice
@@ -45,7 +46,10 @@ STAGE1_KEYS = (*DEFINITION_FIELDS, *field_names(Compute), "progress")
 
 
 def run(v: ValidateSettings) -> dict[str, Any]:
-    """The whole study; returns the results written to ``<docs_dir>/results.json``."""
+    """The whole study (or with ``loogle.only`` its LooGLE target alone); returns the results written to
+    ``<docs_dir>/results.json``."""
+    if v.options.loogle.only:
+        return loogle_only(v)
     started, timing, o = time.time(), {}, v.options
     work, out = Path(o.work_dir), Path(o.docs_dir)
     members = family.members(v)  # the family and its evaluators first: a wrong one fails at once
@@ -68,7 +72,7 @@ def run(v: ValidateSettings) -> dict[str, Any]:
     part = (
         None
         if loogle is None
-        else lambda m, lm, scorer: loogle_target.member_part(v.compute, m, lm, scorer, loogle)
+        else lambda m, lm, scorer: loogle_target.member_part(v.compute, m, lm, scorer, loogle, o.loogle.count)
     )
     rows = family.score_family(v, members, docs, evals, lambda choice: load(choice, v.compute), timing, part)
     timing["model family"] = time.time() - t
@@ -95,11 +99,50 @@ def run(v: ValidateSettings) -> dict[str, Any]:
     }
     if loogle is not None:
         results["loogle"] = loogle_target.record(loogle, v.options.loogle)
-        results["loogle"]["correlations"] = loogle_target.correlations(rows)
+        results["loogle"]["correlations"] = loogle_target.correlations(rows, v.options.loogle)
         write_bytes_atomic(
             out / "loogle-gain.png", figures.loogle_png(rows, results["loogle"]["correlations"])
         )
     return write_results(v, json.loads(json.dumps(results)), timing, started, docs[0].id)
+
+
+def loogle_only(v: ValidateSettings) -> dict[str, Any]:
+    """The LooGLE target recomputed alone (``loogle.only=true``): the previous run's results.json with
+    its ``loogle`` parts replaced (the artifact, each member's part, the statistics), the report rendered
+    again; the other sections' numbers stay that run's. The family must be the previous run's."""
+    started, timing, o = time.time(), {"LooGLE only": 0.0}, v.options
+    previous = Path(o.docs_dir) / "results.json"
+    if not previous.is_file():
+        raise PipelineError(
+            f"loogle.only=true recomputes the LooGLE section of {previous}: run make validate first"
+        )
+    results = json.loads(previous.read_text())
+    members = family.members(v)
+    if [m.label for m in members] != [r["label"] for r in results["family"]]:
+        raise PipelineError(f"loogle.only=true: the family differs from {previous}'s: run the whole study")
+    offline_unless(*(not is_local_model(m.choice.spec) for m in members))
+    t = time.time()
+    loogle = loogle_target.target(v, Path(o.work_dir))
+    timing["LooGLE artifact"] = time.time() - t
+    if loogle is None:
+        raise PipelineError("loogle.only=true with loogle.enabled=false: nothing to compute")
+    rows = {r["label"]: r for r in results["family"]}
+    for choice in dict.fromkeys(m.choice for m in members):
+        lm, scorer = load(choice, v.compute)
+        for m in (m for m in members if m.choice == choice):
+            t = time.time()
+            rows[m.label]["loogle"] = loogle_target.member_part(
+                v.compute, m, lm, scorer, loogle, o.loogle.count
+            )
+            timing[f"member {m.label} LooGLE"] = timing[f"member {m.label}"] = time.time() - t
+    results["loogle"] = loogle_target.record(loogle, o.loogle)
+    results["loogle"]["correlations"] = loogle_target.correlations(results["family"], o.loogle)
+    write_bytes_atomic(
+        Path(o.docs_dir) / "loogle-gain.png",
+        figures.loogle_png(results["family"], results["loogle"]["correlations"]),
+    )
+    first_doc = results["synthetic"]["documents"][0]["id"]
+    return write_results(v, json.loads(json.dumps(results)), timing, started, first_doc)
 
 
 def keytokens_on(v: ValidateSettings, corpus: Path, work: Path) -> Path:

@@ -120,19 +120,23 @@ def scatter_points(ax: Any, points: list[tuple[dict[str, Any], float, float, boo
 
 def loogle_png(family: list[dict[str, Any]], stats: dict[str, Any]) -> bytes:
     """PPL, LongPPL and LongPPL-soft on LooGLE's documents against the mean answer gain, one point per
-    member with counted questions (self-evaluation: the member is the LooGLE artifact's evaluator)."""
+    member that counts (at least ``min_questions`` counted questions; a square: the LooGLE artifact's
+    evaluator); the titles give the correlation across the other members, with its bootstrap p."""
     colours = model_colours(family)
+    counts = {m["label"] for m in stats["members"] if m["counts"]}
+    across = stats["across"]["own"]["rows"]
     fig = figure((15.6, 4.2))
-    for ax, row in zip(fig.subplots(1, len(stats["rows"])), stats["rows"], strict=True):
+    for ax, row in zip(fig.subplots(1, len(across)), across, strict=True):
         points = [
             (r, r["loogle"]["gain_bits_per_byte"], r["loogle"][row["metric"]], r["loogle"]["self_evaluation"])
             for r in family
-            if r["loogle"]["gain_bits_per_byte"] is not None
+            if r["label"] in counts
         ]
         scatter_points(ax, points, colours)
-        pearson = f"Pearson {fmt(row['pearson_r'], '+.2f')} (p {fmt(row['pearson_p'], '.2g')})"
-        spearman = f"Spearman {fmt(row['spearman_r'], '+.2f')} (p {fmt(row['spearman_p'], '.2g')})"
-        ax.set_title(f"{row['label']} on LooGLE, n={row['n']} members\n{pearson}, {spearman}", fontsize=9)
+        spearman = f"Spearman {fmt(row['spearman_r'], '+.2f')} (bootstrap p {fmt(row['bootstrap_p'], '.2g')})"
+        ax.set_title(
+            f"{row['label']} on LooGLE: {row['n']} members but the evaluator's\n{spearman}", fontsize=9
+        )
         ax.set(xlabel="mean answer gain (bits/byte), long-dependency QA", ylabel=row["label"])
         ax.set_yscale("log")
     fig.tight_layout()

@@ -7,7 +7,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pydantic.dataclasses
 
@@ -23,11 +23,18 @@ class LoogleTargetOptions:
 
     enabled: bool = True
     artifact: str | None = None  # a key-token artifact with questions; None: built with the settings below
-    corpus: str = "loogle_sample"
+    data: str = (
+        "auto"  # auto: LooGLE's test data in ../shared/data/loogle when there, else sample; or a folder
+    )
     evaluator: str = "gemma3-270m"
     preset: str = "cpu"
-    max_tokens: Positive | None = 16384
+    max_tokens: Positive | None = 32767
     tasks: list[str] = dataclasses.field(default_factory=lambda: ["longdep_qa"])
+    count: Literal["all", "some"] = "all"  # a question counts with all (or some) of its evidence located
+    min_questions: Positive = 5  # a member counts with at least this many counted questions
+    resamples: Positive = 2000  # the paired bootstrap over questions
+    seed: NonNegative = 0
+    only: bool = False  # recompute this target alone, into the previous run's results.json and report
 
 
 @pydantic.dataclasses.dataclass(frozen=True)

@@ -32,7 +32,9 @@ def render(
     relative to ``report``."""
     env = markdown_templates(Path(__file__).parent)
     steps = ", ".join(
-        f"{k} {v:.0f} s" for k, v in timing.items() if k != "total" and not k.startswith("member ")
+        f"{k} {v:.0f} s"
+        for k, v in timing.items()
+        if k not in ("total", "LooGLE only") and not k.startswith("member ")
     )
     pictures = Path(os.path.relpath(docs_dir, report.parent)).as_posix()
     context = {
@@ -56,8 +58,12 @@ def render(
 
 def member_parts(timing: dict[str, float], key: str) -> str:
     """A member's seconds on GovReport, and on LooGLE where it ran."""
-    loogle = f", LooGLE {timing[f'{key} LooGLE']:.0f} s" if f"{key} LooGLE" in timing else ""
-    return f"GovReport {timing.get(f'{key} GovReport', 0.0):.0f} s{loogle}"
+    parts = [
+        f"{name} {timing[f'{key} {name}']:.0f} s"
+        for name in ("GovReport", "LooGLE")
+        if f"{key} {name}" in timing
+    ]
+    return ", ".join(parts)
 
 
 def tables(results: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: make 
 from pipeline.errors import PipelineError  # noqa: E402
 from pipeline.lmeval import LongPPLLM, task_manager  # noqa: E402
 from pipeline.loogle.data.questions import jsonl_rows  # noqa: E402
+from pipeline.loogle.data.reading import DataSource, load_questions  # noqa: E402
+from pipeline.loogle.generation.decoding import cut_prompt, generate  # noqa: E402
 from tests.support import compose_config  # noqa: E402
 
 
@@ -33,21 +35,30 @@ def test_the_task_gives_the_numbers_of_make_loogle(tiny_model_dir, tmp_path):
     (path,) = tmp_path.glob("*longdep_qa*.jsonl")
     answers = [sample["resps"][0][0] for sample in results["samples"]["loogle_longdep_qa"]]
     assert answers == [row["prediction"] for row in jsonl_rows(path)] and all(answers)
+    # and one question at a time, as LooGLE's loop decodes (the document's questions were decoded together)
+    questions = load_questions("longdep_qa", DataSource())[:2]
+    budget = 512 - 20  # the tiny model's context less the new tokens
+    alone = [
+        generate(lm.lm.model, lm.lm.tokenizer, cut_prompt(lm.lm.tokenizer, q, budget), 20) for q in questions
+    ]
+    assert answers == alone
     assert results["configs"]["loogle_longdep_qa"]["metadata"]["loogle_data"] == "sample"
 
 
+@pytest.mark.parametrize("key", ["loogle_max_length", "loogle_batch_size"])
 @pytest.mark.parametrize("route", ["metadata", "gen_kwargs"])
-def test_a_prompt_budget_that_is_no_number_is_refused_before_the_model_runs(
-    tiny_model_dir, tmp_path, monkeypatch, route
+def test_a_prompt_budget_or_batch_that_is_no_number_is_refused_before_the_model_runs(
+    tiny_model_dir, tmp_path, monkeypatch, route, key
 ):
-    """``loogle_max_length`` "abc" (lm-eval's --metadata, or --gen_kwargs after the task is built) gave a
-    traceback from the first request, after the model loaded; it is one error before any request runs."""
+    """``loogle_max_length`` or ``loogle_batch_size`` "abc" (lm-eval's --metadata, or --gen_kwargs after
+    the task is built) gave a traceback from the first request, after the model loaded; it is one error
+    before any request runs."""
     lm = LongPPLLM(str(tiny_model_dir), dtype="float64", device="cpu")
     monkeypatch.setattr(type(lm), "generate_until", lambda *args, **kwargs: pytest.fail("the model ran"))
-    given = {"metadata": {"loogle_max_length": "abc"}} if route == "metadata" else {}
+    given = {"metadata": {key: "abc"}} if route == "metadata" else {}
     manager = task_manager(root=tmp_path / "none", **given)
-    gen_kwargs = "loogle_max_length=abc" if route == "gen_kwargs" else None
-    with pytest.raises(PipelineError, match=r"^setting loogle_max_length='abc': the prompt's token budget"):
+    gen_kwargs = f"{key}=abc" if route == "gen_kwargs" else None
+    with pytest.raises(PipelineError, match=rf"^setting {key}='abc': "):
         lm_eval.simple_evaluate(
             model=lm, tasks=["loogle_longdep_qa"], task_manager=manager, limit=1, gen_kwargs=gen_kwargs,
             bootstrap_iters=0,

@@ -6,6 +6,7 @@ their reasons, the power of n members, and the report's section."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -52,32 +53,63 @@ def question(*evidence: str | None, answer: str = "a library", kind: str = "comp
     )
 
 
+def direct_logprob(model, prompt: list[int], answer: list[int]) -> float:
+    """log P(answer | prompt) by one plain forward pass of the whole sequence (float64)."""
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt + answer])).logits[0].double(), dim=-1)
+    return sum(float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+
+
 def test_the_answer_log_likelihood_is_a_direct_computation(scorer, tokenizer):
     prompt, _ = tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))
     answer = tokenizer("a library", add_special_tokens=False)["input_ids"]
-    seq = torch.tensor([prompt + answer])
-    with torch.no_grad():
-        logprobs = torch.log_softmax(scorer.model(seq).logits[0].double(), dim=-1)
-    direct = sum(float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+    direct = direct_logprob(scorer.model, prompt, answer)
     assert answer_gain.answer_logprob(scorer, prompt, answer) == pytest.approx(direct, abs=1e-10)
+
+
+def test_one_questions_gain_is_a_direct_forward_pass_of_the_answer_as_it_follows_the_prompt(
+    scorer, tokenizer
+):
+    """The prompt without its trailing space, then " " + answer, only the answer's tokens counted: the
+    tokens the tokenizer makes of the joined text "...Answer: a library"; each term one plain forward
+    pass (float64), the document's prefix shared with another question's or not."""
+    text = build_prompt("longdep_qa", "What is the mill now?", TEXT).text
+    assert text.endswith("Answer: ")
+    prompt = tokenizer(text[:-1])["input_ids"]
+    answer = tokenizer(" a library", add_special_tokens=False)["input_ids"]
+    assert tokenizer(text + "a library")["input_ids"] == prompt + answer  # the join a model reads
+    alone = tokenizer(build_prompt("longdep_qa", "What is the mill now?", "").text[:-1])["input_ids"]
+    other = replace(question(LAST), question_index=1, source_id="longdep_qa/other", question="When?")
+    for group in ([question(MIDDLE)], [question(MIDDLE), other]):
+        gain = answer_gain.answer_gains(tokenizer, scorer, group, {"doc": TEXT}, [500])[0]
+        assert gain.with_document == pytest.approx(direct_logprob(scorer.model, prompt, answer), abs=1e-9)
+        assert gain.question_only == pytest.approx(direct_logprob(scorer.model, alone, answer), abs=1e-9)
+        assert (gain.answer_tokens, gain.answer_bytes) == (len(answer), len(b" a library"))
+    # the join before (kept to measure what the change moves): the prompt as written, the answer alone
+    (apart,) = answer_gain.answer_gains(
+        tokenizer, scorer, [question(MIDDLE)], {"doc": TEXT}, [500], join="apart"
+    )
+    alone_answer = tokenizer("a library", add_special_tokens=False)["input_ids"]
+    assert apart.with_document == pytest.approx(
+        direct_logprob(scorer.model, tokenizer(text)["input_ids"], alone_answer), abs=1e-9
+    )
+    assert apart.answer_bytes == len(b"a library")
 
 
 def test_a_question_counts_only_with_its_evidence_inside_the_kept_context(scorer, tokenizer):
     texts = {"doc": TEXT}
-    gains = answer_gain.answer_gains(
-        tokenizer,
-        scorer,
-        [question(MIDDLE), question(FIRST, LAST, None), question(None)],
-        texts,
-        [500, 200, 40],
-    )
+    asked = [question(MIDDLE), question(FIRST, LAST, None), question(None)]
+    # count=all (the default): a question with an unlocated evidence string does not count
+    _, partly, _ = answer_gain.answer_gains(tokenizer, scorer, asked, texts, [500])
+    assert partly.excluded == answer_gain.NOT_ALL_LOCATED and partly.unlocated == 1
+    gains = answer_gain.answer_gains(tokenizer, scorer, asked, texts, [500, 200, 40], count="some")
     whole, ends, none = gains[:3]
     assert (whole.excluded, ends.excluded, none.excluded) == (None, None, answer_gain.NO_EVIDENCE)
     assert ends.unlocated == 1 and whole.prompt_tokens == len(
-        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What is the mill now?", TEXT))[0]
-    )
+        tokenizer(build_prompt("longdep_qa", "What is the mill now?", TEXT).text[:-1])["input_ids"]
+    )  # the prompt without its trailing space
     assert whole.nats == whole.with_document - whole.question_only
-    assert whole.bits_per_byte == pytest.approx(whole.nats / math.log(2) / len(b"a library"))
+    assert whole.bits_per_byte == pytest.approx(whole.nats / math.log(2) / len(b" a library"))
     middle, first_last = gains[3:5]  # cut to 200 tokens: the first and last halves keep both ends only
     assert middle.excluded == answer_gain.OUTSIDE and first_last.excluded is None
     assert first_last.question_only == ends.question_only  # one computation per question
@@ -104,41 +136,68 @@ def test_power_of_n_members():
     assert loogle_target.critical_r(2) is None
 
 
-def target_row(label: str, gain: float | None, ppl: float, longppl: float, common: float = 0.0) -> dict:
-    counted = 0 if gain is None else 3
-    counts = {"n_counted": counted, "n_questions": 4}
-    part = {"gain_bits_per_byte": gain, "gain_bits_per_byte_se": 0.01, "gain_nats": gain, **counts,
-            "n_no_evidence": 1, "n_outside": 3 - counted, "n_no_room": 0, "positive": counted,
-            "ppl": ppl, "longppl": longppl, "longppl_soft": longppl, "n_key_tokens": 5, "n_truncated": 0,
-            "self_evaluation": label == "m2", "limit": 64,
-            "by_type": [{"type": "computation", "gain_bits_per_byte": gain, **counts}],
-            "questions": [{"source_id": q, "excluded": None if gain is not None else "x",
-                           "gain_bits_per_byte": gain + extra if gain is not None else None}
-                          for q, extra in (("q1", 0.0), ("q2", common))]}  # fmt: skip
-    return {"label": label, "model": label, "loogle": part}
+def target_row(
+    label: str, model: str, gains: list[float], ppl: float, longppl: float, own: bool = False
+) -> dict:
+    """A member's row with one counted question per gain (q0, q1, ...)."""
+    counts = {"n_counted": len(gains), "n_questions": 8}
+    mean = sum(gains) / len(gains) if gains else None
+    part = {"gain_bits_per_byte": mean, "gain_bits_per_byte_se": 0.01, "gain_nats": mean, **counts,
+            "n_no_evidence": 1, "n_not_all_located": 0, "n_outside": 7 - len(gains), "n_no_room": 0,
+            "positive": len(gains), "ppl": ppl, "longppl": longppl, "longppl_soft": longppl,
+            "n_key_tokens": 5, "n_truncated": 0, "self_evaluation": own, "limit": 64,
+            "by_type": [{"type": "computation", "gain_bits_per_byte": mean, **counts}],
+            "questions": [{"source_id": f"q{i}", "excluded": None, "gain_bits_per_byte": g}
+                          for i, g in enumerate(gains)]}  # fmt: skip
+    return {"label": label, "model": model, "loogle": part}
 
 
-def test_correlations_rank_against_the_answer_gain_and_the_report_says_so():
-    rows = [target_row("m1", 0.1, 10.0, 30.0), target_row("m2", 0.2, 9.0, 20.0),
-            target_row("m3", 0.3, 11.0, 10.0), target_row("m4", None, 8.0, 5.0)]  # fmt: skip
-    stats = loogle_target.correlations(rows)
-    assert stats["members"] == 3 and stats["members_without_questions"] == ["m4"]
-    by = {r["metric"]: r for r in stats["rows"]}
+def test_members_count_with_five_questions_and_the_evaluator_stands_apart():
+    """Three members of one model and two of another count; the evaluator's apart; one member with 4
+    questions does not count; LongPPL orders the members perfectly, PPL not at all."""
+    base = [0.5, 0.1, 0.3, 0.2, 0.4, 0.6]
+    rows = [target_row("a W=1", "a", [g + 0.0 for g in base], 10.0, 30.0),
+            target_row("a W=2", "a", [g + 0.1 for g in base], 12.0, 20.0),
+            target_row("a W=3", "a", [g + 0.2 for g in base], 11.0, 10.0),
+            target_row("b W=1", "b", [g + 0.3 for g in base], 9.0, 5.0),
+            target_row("b W=2", "b", [g + 0.4 for g in base[:4]], 8.0, 1.0),
+            target_row("e full", "e", base, 7.0, 2.0, own=True)]  # fmt: skip
+    o = LoogleTargetOptions(resamples=200)
+    stats = loogle_target.correlations(rows, o)
+    assert [m["counts"] for m in stats["members"]] == [True, True, True, True, False, True]
+    across = stats["across"]["own"]
+    assert across["labels"] == ["a W=1", "a W=2", "a W=3", "b W=1"]  # the evaluator's member apart
+    by = {r["metric"]: r for r in across["rows"]}
     assert by["longppl"]["spearman_r"] == pytest.approx(-1.0) and by["ppl"]["spearman_r"] == pytest.approx(
-        0.5
+        -0.4
     )
-    assert stats["ranking"] == {"best": ["longppl", "longppl_soft"], "best_spearman": pytest.approx(-1.0),
-                                "longppl_vs_ppl": "better"}  # fmt: skip
-    assert stats["common"]["questions"] == ["q1", "q2"]  # both counted by every member with questions
-    rows[2]["loogle"]["questions"][1]["excluded"] = "outside"  # m3 does not count q2: q1 alone is common
-    rows[0]["loogle"]["questions"][1]["gain_bits_per_byte"] = 9.0  # and m1's q2 no longer matters
-    common = loogle_target.correlations(rows)["common"]
-    assert common["questions"] == ["q1"] and common["rows"][1]["spearman_r"] == pytest.approx(-1.0)
+    # every question moves each member alike: every resample ranks the members as observed
+    assert by["longppl"]["bootstrap_interval"] == [pytest.approx(-1.0), pytest.approx(-1.0)]
+    assert by["longppl"]["bootstrap_p"] == 0.0 and across["verdict"] == "better"
+    assert stats["across"]["common"]["questions"] == 6 and stats["evaluator"]["own"]["labels"] == ["e full"]
+    within = stats["within"]["a"]["own"]
+    assert within["labels"] == ["a W=1", "a W=2", "a W=3"] and within["verdict"] == "better"
+    assert stats["within"]["b"]["own"]["rows"][0]["note"] == "fewer than 3 models with values"
     results = {"family": rows, "loogle": {"correlations": stats}}
-    tables = loogle_report.context(results)["tables"]
-    assert "| m2 (self) | 64 | 3 / 4 | 1 / 0 / 0 | +0.200 | +0.2000 (± 0.010) | 3 of 3 |" in tables["members"]
-    assert "| m1 | +0.1000 (3 of 4) |" in tables["types"]
-    assert "| LongPPL | -1.000 |" in tables["correlations"]
+    context = loogle_report.context(results)
+    assert "| e full (evaluator) | 64 | 6 / 8 | yes | 1 / 0 / 1 / 0 |" in context["tables"]["members"]
+    assert "| b W=2 | 64 | 4 / 8 | no |" in context["tables"]["members"]
+    assert context["not_counting"] == ["b W=2 (4)"]
+    group = "the members but the evaluator's, each its own questions"
+    assert f"| {group} | a W=1, a W=2, a W=3, b W=1 | 6 | LongPPL | -1.000 |" in context["tables"]["groups"]
+
+
+def test_shared_questions_widen_the_bootstrap_interval():
+    """Members whose means rest on a few shared questions that disagree: the bootstrap interval of rho
+    spans 0, so the verdict stays undetermined, whatever scipy's p says."""
+    rows = [target_row(f"m{i}", "m", [g * (1 + 0.1 * i) - 0.05 * i for g in (1.0, -1.0, 0.5, -0.5, 0.2)],
+                       float(i), float(-i)) for i in range(4)]  # fmt: skip
+    stats = loogle_target.correlations(rows, LoogleTargetOptions(resamples=300))
+    longppl = {r["metric"]: r for r in stats["across"]["own"]["rows"]}["longppl"]
+    low, high = longppl["bootstrap_interval"]
+    assert longppl["spearman_r"] == pytest.approx(1.0) and longppl["spearman_p"] < 0.05  # as if independent
+    assert low < 0 < high and longppl["bootstrap_p"] > 0.05
+    assert stats["across"]["own"]["verdict"] == "undetermined"
 
 
 def test_an_artifact_without_questions_is_one_error(tiny_artifact, tmp_path):
@@ -181,8 +240,8 @@ def test_the_api_gives_each_questions_gain_on_a_model_in_memory(whole_loogle_art
     scorer = TargetScorer(model)
     assert first.question_only == answer_gain.answer_logprob(
         scorer,
-        tokenize_prompt(tokenizer, build_prompt("longdep_qa", "What came after the fire?", ""))[0],
-        tokenizer(first_answer := "a museum", add_special_tokens=False)["input_ids"],
+        tokenizer(build_prompt("longdep_qa", "What came after the fire?", "").text[:-1])["input_ids"],
+        tokenizer(first_answer := " a museum", add_special_tokens=False)["input_ids"],
     )
     assert first.answer_bytes == len(first_answer)
     with pytest.raises(PipelineError, match="unknown setting 'K'"):

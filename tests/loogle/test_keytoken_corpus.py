@@ -106,6 +106,7 @@ def test_a_tampered_question_table_is_refused(loogle_artifact, tmp_path):
         ("exact", "not its evidence string"),
         ("order", "question_index"),
         ("record", "says inside_kept is 3, the tables 2"),
+        ("rule", "rule 'guessed' is none of exact, normalised, pieces, fuzzy, sentences, unlocated"),
     ):
         root = tmp_path / case
         shutil.copytree(loogle_artifact, root)
@@ -120,7 +121,10 @@ def test_a_tampered_question_table_is_refused(loogle_artifact, tmp_path):
             questions = pq.read_table(root / "questions.parquet")
             rewrite(root, "questions", pa.Table.from_pylist(questions.to_pylist()[::-1], questions.schema))
         else:
-            evidence[0]["char_end"] += 10**6 if case == "span" else 1
+            if case == "rule":  # a rule no writer writes
+                evidence[0]["rule"] = "guessed"
+            else:
+                evidence[0]["char_end"] += 10**6 if case == "span" else 1
             rewrite(
                 root, "evidence", pa.Table.from_pylist(evidence, pq.read_schema(root / "evidence.parquet"))
             )

@@ -102,10 +102,13 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
     from pipeline.commands.loogle import run as loogle
 
     result = loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
+    summary = loogle_board.run_summary(result, tmp_path / "results" / "loogle.jsonl")
+    assert re.search(r"time +wall \d+ s, CPU \d+ s \([\d.]+ s and [\d.]+ s a question\)", summary)
     (path,) = tmp_path.glob("*.jsonl")
     (line,) = loogle_results.read_rows(tmp_path / "results" / "loogle.jsonl")
     assert (line["task"], line["n_questions"], line["settings"]["limit"]) == ("shortdep_qa", 3, 3)
     assert line["metrics"] == result["shortdep_qa"]["metrics"] and line["model"]["weights_sha256"]
+    assert line["cpu_seconds"] > 0 and line["batch_size"] == 8 and line["measured_by"] == "make loogle"
     board = loogle_board.files(tmp_path / "results" / "loogle.jsonl")["loogle.md"].decode()
     # make leaderboard: the LooGLE table beside LongPPL's, from loogle.jsonl beside the scores file
     scores = write_lines(tmp_path / "results" / "scores.jsonl", base_rows())
@@ -122,11 +125,25 @@ def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_
     # killed after two questions: the run resumes with the third and generates nothing else
     path.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
     calls = []
-    real = generation.generate
-    monkeypatch.setattr(run, "generate", lambda *a: calls.append(a) or real(*a))
+    real = run.decode_document
+    monkeypatch.setattr(run, "decode_document", lambda *a: calls.append(len(a[2])) or real(*a))
     loogle(compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path)))
-    assert len(calls) == 1 and jsonl_rows(path) == rows
+    # the same lines; the closest call's margin is computed in another batch (float rounding)
+    again = [{k: v for k, v in r.items() if k != "closest_call"} for r in jsonl_rows(path)]
+    assert calls == [1] and again == [{k: v for k, v in r.items() if k != "closest_call"} for r in rows]
     assert len(loogle_board.table(tmp_path / "results" / "loogle.jsonl")) == 1  # the same entry, newest kept
+    # make loogle-metrics on the predictions file: a line of the same entry (model identity, task,
+    # questions, settings) with the same metrics
+    from pipeline.commands.loogle_metrics import run as loogle_metrics
+
+    results = tmp_path / "results" / "loogle.jsonl"
+    loogle_metrics(
+        compose_config("loogle_metrics", [f"predictions={path}", "task=shortdep_qa", f"results={results}"])
+    )
+    *_, ours, theirs = loogle_results.read_rows(results)
+    assert loogle_results.loogle_key(theirs) == loogle_results.loogle_key(ours) is not None
+    assert theirs["metrics"] == ours["metrics"] and theirs["measured_by"] == "make loogle-metrics"
+    assert theirs["model"] == ours["model"] and len(loogle_board.table(results)) == 1
 
 
 def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_path):

@@ -17,7 +17,9 @@ from pipeline.loogle.metrics import reorder
 from pipeline.loogle.metrics import similarity as metrics
 from pipeline.loogle.metrics.evaluation import evaluate
 from pipeline.loogle.metrics.task_scores import score_task
-from tests.support import ROOT
+from pipeline.reporting import loogle as loogle_board
+from pipeline.results import loogle as loogle_results
+from tests.support import ROOT, compose_config
 
 FIXTURES = ROOT / "tests" / "fixtures" / "loogle"
 REFERENCE = json.loads((FIXTURES / "reference.json").read_text())
@@ -39,6 +41,35 @@ def test_official_outputs_score_as_loogles_code_does(name):
     # roberta-large is not in this machine's Hub cache: BERTScore alone is null, with its reason
     assert result["metrics"]["bertscore"] is None
     assert "roberta-large" in result["unavailable"]["bertscore"]
+
+
+@pytest.mark.skipif(
+    not OFFICIAL.is_dir(), reason="LooGLE's Output/ files are not beside the clone (../shared)"
+)
+def test_make_loogle_metrics_records_the_numbers_at_full_precision(tmp_path):
+    """The results line holds LooGLE's own code's numbers to 1e-12 (checkable without the library);
+    the printed table keeps 4 decimals; make leaderboard shows the line."""
+    from pipeline.commands.loogle_metrics import run
+
+    name = "shortdep_qa_llama-index.jsonl"
+    expected = REFERENCE["official_output"][name]
+    results = tmp_path / "results" / "loogle.jsonl"
+    cfg = compose_config(
+        "loogle_metrics", [f"predictions={OFFICIAL / name}", "task=shortdep_qa", f"results={results}"]
+    )
+    run(cfg)
+    (line,) = loogle_results.read_rows(results)
+    for metric, value in expected["metrics"].items():
+        assert line["metrics"][metric] == pytest.approx(value, abs=1e-12, rel=0), metric
+    assert (line["measured_by"], line["model_name"], line["task"]) == (
+        "make loogle-metrics", "shortdep_qa_llama-index", "shortdep_qa",
+    )  # fmt: skip
+    assert line["cpu_seconds"] >= 0 and line["fingerprint"] == line["settings"]["fingerprint"]
+    board = loogle_board.files(results)["loogle.md"].decode()
+    assert f"| shortdep_qa_llama-index | shortdep_qa | LooGLE Output/ | {expected['n_questions']} |" in board
+    assert f"| {expected['metrics']['bleu1']:.4f} |" in board  # 4 decimals where people read it
+    run(cfg)  # the same file again: the same entry, the newest line shown
+    assert len(loogle_results.read_rows(results)) == 2 and len(loogle_board.table(results)) == 1
 
 
 def test_cloze_matches_as_loogles_code_counts_them(tmp_path):

@@ -3,6 +3,7 @@ artifact built on the same texts, every number equal to the score stage's, and a
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -170,3 +171,14 @@ def test_validate_runs_twice_with_equal_results(
     assert loogle["tiny-full"]["n_counted"] == 2 and loogle["tiny-full"]["gain_nats"] is not None
     assert first["loogle"]["questions"] == 3 and (docs / "loogle-gain.png").exists()
     assert "## 4. A second target: LooGLE's long-dependency questions" in text
+    # loogle.only=true: the LooGLE target alone, into the same results.json; every other number kept
+    again = copy.deepcopy(cfg)
+    again.loogle.only, again.loogle.count, again.loogle.min_questions = True, "some", 1
+    only = run_validation(again)
+    assert {k: v for k, v in only.items() if k != "loogle"} == {
+        k: v for k, v in first.items() if k not in ("loogle", "family")
+    } | {
+        "family": [{**r, "loogle": o["loogle"]} for r, o in zip(first["family"], only["family"], strict=True)]
+    }
+    assert only["loogle"]["count"] == "some" and only["loogle"]["correlations"]["min_questions"] == 1
+    assert "which recomputed section 4 alone" in (tmp_path / "validation.md").read_text()

@@ -89,7 +89,7 @@ def tasks_of(task: str, source: DataSource) -> tuple[str, ...]:
 def settings() -> dict[str, Any]:
     """The alignment's constants, recorded with its results."""
     names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP")
-    return {name.lower(): getattr(evidence, name) for name in names}
+    return {"rules": list(evidence.RULES)} | {name.lower(): getattr(evidence, name) for name in names}
 
 
 @pydantic.dataclasses.dataclass(frozen=True)

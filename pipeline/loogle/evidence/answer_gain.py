@@ -4,19 +4,30 @@ Per question and context limit W (tokens): the log-likelihood of the gold answer
 with the document and the question (``build_prompt``, cut to W less the answer's tokens by keeping the
 first and last halves of its tokens, as ``make loogle`` cuts), minus that given the prompt with the
 question alone (the same template, an empty document). In nats (a sum over the answer's tokens), and
-in bits per byte of the answer's UTF-8. The answer's tokens are the tokenizer's of the answer alone,
-after the prompt's (the tokens ``make loogle`` would generate), the same in both conditions.
+in bits per byte of the scored text's UTF-8.
+
+The answer as it follows the prompt (``joined``): the prompt without its trailing space ("...Answer:"),
+then the tokens of ``" " + answer``, only those counted. LooGLE's prompt ends in "Answer: ", and a
+tokenizer splits the text "Answer: 3" as "Answer", ":", " 3": the space belongs to the answer's first
+word. Scoring the answer's own tokens after a prompt token of a lone space would ask the model for a
+word without its space after a space token, a sequence its tokenizer never makes of running text. The
+scored text is ``" " + answer`` (its bytes are the bits-per-byte denominator), the same in both terms.
 
 The document is the artifact's text (the characters stage 1 kept), so the answer gain and LongPPL see
-the same text. A question counts only when some of its evidence was located and every located span lies
-inside what the model keeps: in the artifact's text and in the kept halves of the cut prompt (a counted
-question's evidence strings that could not be located are counted: ``unlocated``). Any other question is
-an exclusion with its reason (``NO_EVIDENCE``, ``OUTSIDE``; ``NO_ROOM`` where the limit cannot hold even the
-instruction, the question and the answer), counted, never scored.
+the same text. A question counts only when its evidence is located (``count="all"``: every evidence
+string; ``"some"``: at least one, its unlocated ones counted as ``unlocated``) and every located span lies
+inside what the model keeps: in the artifact's text and in the kept halves of the cut prompt. Any other
+question is an exclusion with its reason (``NO_EVIDENCE``, ``NOT_ALL_LOCATED``, ``OUTSIDE``; ``NO_ROOM``
+where the limit cannot hold even the instruction, the question and the answer), counted, never scored.
+
+A document's questions at one limit share their prompt's first tokens (the instruction and the text, or
+its kept first half): those are computed once (``shared_logprobs``), each question's own tokens after
+them, as the one forward pass they equal up to float rounding.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -24,17 +35,26 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from pipeline.artifact.qa import ArtifactQuestion, artifact_questions
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.loogle.data.prompts import build_prompt
+from pipeline.loogle.data.prompts import Prompt, build_prompt
+from pipeline.loogle.generation.batched import common_prefix
 from pipeline.loogle.generation.decoding import Cut, PromptTooLong, cut_to, tokenize_prompt
 from pipeline.models.logprobs import TargetScorer
+from pipeline.models.pairing import check_token_ids
 
 NO_EVIDENCE = "no evidence located"
+NOT_ALL_LOCATED = "some evidence not located"
 OUTSIDE = "evidence outside the kept context"
 NO_ROOM = "the limit cannot hold the instruction, question and answer"
+COUNTS = ("all", "some")  # which questions count: all their evidence located, or some of it
+# How the answer joins the prompt: as it follows it (the prompt without its trailing space, " " +
+# answer), or apart (the prompt as LooGLE writes it, the answer's own tokens: the join before this one,
+# kept to measure what the change moves).
+JOINS = ("follows", "apart")
 
 
 @dataclass(frozen=True)
@@ -88,12 +108,23 @@ def answer_logprob(scorer: TargetScorer, prompt_ids: list[int], answer_ids: list
     return float(scorer.score(seq, positions).sum())
 
 
-def answer_ids(tokenizer: Any, question: ArtifactQuestion) -> list[int]:
-    """The answer's tokens (without special tokens); an empty answer is an error."""
-    ids = list(tokenizer(question.answer, add_special_tokens=False)["input_ids"])
-    if not ids:
+def joined(prompt: Prompt, join: str = "follows") -> Prompt:
+    """The prompt without its trailing space: the answer follows as ``" " + answer`` (module doc);
+    ``apart``: the prompt as it is."""
+    return replace(prompt, text=prompt.text.removesuffix(" ")) if join == "follows" else prompt
+
+
+def answer_text(question: ArtifactQuestion, join: str = "follows") -> str:
+    """The scored text: the answer with the space that joins it to the prompt (``apart``: alone)."""
+    return " " + question.answer if join == "follows" else question.answer
+
+
+def answer_ids(tokenizer: Any, question: ArtifactQuestion, join: str = "follows") -> list[int]:
+    """The answer's tokens as they follow the prompt (``" " + answer``, without special tokens); an
+    empty answer is an error."""
+    if not question.answer.strip():
         raise PipelineError(f"LooGLE question {question.source_id}: its answer is empty; nothing to score")
-    return ids
+    return list(tokenizer(answer_text(question, join), add_special_tokens=False)["input_ids"])
 
 
 def evidence_inside(question: ArtifactQuestion, text: str, start: int, cut: Cut) -> bool:
@@ -110,35 +141,76 @@ def evidence_inside(question: ArtifactQuestion, text: str, start: int, cut: Cut)
     )
 
 
-def question_gain(
+@dataclass(frozen=True)
+class Planned:
+    """A counted question at one limit, before its log-likelihoods: its cut prompt and answer tokens."""
+
+    gain: AnswerGain
+    question: ArtifactQuestion
+    prompt: list[int]
+    answer: list[int]
+    join: str = "follows"
+
+
+def plan(
     tokenizer: Any,
-    scorer: TargetScorer,
     question: ArtifactQuestion,
     text: str,
     limit: int,
-    question_only: dict[str, float],
-) -> AnswerGain:
-    """The answer gain of one question at context limit ``limit``; ``question_only`` caches each
-    question's log P(answer | question), which does not depend on the limit."""
-    ids = answer_ids(tokenizer, question)
+    count: str = "all",
+    join: str = "follows",
+) -> AnswerGain | Planned:
+    """One question at context limit ``limit``: excluded (an ``AnswerGain`` with its reason), or its
+    cut prompt and answer tokens (``Planned``)."""
+    ids = answer_ids(tokenizer, question, join)
     unlocated = sum(not e.located for e in question.evidence)
     base = AnswerGain(question.source_id, question.doc_id, question.type, limit, None, len(ids),
-                      len(question.answer.encode("utf-8")), unlocated)  # fmt: skip
+                      len(answer_text(question, join).encode("utf-8")), unlocated)  # fmt: skip
     if not any(e.located for e in question.evidence):
         return _excluded(base, NO_EVIDENCE)
-    prompt = build_prompt(question.task, question.question, text)
+    if count == "all" and unlocated:
+        return _excluded(base, NOT_ALL_LOCATED)
+    prompt = joined(build_prompt(question.task, question.question, text), join)
     try:
         cut = cut_to(tokenizer, prompt, limit - len(ids), f"LooGLE question {question.source_id}")
     except PromptTooLong:
         return _excluded(base, NO_ROOM)
     if not evidence_inside(question, text, prompt.start, cut):
         return _excluded(base, OUTSIDE, len(cut.ids))
-    if question.source_id not in question_only:
-        alone, _ = tokenize_prompt(tokenizer, build_prompt(question.task, question.question, ""))
-        question_only[question.source_id] = answer_logprob(scorer, alone, ids)
-    with_document = answer_logprob(scorer, cut.ids, ids)
-    return replace(base, prompt_tokens=len(cut.ids), with_document=with_document,
-                   question_only=question_only[question.source_id])  # fmt: skip
+    return Planned(replace(base, prompt_tokens=len(cut.ids)), question, cut.ids, ids, join)
+
+
+def question_only_logprob(tokenizer: Any, scorer: TargetScorer, planned: Planned) -> float:
+    """log P(answer | question): the same template with an empty document, joined the same way."""
+    q = planned.question
+    alone, _ = tokenize_prompt(tokenizer, joined(build_prompt(q.task, q.question, ""), planned.join))
+    return answer_logprob(scorer, alone, planned.answer)
+
+
+def shared_logprobs(scorer: TargetScorer, items: list[tuple[list[int], list[int]]]) -> list[float]:
+    """log P(answer | prompt) of each (prompt, answer) pair: the prompts' common first tokens run once
+    through the model's body, each pair's own tokens after them, the answer's log-probs by the
+    scorer's head (float64 sums), as ``answer_logprob`` computes each alone."""
+    shared = common_prefix([Cut(prompt, len(prompt), 0) for prompt, _ in items])
+    first = items[0][0][:shared]
+    cache = DynamicCache(config=scorer.model.config)
+    with torch.inference_mode():
+        if first:
+            body_pass(scorer, first, cache)
+        out = []
+        for prompt, answer in items:
+            hidden = body_pass(scorer, prompt[shared:] + answer[:-1], copy.deepcopy(cache))
+            targets = torch.tensor(answer, dtype=torch.long)
+            out.append(float(scorer.score_hidden(hidden[-len(answer) :], targets).sum()))
+    return out
+
+
+def body_pass(scorer: TargetScorer, ids: list[int], cache: Any) -> torch.Tensor:
+    """The body's final hidden states of ``ids`` after what ``cache`` holds (extended in place)."""
+    seq = torch.tensor([ids], dtype=torch.long)
+    check_token_ids(seq, scorer.embedding_rows)
+    out = scorer.body(input_ids=seq.to(scorer.input_device), past_key_values=cache, use_cache=True)
+    return (out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0])[0]
 
 
 def _excluded(base: AnswerGain, reason: str, prompt_tokens: int = 0) -> AnswerGain:
@@ -168,14 +240,36 @@ def answer_gains(
     questions: Iterable[ArtifactQuestion],
     texts: dict[str, str],
     limits: list[int],
+    count: str = "all",
+    join: str = "follows",
 ) -> list[AnswerGain]:
-    """Every question at every limit (``texts``: the artifact's text of each document, by id)."""
-    cache: dict[str, float] = {}
-    return [
-        question_gain(tokenizer, scorer, q, texts[q.doc_id], limit, cache)
-        for limit in limits
-        for q in questions
-    ]
+    """Every question at every limit (``texts``: the artifact's text of each document, by id; ``count``:
+    ``all`` or ``some``; ``join``: ``follows`` or ``apart``; module doc), limit by limit, question by
+    question."""
+    if count not in COUNTS:
+        raise PipelineError(f"setting count={count}: one of {', '.join(COUNTS)}")
+    if join not in JOINS:
+        raise PipelineError(f"setting join={join}: one of {', '.join(JOINS)}")
+    questions = list(questions)
+    alone: dict[str, float] = {}
+    out: list[AnswerGain] = []
+    for limit in limits:
+        planned = [plan(tokenizer, q, texts[q.doc_id], limit, count, join) for q in questions]
+        counted = [p for p in planned if isinstance(p, Planned)]
+        with_document: dict[str, float] = {}
+        for doc in dict.fromkeys(p.question.doc_id for p in counted):
+            group = [p for p in counted if p.question.doc_id == doc]
+            values = shared_logprobs(scorer, [(p.prompt, p.answer) for p in group])
+            with_document |= {p.question.source_id: v for p, v in zip(group, values, strict=True)}
+        for p in counted:
+            if p.question.source_id not in alone:
+                alone[p.question.source_id] = question_only_logprob(tokenizer, scorer, p)
+        for p in planned:
+            if isinstance(p, Planned):
+                source = p.question.source_id
+                p = replace(p.gain, with_document=with_document[source], question_only=alone[source])
+            out.append(p)
+    return out
 
 
 def summary(gains: list[AnswerGain]) -> list[dict[str, Any]]:
@@ -200,6 +294,7 @@ def aggregate(gains: list[AnswerGain]) -> dict[str, Any]:
         "n_questions": len(gains),
         "n_counted": len(counted),
         "n_no_evidence": sum(g.excluded == NO_EVIDENCE for g in gains),
+        "n_not_all_located": sum(g.excluded == NOT_ALL_LOCATED for g in gains),
         "n_outside": sum(g.excluded == OUTSIDE for g in gains),
         "n_no_room": sum(g.excluded == NO_ROOM for g in gains),
         "gain_nats": float(nats.mean()) if counted else None,

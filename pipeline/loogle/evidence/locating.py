@@ -17,6 +17,11 @@ paraphrased. ``locate`` tries these rules in order and keeps the first that find
    characters) found exactly once in the normalised text fixes a window (the evidence's length, and a
    fifth of it either side); ``difflib.SequenceMatcher`` aligns the evidence in it (``align``), and the
    aligned stretch is kept only when its ratio to the evidence is at least ``FUZZY_RATIO``.
+5. ``sentences``: the evidence split into its sentences and at ellipses (``SENTENCE``; a piece shorter than
+   ``MIN_PIECE`` normalised characters joins the next, or the last the one before), each located on
+   its own by rule 1, 2 or 4, in any order: annotators joined sentences that stand apart in the text
+   without an ellipsis. Located only when every sentence is found, one span per sentence, in the
+   evidence's order.
 
 Anything else is ``unlocated``: never guessed. A string that occurs more than once is taken at its
 first occurrence, and ``occurrences`` says how many there were.
@@ -29,13 +34,21 @@ import re
 from dataclasses import dataclass, field
 from difflib import Match, SequenceMatcher
 
-RULES = ("exact", "normalised", "pieces", "fuzzy")
+from pipeline.artifact.schema import EVIDENCE_RULES
+
+RULES = EVIDENCE_RULES  # in the order they are tried; the artifact's evidence table names one of them
 MIN_PIECE = 20  # normalised characters: a shorter piece of elided evidence locates nothing reliably
 ANCHOR = 32  # normalised characters of an exact anchor for the fuzzy rule
 FUZZY_RATIO = 0.9  # difflib's ratio (2 * matches / total length) the fuzzy rule requires
 MIN_BLOCK = 4  # characters: shorter matching blocks are coincidences, not alignment
 MAX_GAP = 20  # characters: how much two successive blocks' gaps may differ within one alignment
 ELLIPSIS = re.compile(r"\.{3,}|…")
+SENTENCE = re.compile(  # where the sentences rule splits an evidence string
+    r"\.{3,}|…"  # an ellipsis
+    r"|(?<!\bSt\.)(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bJr\.)(?<=[.!?])"  # an end (not "St."), then
+    r"(?:\[[0-9a-z]{1,4}\]|[\"')\]])*\s+(?=[A-Z0-9\"'(\[])"  # markers, a space and a capital
+    r"|(?<=[a-z][.!])(?=[A-Z][a-z])"  # a full stop glued to the next sentence ("city.Even so"; not "?",
+)  # LooGLE's evidence writes a non-ASCII character as "?": "the?Zona Franca")
 TOKENS = re.compile(
     r"(?P<mark>\[(?:\d{1,4}|[a-z]{1,2})\])|(?P<space>[\s\u200b-\u200d\u2060\ufeff])"
     r"|(?P<odd>[?\x80-\U0010ffff])|.",
@@ -138,7 +151,7 @@ def locate(evidence: str, document: Document) -> Located:
     pieces = locate_pieces(evidence, document)
     if pieces:
         return pieces
-    return locate_fuzzy(evidence, document) or Located("unlocated")
+    return locate_fuzzy(evidence, document) or locate_sentences(evidence, document) or Located("unlocated")
 
 
 def locate_pieces(evidence: str, document: Document) -> Located | None:
@@ -215,3 +228,44 @@ def consistent(before: Match, after: Match) -> bool:
     gap_pattern = after.a - (before.a + before.size)
     gap_window = after.b - (before.b + before.size)
     return abs(gap_window - gap_pattern) <= MAX_GAP
+
+
+def sentences(evidence: str) -> list[str]:
+    """The evidence's sentences (``SENTENCE``), a piece shorter than ``MIN_PIECE`` normalised
+    characters joined to the next one (the last to the one before)."""
+    pieces: list[str] = []
+    carry = ""
+    for piece in SENTENCE.split(evidence.strip()):
+        carry = f"{carry} {piece}".strip()
+        if len(normalise(carry).text) >= MIN_PIECE:
+            pieces.append(carry)
+            carry = ""
+    if carry:
+        if pieces:
+            pieces[-1] = f"{pieces[-1]} {carry}"
+        else:
+            pieces.append(carry)
+    return pieces
+
+
+def locate_sentences(evidence: str, document: Document) -> Located | None:
+    """Rule 5: every sentence of the evidence located on its own by rule 1, 2 or 4 (in any order);
+    None when it has one sentence only or any sentence is not found."""
+    pieces = sentences(evidence)
+    if len(pieces) < 2:
+        return None
+    spans: list[Span] = []
+    most, ratios = 0, []
+    for piece in pieces:
+        found = document.find(piece)
+        if found:
+            spans.append(found[1])
+            most = max(most, found[2])
+            continue
+        fuzzy = locate_fuzzy(piece, document)
+        if fuzzy is None:
+            return None
+        spans += fuzzy.spans
+        most = max(most, fuzzy.occurrences)
+        ratios.append(fuzzy.ratio)
+    return Located("sentences", tuple(spans), most, min(ratios) if ratios else None)

@@ -92,8 +92,18 @@ def framing_tokens(
 
 
 def generate(model: Any, tokenizer: Any, cut: Cut, max_new_tokens: int) -> str:
-    """Greedy decoding of the cut prompt, as the repository calls ``generate``; the new tokens decoded
-    without special tokens."""
+    """Greedy decoding of the cut prompt, one question alone, as the repository calls ``generate``; the
+    new tokens decoded without special tokens."""
+    ids, _ = generate_ids(model, tokenizer, cut, max_new_tokens)
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def generate_ids(
+    model: Any, tokenizer: Any, cut: Cut, max_new_tokens: int, margins: bool = False
+) -> tuple[list[int], list[float]]:
+    """The new token ids of ``generate`` (transformers' ``generate``: greedy, one beam,
+    ``repetition_penalty``), and with ``margins`` each step's top-two score margin after the penalty
+    (what a float rounding must overcome to flip that greedy choice)."""
     device = next(model.parameters()).device
     input_ids = torch.tensor([cut.ids], device=device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -106,5 +116,10 @@ def generate(model: Any, tokenizer: Any, cut: Cut, max_new_tokens: int) -> str:
             num_beams=1,
             repetition_penalty=REPETITION_PENALTY,
             pad_token_id=pad,
-        )[0]
-    return tokenizer.decode(output[len(cut.ids) :], skip_special_tokens=True)
+            return_dict_in_generate=margins,
+            output_scores=margins,
+        )
+    if not margins:
+        return output[0][len(cut.ids) :].tolist(), []
+    steps = [scores[0].topk(2).values for scores in output.scores]
+    return output.sequences[0][len(cut.ids) :].tolist(), [float(top[0] - top[1]) for top in steps]

@@ -1,10 +1,12 @@
 """A predictions file evaluated with LooGLE's metrics (`make loogle-metrics ARGS="predictions=<file>
 task=<task>"`, ``conf/loogle_metrics.yaml``; and each task of `make loogle`). This project's files are
 checked against the questions they were made from (``data=``); the repository's ``Output/`` files carry
-their answers."""
+their answers. `make loogle-metrics` appends its result at full precision to ``results=`` (a line of
+``pipeline.results.loogle``, keyed by the file's model identity, task, questions and settings)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,13 @@ from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
 from pipeline.loogle.generation.predictions import Scored, check_ours, is_ours, official_pairs, read_lines
 from pipeline.loogle.metrics.reorder import reorder_scores
 from pipeline.loogle.metrics.task_scores import bertscore_mode, score_task
+from pipeline.provenance import json_sha256
+from pipeline.results import loogle as loogle_lines
+from pipeline.results.lines import check_writable
+
+# What a predictions line of `make loogle` records of its run (``answering.RunSettings.record``).
+RUN_SETTINGS = ("task", "data", "fingerprint", "model", "max_length", "max_new_tokens", "limit")
+RUN_SETTINGS += ("repetition_penalty",)
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -31,6 +40,7 @@ class MetricsOptions:
     dataset: str
     revision: str | None = None
     bertscore: str | bool = "auto"
+    results: str = "artifacts/results/loogle.jsonl"
 
     @property
     def source(self) -> DataSource:
@@ -38,10 +48,36 @@ class MetricsOptions:
 
 
 def evaluate_file(options: MetricsOptions) -> dict[str, Any]:
-    """The file's metrics (offline unless the Hub's data or a BERTScore download is asked for)."""
+    """The file's metrics (offline unless the Hub's data or a BERTScore download is asked for), its
+    results line appended to ``options.results`` (checked writable first): the result, with
+    ``appended_to``."""
     mode = bertscore_mode(options.bertscore)
+    results = check_writable(options.results, "results")
     offline_unless(options.source.data == "hub", mode == "true")
-    return evaluate(Path(options.predictions), options.task, options.source, mode)
+    wall, cpu = time.perf_counter(), time.process_time()
+    path = Path(options.predictions)
+    result = evaluate(path, options.task, options.source, mode)
+    row = metrics_row(path, result, time.perf_counter() - wall, time.process_time() - cpu)
+    loogle_lines.append(results, row)
+    return {**result, "appended_to": str(results), "result_id": row["result_id"]}
+
+
+def metrics_row(path: Path, result: dict[str, Any], seconds: float, cpu_seconds: float) -> dict[str, Any]:
+    """The results line of a scored predictions file: this project's file by the model record, name and
+    run settings its lines carry (an older file without a record: its model's name); a file of LooGLE's
+    ``Output/`` format by its name, its questions by a hash of its questions and answers."""
+    rows = read_lines(path)
+    if is_ours(rows):
+        first = rows[0]
+        settings = {key: first.get(key) for key in RUN_SETTINGS}
+        model = first.get("model_record") or {"spec": first["model"], "kind": "named in predictions"}
+        name = first["model"]
+    else:
+        pairs = official_pairs(rows, result["task"], str(path))
+        fingerprint = json_sha256([[p.question, p.answer] for p in pairs])[:12]
+        settings = {"task": result["task"], "data": "LooGLE Output/", "fingerprint": fingerprint}
+        model, name = {"spec": path.stem, "kind": "named in predictions"}, path.stem
+    return loogle_lines.loogle_row(name, model, result, settings, seconds, cpu_seconds, "make loogle-metrics")
 
 
 def scored_pairs(path: Path, task: str, source: DataSource) -> tuple[list[Scored], str]:

@@ -1,0 +1,76 @@
+"""How many questions each member of `make validate`'s family would count on LooGLE's data, before any
+model runs (the answer gain's exclusions need only the tokenizers): which members would reach
+``loogle.min_questions``, and so what a run on that data could determine.
+
+    python -m studies.validation.loogle_counts     # the test data (../shared/data/loogle) and the sample
+    python -m studies.validation.loogle_counts --data <folder> --json out.json
+
+Each text is whole (the study's ``max_tokens`` keeps the test data's whole long-dependency texts), each
+member at its limit (the model's context for a whole-context member), ``count=all``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pipeline.artifact.qa import ArtifactQuestion, Evidence
+from pipeline.loogle.data.reading import DataSource, load_questions
+from pipeline.loogle.evidence import answer_gain
+from pipeline.loogle.evidence.locating import Document, locate
+from pipeline.models.loading import ModelChoice
+from pipeline.settings import Compute
+from studies.validation.loogle_target import TEST_DATA
+
+MEMBERS = {"smollm2-135m": [256, 1024, 2048, None], "gemma3-270m": [256, 1024, 2048, None]}
+
+
+def questions(data: str) -> tuple[list[ArtifactQuestion], dict[str, str]]:
+    """The long-dependency questions of ``data`` with their evidence located in the whole texts."""
+    out, texts = [], {}
+    for index, q in enumerate(load_questions("longdep_qa", DataSource(data))):
+        document = Document(q.context)
+        found = [locate(e, document) for e in q.evidence]
+        evidence = tuple(
+            Evidence(e, f.rule, f.spans, f.occurrences, f.ratio)
+            for e, f in zip(q.evidence, found, strict=True)
+        )
+        out.append(
+            ArtifactQuestion(q.doc_id, index, "longdep_qa", q.qid, q.kind, q.question, q.answer, evidence)
+        )
+        texts[q.doc_id] = q.context
+    return out, texts
+
+
+def counts(data: str) -> dict[str, Any]:
+    """Per member: its counted questions and its exclusions by reason, on ``data``'s questions."""
+    asked, texts = questions(data)
+    out: dict[str, Any] = {"questions": len(asked), "documents": len(texts), "members": {}}
+    for spec, limits in MEMBERS.items():
+        lm = ModelChoice(spec=spec).load(Compute(dtype="float32", device="cpu"))
+        for limit in limits:
+            window = limit or lm.context_length
+            planned = [answer_gain.plan(lm.tokenizer, q, texts[q.doc_id], window) for q in asked]
+            reasons = Counter(
+                "counted" if isinstance(p, answer_gain.Planned) else p.excluded for p in planned
+            )
+            out["members"][f"{spec} {'full' if limit is None else f'W={limit}'}"] = dict(reasons)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", nargs="+", default=[str(TEST_DATA), "sample"])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    out = {("test data" if Path(d) == TEST_DATA else d): counts(d) for d in args.data}
+    print(json.dumps(out, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
