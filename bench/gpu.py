@@ -85,14 +85,19 @@ def contenders(
     float32: bool,
     compile: str | None = None,
 ) -> list[dict]:
-    """Each contender's name, what it is measured against, its command (``bench.gpu_child``) and, for a
-    compiled one, its environment (the compile cache) and the artifact it starts without."""
+    """Each contender's name, what it is measured against, its command (``bench.gpu_child``), what it
+    starts without (stage 1's artifact: a finished one would be left untouched, nothing measured; a
+    compiled one's cold cache) and, for a compiled one, its environment (the compile cache)."""
     p, overrides = paths(work, tokens), paper_overrides(work, tokens, texts, device, extra)
     name, stage1 = f"paper{tokens}x{texts}", overrides["stage1"]
     artifact = p["keytokens"] / name
     plain = ["--model", str(p["model"]), "--artifact", str(artifact), "--device", device]
     runs = [
-        {"name": "stage 1 (ours)", "child": ["stage1", *stage1, f"corpus.limit={texts}", f"name={name}"]},
+        {
+            "name": "stage 1 (ours)",
+            "child": ["stage1", *stage1, f"corpus.limit={texts}", f"name={name}"],
+            "fresh": [artifact],
+        },
         {"name": "find_key_token (official)", "against": "stage 1 (ours)", "child": ["official", *plain]},
         {"name": "stage 2 (ours)", "child": ["stage2", *overrides["stage2"]]},
         {"name": "plain forward + float32 CE", "against": "stage 2 (ours)", "child": ["plain", *plain]},
@@ -105,9 +110,13 @@ def contenders(
         ):
             tag = f"paper{tokens}x1-float32-{shared.slug(label)}"
             child = ["stage1", *stage1, "dtype=float32", "corpus.limit=1", f"name={tag}"]
-            runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags]})
-        child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name=paper{tokens}x1-float16"]
-        runs.append({"name": "stage 1 float16, float32 head, 1 text", "child": child})
+            runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags],
+                         "fresh": [p["keytokens"] / tag]})  # fmt: skip
+        tag = f"paper{tokens}x1-float16"
+        child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name={tag}"]
+        runs.append(
+            {"name": "stage 1 float16, float32 head, 1 text", "child": child, "fresh": [p["keytokens"] / tag]}
+        )
     return runs + (compiled(work, texts, tokens, overrides, compile) if compile else [])
 
 
@@ -142,7 +151,7 @@ def command(
     compile: str | None = None,
 ) -> tuple[list, dict]:
     """The command of contender ``name`` (``bench.gpu_child``), its phase records to ``events_file``, and
-    its environment; what it must start without (a compiled run's artifact and cold cache) removed."""
+    its environment; what it must start without (stage 1's artifact, a cold compile cache) removed."""
     found = contenders(Path(work), texts, tokens, device, overrides, float32, compile)
     (run,) = [r for r in found if r["name"] == name]
     for path in run.get("fresh", []):
@@ -281,8 +290,8 @@ def paper_section(result: dict) -> list[str]:
 def versus(run: dict, other: dict | None) -> str:
     """Ratios of the steady time per text and of the device peak: this contender (ours) / the one
     measured against it (the official code, a plain forward)."""
-    if not other or "skipped" in other or other.get("returncode"):
-        return ""
+    if not (other and run.get("text_s") and other.get("text_s")) or other.get("returncode"):
+        return ""  # either skipped, failed or measured no text (nothing to compare)
     time_ratio = (run.get("steady_text_s") or run["first_text_s"]) / (
         other.get("steady_text_s") or other["first_text_s"]
     )
