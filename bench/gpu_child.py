@@ -32,6 +32,7 @@ import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+import types  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -162,6 +163,7 @@ def compile_layers(spec: str) -> None:
 
     options = compile_options(spec)
     COMPILING.update(options)
+    constant_sdpa_choice()
     inner = ModelChoice.load
 
     @functools.wraps(inner)
@@ -172,6 +174,31 @@ def compile_layers(spec: str) -> None:
         return lm
 
     ModelChoice.load = load
+
+
+def constant_sdpa_choice() -> None:
+    """``blocked_sdpa`` asks, per layer call, which kernel sdpa would take (``runs_on_math_backend``:
+    ``torch._fused_sdp_choice``, an integer, and an ``SDPBackend``), which breaks a compiled layer's graph
+    in two there (measured on the CPU: 9 graph breaks, all of them there). Its answer depends on the
+    tensors' dtype, device and head sizes, fixed within a compiled graph (guarded), so the compiled
+    lever takes it as a constant of the trace (``torch.compiler.assume_constant_result``), asked with the
+    layer's group count and causality rather than the layer itself (a constant's arguments are guarded
+    by identity: one graph per layer, past torch's 8 recompilations); eager runs are unchanged."""
+    import torch
+
+    from pipeline.models import attention
+
+    inner = attention.runs_on_math_backend
+
+    @torch.compiler.assume_constant_result
+    def choice(groups: int, causal: bool, query, key, value) -> bool:
+        return inner(types.SimpleNamespace(num_key_value_groups=groups, is_causal=causal), query, key, value)
+
+    def runs_on_math_backend(module, query, key, value) -> bool:
+        groups, causal = getattr(module, "num_key_value_groups", 1), bool(getattr(module, "is_causal", True))
+        return choice(groups, causal, query, key, value)
+
+    attention.runs_on_math_backend = runs_on_math_backend
 
 
 def compile_options(spec: str) -> dict:
