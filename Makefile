@@ -30,7 +30,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-stage1 bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-official bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics bench-loogle-decode
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-stage1 bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-official bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics bench-loogle-decode bench-startup
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -74,6 +74,7 @@ help:
 	@echo "  bench-gpu              both stages at the paper's shapes on a GPU against the official code"
 	@echo "  bench-gpu-levers       stage 1's levers on a GPU: where its time goes, what each changes"
 	@echo "  bench-numerics         GPU key tokens and scores against the CPU's, real weights (SmolLM2)"
+	@echo "  bench-startup          each stage's start-up to its first text, phase by phase, wall and CPU seconds"
 	@echo "  bench-checks           the artifact checks against the newest score run on it"
 	@echo "  bench-equivalence      how far stage 1 runs elsewhere or in other summation orders differ"
 	@echo "  bench-forgetting       peak memory of one forgetting-curve point against full logits"
@@ -309,6 +310,12 @@ bench-gpu-levers: $(STAMP)
 bench-numerics: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.numerics $(ARGS)
 	$(BIN)/python -m bench.gpu_report >/dev/null
+
+# Each stage's start-up (process start to the first text's computation), phase by phase, over several
+# runs (docs/reports/startup.md): the default make keytokens and make score on the CPU; ARGS="--sizes paper
+# --device cuda" after make bench-gpu.
+bench-startup: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.startup $(ARGS)
 
 # On a CUDA GPU: LooGLE's generation by a random-weight Llama-3.1-8B-shaped model, 32000-token prompt
 # (docs/loogle.md); ARGS="--shape tiny" on the CPU.

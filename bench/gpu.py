@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 
 from bench import runner, shared
-from bench.gpu_child import WORK, command_line, paths
+from bench.gpu_child import WORK, before_first_text, command_line, paper_overrides, paths, read_events
 from studies import random_models as random_weights
 from studies.random_models import LLAMA3_ROPE, LLAMA31_SHAPES
 
@@ -76,29 +77,31 @@ def save_random_model(out: Path, shape: dict, tokenizer, device: str) -> int:
 
 
 def contenders(
-    work: Path, texts: int, tokens: int, device: str, extra: list[str], float32: bool
+    work: Path,
+    texts: int,
+    tokens: int,
+    device: str,
+    extra: list[str],
+    float32: bool,
+    compile: str | None = None,
 ) -> list[dict]:
-    """Each contender's name, what it is measured against, and its command (``bench.gpu_child``)."""
-    p = paths(work, tokens)
-    name = f"paper{tokens}x{texts}"
+    """Each contender's name, what it is measured against, its command (``bench.gpu_child``), what it
+    starts without (stage 1's artifact: a finished one would be left untouched, nothing measured; a
+    compiled one's cold cache) and, for a compiled one, its environment (the compile cache)."""
+    p, overrides = paths(work, tokens), paper_overrides(work, tokens, texts, device, extra)
+    name, stage1 = f"paper{tokens}x{texts}", overrides["stage1"]
     artifact = p["keytokens"] / name
-    corpus = [f"corpus.dataset={p['dataset']}", f"corpus.tokenized_with={p['tokenizer']}"]
-    corpus += [f"corpus.max_ids={tokens}", f"corpus.min_tokenized_len={min(tokens, 16384)}"]
-    stage1 = ["preset=paper", "evaluator=llama3.1-8b", f"evaluator.spec={p['model']}", *corpus]
-    stage1 += [f"output_dir={p['keytokens']}", "progress=false", f"device={device}", *extra]
     plain = ["--model", str(p["model"]), "--artifact", str(artifact), "--device", device]
     runs = [
-        {"name": "stage 1 (ours)", "child": ["stage1", *stage1, f"corpus.limit={texts}", f"name={name}"]},
-        {"name": "find_key_token (official)", "against": "stage 1 (ours)", "child": ["official", *plain]},
         {
-            "name": "stage 2 (ours)",
-            "child": [
-                "stage2", "model=local", f"model.spec={p['model']}", f"artifact={artifact}", "dtype=bfloat16",
-                f"device={device}", "add_bos=false", f"results={work / 'scores.jsonl'}", "progress=false",
-            ],
+            "name": "stage 1 (ours)",
+            "child": ["stage1", *stage1, f"corpus.limit={texts}", f"name={name}"],
+            "fresh": [artifact],
         },
+        {"name": "find_key_token (official)", "against": "stage 1 (ours)", "child": ["official", *plain]},
+        {"name": "stage 2 (ours)", "child": ["stage2", *overrides["stage2"]]},
         {"name": "plain forward + float32 CE", "against": "stage 2 (ours)", "child": ["plain", *plain]},
-    ]  # fmt: skip
+    ]
     if float32:  # TF32 off and on; on, with attention on the math backend in query blocks (before 88746e2)
         for label, flags in (
             ("TF32 off", []),
@@ -107,20 +110,55 @@ def contenders(
         ):
             tag = f"paper{tokens}x1-float32-{shared.slug(label)}"
             child = ["stage1", *stage1, "dtype=float32", "corpus.limit=1", f"name={tag}"]
-            runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags]})
-        child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name=paper{tokens}x1-float16"]
-        runs.append({"name": "stage 1 float16, float32 head, 1 text", "child": child})
+            runs.append({"name": f"stage 1 float32, {label}, 1 text", "child": [*child, *flags],
+                         "fresh": [p["keytokens"] / tag]})  # fmt: skip
+        tag = f"paper{tokens}x1-float16"
+        child = ["stage1", *stage1, "dtype=float16", "corpus.limit=1", f"name={tag}"]
+        runs.append(
+            {"name": "stage 1 float16, float32 head, 1 text", "child": child, "fresh": [p["keytokens"] / tag]}
+        )
+    return runs + (compiled(work, texts, tokens, overrides, compile) if compile else [])
+
+
+def compiled(work: Path, texts: int, tokens: int, overrides: dict, spec: str) -> list[dict]:
+    """Stage 1 with its decoder layers under ``torch.compile`` (``--compile`` of ``bench.gpu_child``: a
+    lever of the benches, not a setting), first with an empty compile cache (it compiles), then again
+    with the cache the first filled (what a second run pays); stage 2 likewise, after them. Each is
+    compared with what its uncompiled stage is (``versus``), on the same texts."""
+    p = paths(work, tokens)
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(p["compile_cache"]), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+    cache["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
+    runs = []
+    for label, cold in (("cold compile cache", True), ("warm compile cache", False)):
+        name = f"paper{tokens}x{texts}-compiled-{'cold' if cold else 'warm'}"
+        child = ["stage1", *overrides["stage1"], f"corpus.limit={texts}", f"name={name}", "--compile", spec]
+        runs.append({"name": f"stage 1 compiled (ours), {label}", "versus": "find_key_token (official)",
+                     "child": child, "env": cache, "fresh": [p["keytokens"] / name] + ([p["compile_cache"]] if cold else [])})  # fmt: skip
+    child = ["stage2", *overrides["stage2"], "--compile", spec]
+    runs.append({"name": "stage 2 compiled (ours), warm compile cache", "versus": "plain forward + float32 CE",
+                 "child": child, "env": cache, "fresh": []})  # fmt: skip
     return runs
 
 
 def command(
-    name: str, tokens: int, work: str, texts: int, device: str, overrides: list, float32: bool
-) -> list:
-    """The command of contender ``name`` (``bench.gpu_child``), its phase records to ``events_file``."""
-    (run,) = [
-        r for r in contenders(Path(work), texts, tokens, device, overrides, float32) if r["name"] == name
-    ]
-    return command_line(run["child"][0], events_file(Path(work), name, tokens), run["child"][1:])
+    name: str,
+    tokens: int,
+    work: str,
+    texts: int,
+    device: str,
+    overrides: list,
+    float32: bool,
+    compile: str | None = None,
+) -> tuple[list, dict]:
+    """The command of contender ``name`` (``bench.gpu_child``), its phase records to ``events_file``, and
+    its environment; what it must start without (stage 1's artifact, a cold compile cache) removed."""
+    found = contenders(Path(work), texts, tokens, device, overrides, float32, compile)
+    (run,) = [r for r in found if r["name"] == name]
+    for path in run.get("fresh", []):
+        shutil.rmtree(path, ignore_errors=True)
+    return command_line(run["child"][0], events_file(Path(work), name, tokens), run["child"][1:]), run.get(
+        "env", {}
+    )
 
 
 def events_file(work: Path, name: str, tokens: int) -> Path:
@@ -129,7 +167,7 @@ def events_file(work: Path, name: str, tokens: int) -> Path:
 
 CASE = runner.Case(
     "gpu",
-    contenders=tuple(r["name"] for r in contenders(WORK, 3, 32767, "cuda", [], float32=True)),
+    contenders=tuple(r["name"] for r in contenders(WORK, 3, 32767, "cuda", [], True, "default")),
     sizes=(32767, 131071),
     command=command,
     device_memory=True,
@@ -140,15 +178,17 @@ def measure(args: argparse.Namespace) -> dict:
     """Every contender alone, one after another, within ``--budget`` seconds in all."""
     p = paths(args.work, args.tokens)
     p["events"].mkdir(parents=True, exist_ok=True)
-    runs = contenders(args.work, args.texts, args.tokens, args.device, args.overrides, args.float32)
+    runs = contenders(
+        args.work, args.texts, args.tokens, args.device, args.overrides, args.float32, args.compile
+    )
     runs = [r for r in runs if not args.only or r["name"].split(" (")[0] in args.only]
     options = {"work": str(args.work), "texts": args.texts, "device": args.device}
-    options |= {"overrides": args.overrides, "float32": args.float32}
+    options |= {"overrides": args.overrides, "float32": args.float32, "compile": args.compile}
     rows = runner.run(CASE, contenders=[r["name"] for r in runs], sizes=[args.tokens], options=options,
                       budget=args.budget, logs=p["events"])  # fmt: skip
     results = []
     for run, row in zip(runs, rows, strict=True):
-        record = {k: run[k] for k in ("name", "against") if k in run} | contender_record(row)
+        record = {k: run[k] for k in ("name", "against", "versus") if k in run} | contender_record(row)
         if "skipped" not in row:
             record |= summarise(read_events(events_file(args.work, run["name"], args.tokens)))
         results.append(record)
@@ -179,12 +219,6 @@ def contender_record(row: dict) -> dict:
     return record
 
 
-def read_events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def summarise(events: list[dict]) -> dict:
     """Per-text times and where the time before the first text went, from a child's phase records."""
     texts = [e["end"] - e["start"] for e in events if e["phase"] == "text"]
@@ -193,18 +227,13 @@ def summarise(events: list[dict]) -> dict:
         return out
     out["first_text_s"] = round(texts[0], 3)
     out["steady_text_s"] = round(statistics.median(texts[1:]), 3) if len(texts) > 1 else None
-    start = next((e["start"] for e in events if e["phase"] == "process"), None)
-    first = next(e["start"] for e in events if e["phase"] == "text")
-    if start is not None:
-        out["before_first_text_s"] = round(first - start, 3)
-    phases: dict[str, float] = {}
-    for e in events:
-        if e["phase"] not in ("text", "torch peak") and "end" in e:
-            phases[e["phase"]] = phases.get(e["phase"], 0.0) + e["end"] - e["start"]
-    out["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
+    out |= before_first_text(events)
     peak = [e["bytes"] for e in events if e["phase"] == "torch peak"]
     if peak:
         out["torch_peak_gib"] = round(peak[0] / 2**30, 3)
+    compiled = [{k: v for k, v in e.items() if k != "phase"} for e in events if e["phase"] == "compile"]
+    if compiled:
+        out["compile"] = compiled[0]
     return out
 
 
@@ -234,6 +263,8 @@ def paper_section(result: dict) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     baseline = {r.get("against"): r for r in result["runs"] if r.get("against")}  # ours -> theirs
+    by_name = {r["name"]: r for r in result["runs"]}
+    baseline |= {r["name"]: by_name[r["versus"]] for r in result["runs"] if r.get("versus") in by_name}
     for r in result["runs"]:
         if "skipped" in r or r.get("returncode"):
             why = r.get("skipped") or "failed: " + r.get("error", "").strip().splitlines()[-1][:160]
@@ -244,6 +275,8 @@ def paper_section(result: dict) -> list[str]:
             f"| {fmt(startup(r), 1)} | {fmt(r['wall_s'], 1)} | {fmt(r['peak_gib'], 1)} | {fmt(r.get('torch_peak_gib'), 1)} "
             f"| {versus(r, baseline.get(r['name']))} |"
         )
+    facts = [f"- {r['name']}: {json.dumps(r['compile'])}" for r in result["runs"] if r.get("compile")]
+    lines += ["", "torch.compile (its options, and what it compiled):", "", *facts] if facts else []
     lines += ["", "Before the first text (seconds, from the process's start):", ""]
     for r in result["runs"]:
         if r.get("phases_s"):
@@ -257,8 +290,8 @@ def paper_section(result: dict) -> list[str]:
 def versus(run: dict, other: dict | None) -> str:
     """Ratios of the steady time per text and of the device peak: this contender (ours) / the one
     measured against it (the official code, a plain forward)."""
-    if not other or "skipped" in other or other.get("returncode"):
-        return ""
+    if not (other and run.get("text_s") and other.get("text_s")) or other.get("returncode"):
+        return ""  # either skipped, failed or measured no text (nothing to compare)
     time_ratio = (run.get("steady_text_s") or run["first_text_s"]) / (
         other.get("steady_text_s") or other["first_text_s"]
     )
@@ -287,6 +320,11 @@ def main() -> None:
             "--only", nargs="*", help="contenders by name: 'stage 1' 'find_key_token' 'stage 2' ..."
         )
         s.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
+        s.add_argument(
+            "--compile",
+            metavar="MODE[:DYNAMIC]",
+            help="add both stages with their layers under torch.compile",
+        )
     args = parser.parse_args()
     if args.step in ("build", "all"):
         print(

@@ -8,10 +8,16 @@
 - ``plain``: a plain forward of the model with a float32 cross-entropy on each text (what a
   perplexity harness does).
 
-Each writes one JSON line per phase to ``--events`` (``{"phase", "start", "end"}``, seconds since the
-epoch; ``text`` phases once per text, between two device synchronisations) and its process's start,
-each phase timed by the runner's clock (``bench.runner.Clock``). ``WORK`` and ``paths`` name the files
-of the GPU benches' work folder (``bench.gpu`` builds them, ``bench.gpu_levers`` reads them).
+Each writes one JSON line per phase to ``--events`` (``{"phase", "start", "end", "cpu"}``, seconds since
+the epoch and CPU seconds of the whole process, every thread; ``text`` phases once per text, between
+two device synchronisations) and its process's start, each phase timed by the runner's clock
+(``bench.runner.Clock``). With ``--until-first-text`` it stops as the first text's computation starts
+(``first text``: when, and the CPU seconds spent until then): the start-up alone (``bench.startup``).
+With ``--compile MODE[:DYNAMIC]`` (a lever of the benches only, never a setting of the pipeline) every
+model the command loads gets its decoder layers under ``torch.compile`` (``compile_layers``); what the
+compiler did is recorded at the end (``compile``: graphs, graph breaks, the compile cache's hits).
+``WORK`` and ``paths`` name the files of the GPU benches' work folder (``bench.gpu`` builds them,
+``bench.gpu_levers`` reads them).
 """
 
 from __future__ import annotations
@@ -24,13 +30,16 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
+import types  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench.runner import Clock, cuda_sync, process_started  # noqa: E402
+from bench.runner import Clock, cuda_sync, own_cpu, process_started  # noqa: E402
 
 WORK = Path("artifacts/bench/gpu")  # the GPU benches' work folder, relative to the repository
+COMPILING: dict = {}  # torch.compile's options where --compile asks for it
 
 
 def paths(work: Path, tokens: int) -> dict[str, Path]:
@@ -42,14 +51,34 @@ def paths(work: Path, tokens: int) -> dict[str, Path]:
         "dataset": work / f"govreport-test-tokenized-{tokens}",
         "keytokens": work / "keytokens",
         "events": work / "events",
+        "compile_cache": work / "compile-cache",
     }
 
 
-class Events:
-    """Phase records appended to a JSON Lines file as they end."""
+def paper_overrides(
+    work: Path, tokens: int, texts: int, device: str, extra: list[str]
+) -> dict[str, list[str]]:
+    """The overrides of stage 1 (``preset=paper`` on the work folder's evaluator and texts, ``texts`` of
+    them) and of stage 2 (that model scored against stage 1's artifact), as ``make bench-gpu`` runs them."""
+    p = paths(work, tokens)
+    name = f"paper{tokens}x{texts}"
+    corpus = [f"corpus.dataset={p['dataset']}", f"corpus.tokenized_with={p['tokenizer']}"]
+    corpus += [f"corpus.max_ids={tokens}", f"corpus.min_tokenized_len={min(tokens, 16384)}"]
+    stage1 = ["preset=paper", "evaluator=llama3.1-8b", f"evaluator.spec={p['model']}", *corpus]
+    stage1 += [f"output_dir={p['keytokens']}", "progress=false", f"device={device}", *extra]
+    stage2 = [
+        "model=local", f"model.spec={p['model']}", f"artifact={p['keytokens'] / name}", "dtype=bfloat16",
+        f"device={device}", "add_bos=false", f"results={work / 'scores.jsonl'}", "progress=false",
+    ]  # fmt: skip
+    return {"stage1": stage1, "stage2": stage2}
 
-    def __init__(self, path: Path):
-        self.path = path
+
+class Events:
+    """Phase records appended to a JSON Lines file as they end; with ``stop_at``, the process ends as
+    that phase starts (its start and the CPU seconds until then recorded as ``first text``)."""
+
+    def __init__(self, path: Path, stop_at: str | None = None):
+        self.path, self.stop_at = path, stop_at
         self.write(phase="process", start=process_started(), end=STARTED)
 
     def write(self, **record) -> None:
@@ -58,10 +87,14 @@ class Events:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the block as phase ``name``, between two device synchronisations."""
-        with Clock(sync=cuda_sync) as clock:
+        """Time the block as phase ``name`` (wall and CPU seconds), between two device synchronisations."""
+        if name == self.stop_at:
+            cuda_sync()
+            self.write(phase="first text", start=time.time(), cpu=own_cpu())
+            os._exit(0)  # nothing after the start-up is measured: no artifact, no results line
+        with Clock(sync=cuda_sync, cpu=own_cpu) as clock:
             yield
-        self.write(phase=name, start=clock.began, end=clock.ended)
+        self.write(phase=name, start=clock.began, end=clock.ended, cpu=clock.cpu_s)
 
     def timed(self, owner, attr: str, phase: str) -> None:
         """Replace ``owner.attr`` by the same function, timed as ``phase``."""
@@ -75,17 +108,123 @@ class Events:
         setattr(owner, attr, wrapper)
 
 
+def read_events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def before_first_text(events: list[dict]) -> dict:
+    """Where the time before the first text's computation went, from one process's phase records: its
+    wall and CPU seconds from the process's start, and each phase's (a phase that ran twice: summed;
+    ``imports``' CPU seconds count from the process's start)."""
+    start = next((e["start"] for e in events if e["phase"] == "process"), None)
+    first = next((e for e in events if e["phase"] in ("text", "first text")), None)
+    out: dict = {}
+    if start is not None and first is not None:
+        out["before_first_text_s"] = round(first["start"] - start, 3)
+    if first is not None and "cpu" in first:
+        out["before_first_text_cpu_s"] = round(first["cpu"], 3)
+    wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for e in events:
+        if e["phase"] not in ("text", "first text", "torch peak") and "end" in e:
+            wall[e["phase"]] = wall.get(e["phase"], 0.0) + e["end"] - e["start"]
+            if e.get("cpu") is not None:
+                cpu[e["phase"]] = cpu.get(e["phase"], 0.0) + e["cpu"]
+    out["phases_s"] = {k: round(v, 3) for k, v in wall.items()}
+    if cpu:
+        out["phases_cpu_s"] = {k: round(v, 3) for k, v in cpu.items()}
+    return out
+
+
 def load_parts() -> list[tuple]:
     """The parts of a model's load, timed as phases of their own (inside "model load")."""
     from pipeline.models import loading
     from pipeline.models.weight_hashes import WeightHashing
 
     return [
+        (loading, "prepare", "load: model files checked"),
         (loading, "_load_tokenizer", "load: tokenizer"),
         (loading, "_from_pretrained", "load: from_pretrained"),
         (loading, "attention_dispatches", "load: attention probe"),
         (WeightHashing, "result", "load: waiting for weight hashes"),
     ]
+
+
+def compile_layers(spec: str) -> None:
+    """Every model the command loads from now on with each decoder layer under ``torch.compile``
+    (``spec``: ``mode[:dynamic]``; mode ``default``, ``max-autotune-no-cudagraphs``, ``reduce-overhead``
+    ...; dynamic ``true``, ``false`` or ``auto``, torch's default: static first, dynamic on a second
+    shape). Compiled per layer, so one graph serves every layer; each shape compiles at its first
+    forward (the self-check's, then the first text's), read from the compile cache where it holds it
+    (``TORCHINDUCTOR_CACHE_DIR``)."""
+    from pipeline.models.loading import ModelChoice
+
+    options = compile_options(spec)
+    COMPILING.update(options)
+    constant_sdpa_choice()
+    inner = ModelChoice.load
+
+    @functools.wraps(inner)
+    def load(self, *args, **kwargs):
+        lm = inner(self, *args, **kwargs)
+        for layer in lm.model.get_decoder().layers:
+            layer.compile(**options)
+        return lm
+
+    ModelChoice.load = load
+
+
+def constant_sdpa_choice() -> None:
+    """``blocked_sdpa`` asks, per layer call, which kernel sdpa would take (``runs_on_math_backend``:
+    ``torch._fused_sdp_choice``, an integer, and an ``SDPBackend``), which breaks a compiled layer's graph
+    in two there (measured on the CPU: 9 graph breaks, all of them there). Its answer depends on the
+    tensors' dtype, device and head sizes, fixed within a compiled graph (guarded), so the compiled
+    lever takes it as a constant of the trace (``torch.compiler.assume_constant_result``), asked with the
+    layer's group count and causality rather than the layer itself (a constant's arguments are guarded
+    by identity: one graph per layer, past torch's 8 recompilations); eager runs are unchanged."""
+    import torch
+
+    from pipeline.models import attention
+
+    inner = attention.runs_on_math_backend
+
+    @torch.compiler.assume_constant_result
+    def choice(groups: int, causal: bool, query, key, value) -> bool:
+        return inner(types.SimpleNamespace(num_key_value_groups=groups, is_causal=causal), query, key, value)
+
+    def runs_on_math_backend(module, query, key, value) -> bool:
+        groups, causal = getattr(module, "num_key_value_groups", 1), bool(getattr(module, "is_causal", True))
+        return choice(groups, causal, query, key, value)
+
+    attention.runs_on_math_backend = runs_on_math_backend
+
+
+def compile_options(spec: str) -> dict:
+    """``torch.compile``'s options of ``mode[:dynamic]`` (``default`` is its default mode; dynamic
+    ``true``, ``false``, else torch's default, ``None``)."""
+    mode, _, dynamic = spec.partition(":")
+    return {
+        "mode": None if mode == "default" else mode,
+        "dynamic": {"true": True, "false": False}.get(dynamic),
+    }
+
+
+def compile_facts() -> dict:
+    """What torch's compiler did in this process: graphs compiled, graph breaks (and their first
+    reasons), recompilations, and the compile cache's hits and misses."""
+    from torch._dynamo.utils import counters
+
+    breaks = counters["graph_break"]
+    return {
+        "unique_graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(breaks.values()),
+        "graph_break_reasons": [str(r)[:200] for r in list(breaks)[:3]],
+        "frames_compiled": counters["frames"]["ok"],
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+    }
 
 
 def stage1(events: Events, overrides: list[str]) -> None:
@@ -98,6 +237,8 @@ def stage1(events: Events, overrides: list[str]) -> None:
 
     timed = [
         *load_parts(),
+        (run.KeyTokenSettings, "from_config", "settings"),
+        (ModelChoice, "check", "model check"),
         (run, "load_corpus", "corpus"),
         (ModelChoice, "load", "model load"),
         (stage, "select", "selection"),
@@ -113,6 +254,7 @@ def stage1(events: Events, overrides: list[str]) -> None:
 def stage2(events: Events, overrides: list[str]) -> None:
     from pipeline.commands import score as command
     from pipeline.jobs import recipe
+    from pipeline.jobs.score import ScoreJob
     from pipeline.models.loading import ModelChoice
     from pipeline.models.logprobs import TargetScorer
     from pipeline.results import score as lines
@@ -120,6 +262,8 @@ def stage2(events: Events, overrides: list[str]) -> None:
 
     timed = [
         *load_parts(),
+        (ScoreJob, "from_config", "settings"),
+        (ModelChoice, "check", "model check"),
         (recipe, "open_artifact", "artifact"),
         (ModelChoice, "load", "model load"),
         (TargetScorer, "check_against_full_forward", "self-check"),
@@ -132,7 +276,7 @@ def stage2(events: Events, overrides: list[str]) -> None:
 def run_command(events: Events, command, name: str, timed: list[tuple], overrides: list[str]) -> None:
     """The project's command ``name`` (its ``main``) with ``overrides``, each (owner, attribute, phase)
     of ``timed`` recorded as that phase, and the torch peak at the end."""
-    events.write(phase="imports", start=STARTED, end=time.time())
+    events.write(phase="imports", start=STARTED, end=time.time(), cpu=own_cpu())
     for owner, attr, phase in timed:
         events.timed(owner, attr, phase)
     sys.argv = [name, *overrides]
@@ -140,6 +284,8 @@ def run_command(events: Events, command, name: str, timed: list[tuple], override
         command.main()
     finally:
         _peak(events, sys.modules["torch"])
+        if COMPILING:
+            events.write(phase="compile", **COMPILING, **compile_facts())
 
 
 def command_line(contender: str, events: Path, args: list[str]) -> list[str]:
@@ -172,7 +318,7 @@ def official(events: Events, args: argparse.Namespace) -> None:
     import torch
     from longppl.longppl import find_key_token
 
-    events.write(phase="imports", start=STARTED, end=time.time())
+    events.write(phase="imports", start=STARTED, end=time.time(), cpu=own_cpu())
     with events.phase("model load"):
         tokenizer, model = load_plain(args.model, args.device, args.dtype)
     settings = json.loads((args.artifact / "manifest.json").read_text())["settings"]
@@ -187,7 +333,7 @@ def plain(events: Events, args: argparse.Namespace) -> None:
     cross-entropy over its next tokens."""
     import torch
 
-    events.write(phase="imports", start=STARTED, end=time.time())
+    events.write(phase="imports", start=STARTED, end=time.time(), cpu=own_cpu())
     with events.phase("model load"):
         tokenizer, model = load_plain(args.model, args.device, args.dtype)
     for text in artifact_texts(args.artifact):
@@ -211,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("contender", choices=["stage1", "stage2", "official", "plain"])
     parser.add_argument("--events", type=Path, required=True)
     parser.add_argument("--tf32", action="store_true", help="allow TF32 in float32 matrix products")
+    parser.add_argument(
+        "--until-first-text", action="store_true", help="stop as the first text's computation starts"
+    )
     parser.add_argument("--model", type=Path)
     parser.add_argument("--artifact", type=Path)
     parser.add_argument("--device", default="cuda")
@@ -218,13 +367,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sdpa-math", action="store_true", help="sdpa on its math backend only (float32 as before 88746e2)"
     )
+    parser.add_argument("--compile", metavar="MODE[:DYNAMIC]", help="each decoder layer under torch.compile")
     args, overrides = parser.parse_known_args(argv)
+    if args.compile:
+        compile_layers(args.compile)
     if args.tf32:
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    events = Events(args.events)
+    events = Events(args.events, stop_at="text" if args.until_first_text else None)
     with _math_only() if args.sdpa_math else contextlib.nullcontext():
         if args.contender == "stage1":
             stage1(events, overrides)

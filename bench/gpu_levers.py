@@ -12,7 +12,10 @@ lever is a contender of this case, all in that one process, in turn:
 - sdpa's kernels forced one at a time (flash, cuDNN, memory-efficient);
 - the long pass alone (what stage 2 runs per text) with the head in larger blocks;
 - the load: the checkpoint's safetensors files straight onto the GPU against the pipeline's load;
-- with ``--compile``, the decoder layers under ``torch.compile`` (its compile time, then a run).
+- each RMSNorm as torch's fused kernel (``torch.nn.functional.rms_norm``), which transformers' Llama
+  does not call (rotary and SwiGLU have no fused kernel in torch itself: ``torch.compile`` fuses them);
+- with ``--compile MODE[:DYNAMIC]``, the decoder layers under ``torch.compile`` (its compile time, then
+  a run), last: every lever after it would run compiled.
 
 Every lever keeps the numbers (the same passes; another kernel is another order of float sums): the
 run reports the largest |difference| of its long and short log-probs from the warm-up run's (computed
@@ -34,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from bench import runner
-from bench.gpu_child import WORK, paths
+from bench.gpu_child import WORK, compile_options, paths
 
 K, D = 4096, 1024  # the paper's; --K and --d for a dry run on short texts
 LOAD_DIRECT, LOAD_OURS, FIRST = (
@@ -157,7 +160,7 @@ class Shared:
                  b[:, K:].reshape(-1)) for b in self.batches()]  # fmt: skip
         return lambda: [scorer.score_hidden(h, t) for h, t in rows]
 
-    def levers(self, quick: bool, compile: bool) -> dict[str, Callable[[], runner.Work]]:
+    def levers(self, quick: bool, compile: str | bool | None) -> dict[str, Callable[[], runner.Work]]:
         """Every lever after the first run, in order: its name and its setup."""
         out = {
             "default (window_batch_tokens=16384)": self.compared,
@@ -176,8 +179,9 @@ class Shared:
             ("CUDNN_ATTENTION",) if quick else ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
         ):
             out[f"sdpa kernel {backend.lower()}"] = partial(self.kernel, backend)
+        out["fused RMSNorm (torch.nn.functional.rms_norm)"] = self.fused_norm
         if compile:
-            out["torch.compile of the decoder layers: first run (compiles)"] = self.compiled
+            out["torch.compile of the decoder layers: first run (compiles)"] = partial(self.compiled, compile)
             out["torch.compile of the decoder layers: next run"] = self.compared
         return out
 
@@ -203,9 +207,35 @@ class Shared:
 
         return self.compared(run)
 
-    def compiled(self) -> runner.Work:
+    def fused_norm(self) -> runner.Work:
+        """Stage 1 with each RMSNorm of the body (Llama's: float32 statistics, the weight applied in the
+        model's dtype) computed by torch's fused ``rms_norm`` on the same float32 values."""
+        import torch
+
+        norms = [m for m in self.scorer.body.modules() if hasattr(m, "variance_epsilon")]
+
+        def fused(norm: Any) -> Callable[[Any], Any]:
+            def forward(x: Any) -> Any:
+                y = torch.nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=norm.variance_epsilon)
+                return norm.weight * y.to(x.dtype)
+
+            return forward
+
+        def run() -> Any:
+            for norm in norms:
+                norm.forward = fused(norm)
+            try:
+                return self.stage1()
+            finally:
+                for norm in norms:
+                    del norm.forward
+
+        return self.compared(run, norms=len(norms))
+
+    def compiled(self, spec: str | bool) -> runner.Work:
+        """The decoder layers under ``torch.compile`` (``spec``: ``mode[:dynamic]``), then stage 1."""
         for layer in self.scorer.body.layers:
-            layer.compile()
+            layer.compile(**compile_options(spec if isinstance(spec, str) else "default"))
         return self.compared()
 
 
@@ -213,7 +243,7 @@ SHARED = Shared()
 
 
 def setup(lever: str, tokens: int, work: str, texts: int, device: str, K: int, d: int, quick: bool = False,
-          compile: bool = False) -> runner.Work:  # fmt: skip
+          compile: str | None = None) -> runner.Work:  # fmt: skip
     """One lever in the process every lever shares: the two loads, the first run, then each lever."""
     import torch
 
@@ -246,7 +276,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32767)
     parser.add_argument("--texts", type=int, default=2, help="the bench-gpu run whose artifact is read")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile", metavar="MODE[:DYNAMIC]", help="the layers under torch.compile, last")
     parser.add_argument("--quick", action="store_true", help="one window batch, cuDNN alone, one head block")
     parser.add_argument("--K", type=int, default=K)
     parser.add_argument("--d", type=int, default=D)
@@ -257,7 +287,7 @@ def main() -> None:
     args = parser.parse_args()
     options = {"work": str(args.work), "texts": args.texts, "device": args.device, "K": args.K, "d": args.d,
                "quick": args.quick, "compile": args.compile}  # fmt: skip
-    rows = runner.run(CASE, contenders=names(args.quick, args.compile), sizes=[args.tokens], options=options,
+    rows = runner.run(CASE, contenders=names(args.quick, bool(args.compile)), sizes=[args.tokens], options=options,
                       timeout=args.budget)  # fmt: skip
     by_name = {r["contender"]: r for r in rows}
     seconds = {name: round(by_name[name]["work"]["seconds"], 3) for name in (LOAD_DIRECT, LOAD_OURS, FIRST)

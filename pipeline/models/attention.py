@@ -166,7 +166,8 @@ def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) ->
 
     Returns (batch x query x heads x head_dim, None), as transformers' attention functions do.
     """
-    CALLS[0] += 1
+    if not torch.compiler.is_compiling():  # a count inside a compiled graph would recompile it at each call
+        CALLS[0] += 1
     softcap = kwargs.pop("softcap", None)
     q_len, kv_len = query.shape[2], key.shape[2]
     if attention_mask is None and softcap is not None and q_len == kv_len:

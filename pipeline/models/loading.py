@@ -21,10 +21,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
 from pipeline.models import attention
+from pipeline.models.fast_tokenizer import load_tokenizer
 from pipeline.models.gguf import check_header, default_cache_dir
 from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.pairing import check_held, check_pairing
-from pipeline.models.placement import describe, execution_device, from_pretrained_placement
+from pipeline.models.placement import describe, execution_device, from_pretrained_placement, one_thread_on_cpu
 from pipeline.models.sources import hub_error_message, is_local_model, prepare, resolve_source
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
@@ -177,12 +178,13 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, torch_device)
     source = resolve_source(spec)
     location, hub_options = prepare(source, revision, cache_dir)
-    hashing = local_weight_hashing(source, Path(cache_dir) if cache_dir else default_cache_dir())
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    hashing = local_weight_hashing(source, cache)
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, **hub_options}
     kwargs["weights_only"] = True  # a pickled checkpoint is read as tensors only, never run
     kwargs |= {"attn_implementation": attn_implementation} if attn_implementation else {}
     kwargs |= from_pretrained_placement(torch_device, device_map, gpus)
-    tokenizer, model = load_parts(source, location, kwargs, hashing, torch_device)
+    tokenizer, model = load_parts(source, location, kwargs, hashing, torch_device, cache)
     check_loaded(model, tokenizer, spec, attn_implementation)
     identify(source, model, tokenizer, hashing, trust_remote_code)
     return LoadedModel(
@@ -191,14 +193,19 @@ def load_model(
 
 
 def load_parts(
-    source: ModelSource, location: str, kwargs: dict[str, Any], hashing: Any, device: torch.device
+    source: ModelSource,
+    location: str,
+    kwargs: dict[str, Any],
+    hashing: Any,
+    device: torch.device,
+    cache: Path,
 ) -> tuple[Any, Any]:
     """The tokenizer and the model, put where it runs, in eval mode; a failure stops the weights'
-    hashing."""
+    hashing. ``cache``: the pipeline's cache folder (a converted checkpoint's tokenizer verdicts)."""
     options = {k: kwargs[k] for k in ("revision", "local_files_only") if k in kwargs}
     try:
         tokenizer = _load_tokenizer(
-            source, location, trust_remote_code=kwargs["trust_remote_code"], **options
+            source, location, cache, trust_remote_code=kwargs["trust_remote_code"], **options
         )
         model = _from_pretrained(source, location, kwargs)
     except BaseException:
@@ -232,9 +239,12 @@ def identify(source: ModelSource, model: Any, tokenizer: Any, hashing: Any, trus
     identify_config_and_code(source, model, tokenizer, trust_remote_code)
 
 
-def _load_tokenizer(source: ModelSource, location: str, **options: Any) -> Any:
-    """The model's tokenizer; a folder without one is an error that says so."""
+def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: Any) -> Any:
+    """The model's tokenizer (a GGUF file's converted checkpoint's in its fast form where it is known to
+    be the same: ``pipeline.models.fast_tokenizer``); a folder without one is an error that says so."""
     try:
+        if source.kind in ("embedded", "gguf"):  # the conversion's files were checked against its record
+            return load_tokenizer(Path(location), cache)
         return AutoTokenizer.from_pretrained(location, **options)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if (
@@ -278,9 +288,9 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
 def attention_dispatches(model: Any) -> bool:
     """Whether a forward pass of ``model`` calls ``blocked_sdpa`` (remote code may ignore it)."""
     before = attention.CALLS[0]
-    probe = torch.zeros(1, 2, dtype=torch.long).to(execution_device(model.get_input_embeddings()))
-    with torch.inference_mode():
-        model(input_ids=probe, use_cache=False)
+    device = execution_device(model.get_input_embeddings())
+    with torch.inference_mode(), one_thread_on_cpu(device):
+        model(input_ids=torch.zeros(1, 2, dtype=torch.long).to(device), use_cache=False)
     return attention.CALLS[0] > before
 
 

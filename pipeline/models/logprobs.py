@@ -29,7 +29,7 @@ from pipeline.errors import PipelineError
 from pipeline.models.float32_head import float32_logits, float32_output_supported
 from pipeline.models.loading import LoadedModel, resolve_head_dtype
 from pipeline.models.pairing import check_token_ids, embedding_rows
-from pipeline.models.placement import execution_device, loaded_weights
+from pipeline.models.placement import execution_device, loaded_weights, one_thread_on_cpu
 from pipeline.models.precision import full_precision_reductions, non_finite_cause, rounding_tolerance
 from pipeline.settings import DEFAULT_HEAD_CHUNK, DEFAULT_VOCAB_TILE, DEFAULT_WINDOW_BATCH_TOKENS, Compute
 
@@ -205,7 +205,7 @@ class TargetScorer:
         (``full_precision_reductions``), so that each logit is one rounding of its sum."""
         seq = torch.arange(length, dtype=torch.long) * 7919 % self.vocab_size
         positions = torch.arange(length - 1)
-        with full_precision_reductions():
+        with full_precision_reductions(), one_thread_on_cpu(self.input_device):
             with torch.inference_mode():
                 logits = self.model(input_ids=seq[None].to(self.input_device), use_cache=False).logits[0, :-1]
             ref = torch.log_softmax(logits.double().cpu(), -1).gather(1, seq[1:, None]).squeeze(1)

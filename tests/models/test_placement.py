@@ -151,3 +151,20 @@ def test_what_does_not_fit_the_gpus_goes_to_host_memory_not_disk():
         )
     assert "disk" in old.values()
     assert set(new.values()) == {0, "cpu"}
+
+
+def test_the_checks_forwards_run_on_one_cpu_thread_and_the_count_comes_back():
+    one_thread_on_cpu = placement.one_thread_on_cpu
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_thread_on_cpu(torch.device("cpu")):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), one_thread_on_cpu(torch.device("cpu")):
+            raise RuntimeError("a check that fails")
+        assert torch.get_num_threads() == 2
+        with one_thread_on_cpu(torch.device("meta")):  # another device: torch's CPU threads are not its own
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

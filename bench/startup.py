@@ -1,0 +1,183 @@
+"""`make bench-startup`: each stage's start-up, phase by phase: from the process's start to the first
+text's computation, wall and CPU seconds, over several runs (medians).
+
+Each run is the project's own command in its own process (``bench.gpu_child stage1`` / ``stage2``: `make
+keytokens` / `make score` with their functions timed as phases), stopped as its first text's computation
+starts (``--until-first-text``: nothing after it runs, no artifact is finished, no results line written).
+The sizes:
+
+- ``embedded``: the defaults of `make keytokens` (the embedded Gemma 3 270M as the evaluator) and of
+  `make score` (SmolLM2-135M on the default artifact), on ``--device`` (the CPU by default);
+- ``paper``: the paper's shapes of `make bench-gpu` (its work folder's Llama-3.1-8B-shaped evaluator,
+  ``preset=paper``; stage 2 against the artifact its stage 1 wrote), after ``bench.gpu build`` and
+  ``measure``.
+
+On a shared machine the wall times move with the load; the CPU seconds (every thread of the process)
+move less: both are recorded, with the load average before and after.
+
+    python -m bench.startup --runs 5 --json artifacts/bench/startup/startup.json
+    python -m bench.startup --sizes paper --device cuda --tokens 32767 --texts 2 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from pathlib import Path
+
+from bench import runner, shared
+from bench.gpu_child import WORK, before_first_text, command_line, paper_overrides, read_events
+
+STAGES = {"stage 1 (make keytokens)": "stage1", "stage 2 (make score)": "stage2"}
+HERE = Path("artifacts/bench/startup")  # the runs' artifacts, results lines and phase records
+
+
+def overrides(
+    stage: str, size: str, device: str, work: str, tokens: int, texts: int, extra: dict, here: Path
+) -> list:
+    """The command's overrides: the defaults (``embedded``) or the paper's shapes (``paper``), then
+    ``extra[stage]``."""
+    if size == "paper":
+        return paper_overrides(Path(work), tokens, texts, device, [])[stage] + extra[stage]
+    if stage == "stage1":
+        return [f"output_dir={here / 'keytokens'}", "progress=false", f"device={device}", *extra[stage]]
+    return [f"artifact={shared.default_artifact()}", f"results={here / 'scores.jsonl'}", "progress=false",
+            f"device={device}", *extra[stage]]  # fmt: skip
+
+
+def events_file(here: Path, contender: str, size: str) -> Path:
+    return here / "events" / f"{shared.slug(contender)}-{size}.jsonl"
+
+
+def command(
+    contender: str,
+    size: str,
+    device: str,
+    work: str,
+    tokens: int,
+    texts: int,
+    extra: dict,
+    threads: int | None,
+    here: str = str(HERE),
+) -> tuple[list, dict]:
+    """The contender's command line (its stage, stopped at its first text; phase records appended) and
+    its environment (``threads``: OMP_NUM_THREADS)."""
+    stage = STAGES[contender]
+    events = events_file(Path(here), contender, size)
+    events.parent.mkdir(parents=True, exist_ok=True)
+    args = ["--until-first-text", *overrides(stage, size, device, work, tokens, texts, extra, Path(here))]
+    return command_line(stage, events, args), ({"OMP_NUM_THREADS": str(threads)} if threads else {})
+
+
+CASE = runner.Case("startup", contenders=tuple(STAGES), sizes=("embedded", "paper"), command=command)
+
+
+def runs_of(events: list[dict]) -> list[list[dict]]:
+    """One process's records per run (each run starts with its ``process`` record)."""
+    runs: list[list[dict]] = []
+    for e in events:
+        if e["phase"] == "process":
+            runs.append([])
+        if runs:
+            runs[-1].append(e)
+    return runs
+
+
+def medians(runs: list[dict]) -> dict:
+    """The median of each number over the runs that reached their first text."""
+    done = [r for r in runs if "before_first_text_s" in r]
+    out: dict = {"runs": len(runs), "reached_first_text": len(done)}
+    for key in ("before_first_text_s", "before_first_text_cpu_s"):
+        values = [r[key] for r in done if key in r]
+        out[key] = round(statistics.median(values), 3) if values else None
+    for key in ("phases_s", "phases_cpu_s"):
+        names = dict.fromkeys(n for r in done for n in r.get(key, {}))
+        out[key] = {n: round(statistics.median(r[key].get(n, 0.0) for r in done), 3) for n in names}
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every (stage, size) ``--runs`` times, each run's phases, and their medians."""
+    options = {"device": args.device, "work": str(args.work), "tokens": args.tokens, "texts": args.texts,
+               "extra": {"stage1": args.overrides, "stage2": args.score_overrides}, "threads": args.threads,
+               "here": str(args.dir)}  # fmt: skip
+    for contender in STAGES:
+        for size in args.sizes:
+            events_file(args.dir, contender, size).unlink(missing_ok=True)
+    load_before = os.getloadavg()
+    rows = runner.run(CASE, sizes=args.sizes, options=options, repeats=args.runs, logs=args.dir / "events")
+    results = []
+    for row in rows:
+        events = read_events(events_file(args.dir, row["contender"], row["size"]))
+        runs = [before_first_text(r) for r in runs_of(events)]
+        record = {"stage": row["contender"], "size": row["size"], "runs": runs, "median": medians(runs)}
+        if "failed" in row:
+            record["error"] = row["failed"]
+        results.append(record)
+    load = [round(x, 2) for x in (*load_before, *os.getloadavg())]
+    return {"bench": "startup", "machine": runner.machine(), "load_average_before_after": load,
+            "device": args.device, "threads": args.threads, "results": results}  # fmt: skip
+
+
+def table(result: dict) -> list[str]:
+    """Each stage's median start-up and its phases, wall and CPU seconds."""
+    m = result["machine"]
+    lines = [
+        f"{m.get('gpu', 'CPU only')}, {m['cpus']} CPUs, torch {m['torch']}, transformers {m['transformers']}, "
+        f"commit {m.get('commit')}, {m['date']}; OMP_NUM_THREADS {result.get('threads') or 'unset'}; load "
+        f"average (1, 5, 15 min) before and after: {result['load_average_before_after']}",
+        "",
+        "| stage | size | runs | phase | wall s (median) | CPU s (median) |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for r in result["results"]:
+        med = r["median"]
+        head = f"| {r['stage']} | {r['size']} | {med['reached_first_text']}/{med['runs']} |"
+        if r.get("error"):
+            lines.append(f"{head} failed: {r['error'][:160]} | | |")
+        lines.append(
+            f"{head} **to the first text** | {med['before_first_text_s']} | {med['before_first_text_cpu_s']} |"
+        )
+        for name, wall in med["phases_s"].items():
+            lines.append(f"{head} {name} | {wall} | {med['phases_cpu_s'].get(name, '')} |")
+    return lines
+
+
+def section(result: dict) -> list[str]:
+    """The GPU report's section (``bench.gpu_report``)."""
+    title = f"## Start-up to the first text, phase by phase ({result['device']}, medians)"
+    return [
+        title,
+        "",
+        "`python -m bench.startup` (run by `bash bench/gpu_machine.sh 1`).",
+        "",
+        *table(result),
+        "",
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = shared.arguments(__doc__)
+    parser.add_argument("--runs", type=int, default=5, help="runs of each stage (medians)")
+    parser.add_argument("--sizes", nargs="*", default=["embedded"], choices=CASE.sizes)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--work", type=Path, default=WORK, help="make bench-gpu's work folder (size paper)")
+    parser.add_argument("--tokens", type=int, default=32767, help="its texts' tokens (size paper)")
+    parser.add_argument("--texts", type=int, default=2, help="its stage 1 run's texts (size paper)")
+    parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
+    parser.add_argument("--score-overrides", nargs="*", default=[], help="more key=value for stage 2")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the runs (default: unset)")
+    parser.add_argument("--dir", type=Path, default=HERE, help="the runs' artifacts and phase records")
+    parser.add_argument("--json", type=Path, default=HERE / "startup.json")
+    args = parser.parse_args(argv)
+    result = measure(args)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1))
+    print("\n".join(table(result)))
+    print(f"written: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
