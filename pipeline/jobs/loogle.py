@@ -26,6 +26,7 @@ from pipeline.loogle.generation.answering import (
     prompt_limit,
 )
 from pipeline.loogle.metrics.evaluation import evaluate
+from pipeline.loogle.metrics.reorder import check_timeline
 from pipeline.loogle.metrics.task_scores import bertscore_mode
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer
@@ -119,8 +120,9 @@ class LoogleJob:
         """Each task's questions and generation length, checked before the model loads."""
         check_batch_size(self.options.batch_size)
         questions = selected(self.options.task, self.options.source, self.options.limit)
-        for task in questions:
+        for task, task_questions in questions.items():
             new_tokens_for(task, self.options.max_new_tokens)
+            check_timeline(task, task_questions)
         return questions
 
     append = staticmethod(loogle_lines.append)
