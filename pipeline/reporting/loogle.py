@@ -24,6 +24,7 @@ COLUMNS = {
     "reorder_location_mean": "reorder LMD",
     "result_id": "result",
 }
+TEXT_COLUMNS = ("model", "task", "data", "result_id")  # from results lines: escaped like model names
 NOTE = (
     "LooGLE (`make loogle`, newest run per model, task, questions and settings; docs/loogle.md): "
     "ROUGE is recall, BERTScore is the prediction's precision as LooGLE computes it; empty: not computed "
@@ -60,7 +61,7 @@ def files(path: str | Path) -> dict[str, bytes]:
     if not Path(path).is_file():
         return {}
     rows = table(path)
-    body = [[md_text(r[k]) if k == "model" else r[k] or "" for k in COLUMNS] for r in rows]
+    body = [[md_text(r[k]) if k in TEXT_COLUMNS else r[k] or "" for k in COLUMNS] for r in rows]
     markdown = f"# LooGLE\n\n{NOTE}\n\n" + md_table(list(COLUMNS.values()), body)
     return {
         "loogle.md": markdown.encode(),

@@ -145,9 +145,9 @@ def question_deviations(answer: str, prediction: str) -> tuple[dict[str, float],
 
 
 def reorder_scores(pairs: list[Any]) -> dict[str, Any]:
-    """Mean deviations over the timeline questions among ``pairs`` (``.answer``, ``.prediction``,
-    ``.kind``)."""
-    timeline = [p for p in pairs if is_reorder(p.answer, p.kind)]
+    """Mean deviations over the timeline questions among ``pairs`` (``.answer``, ``.prediction``, and
+    ``.kind``, the question's type, where they have one)."""
+    timeline = [p for p in pairs if is_reorder(p.answer, getattr(p, "kind", None))]
     scored = [question_deviations(p.answer, p.prediction) for p in timeline]
     if not scored:
         return {"n_questions": 0, "n_ordered": 0, "metrics": {name: None for name in NAMES}}
