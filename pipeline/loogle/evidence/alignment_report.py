@@ -43,6 +43,7 @@ def locate_questions(questions: list[Question]) -> list[dict[str, Any]]:
                     "ratio": found.ratio,
                     "chars": len(text),
                     "head": text[:HEAD],
+                    **({"note": found.note} if found.note else {}),
                 }
             )
     return records
@@ -65,6 +66,7 @@ def summarise(task: str, questions: list[Question], records: list[dict[str, Any]
         "fraction_by_rule": {rule: counts[rule] / total if total else None for rule in evidence.RULES},
         "unlocated": [
             {"qid": r["qid"], "evidence_index": r["evidence_index"], "head": r["head"]}
+            | ({"note": r["note"]} if "note" in r else {})
             for r in records
             if r["rule"] == "unlocated"
         ],
@@ -88,7 +90,7 @@ def tasks_of(task: str, source: DataSource) -> tuple[str, ...]:
 
 def settings() -> dict[str, Any]:
     """The alignment's constants, recorded with its results."""
-    names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP")
+    names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP", "MAX_FUZZY", "MAX_WINDOWS")
     return {"rules": list(evidence.RULES)} | {name.lower(): getattr(evidence, name) for name in names}
 
 
