@@ -7,7 +7,7 @@ and longdep_qa): documents are the distinct texts, told apart by their sha256, i
 (``corpus.tasks``) and their rows first give them. Each document's id is ``loogle-`` and the first 12
 hex digits of its text's sha256: the same for the same text whatever the tasks, their order, the
 layout or the source. Its questions are those of every task, in that order, each with its evidence
-located by ``pipeline.loogle.evidence.locating`` (the rule used, or ``unlocated``: never guessed).
+located by ``pipeline.text.locating`` (the rule used, or ``unlocated``: never guessed).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pipeline.artifact.schema import EVIDENCE_SCHEMA, QUESTIONS_SCHEMA, UNLOCATE
 from pipeline.errors import PipelineError
 from pipeline.loogle.data.questions import Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
-from pipeline.loogle.evidence import locating as evidence
 from pipeline.loogle.evidence.alignment_report import settings as alignment_settings
 from pipeline.provenance import text_sha256
+from pipeline.text import locating as evidence
 from pipeline.text.corpus import CorpusSpec, Document, check_unicode
 
 ID_DIGITS = 12

@@ -1,6 +1,6 @@
 """LooGLE's evidence located per task (`make loogle-evidence ARGS="task=... data=..."`,
 ``conf/loogle_evidence.yaml``): each evidence string of its questions located in its document
-(``pipeline.loogle.evidence.locating``), the fraction located per task and per rule, the unlocated
+(``pipeline.text.locating``), the fraction located per task and per rule, the unlocated
 ones named, and every span written to a JSON file (``pipeline.reporting.loogle_evidence`` prints it)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pipeline.formats import file_slug
 from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
-from pipeline.loogle.evidence import locating as evidence
 from pipeline.results.lines import check_writable
+from pipeline.text import locating as evidence
 
 HEAD = 80  # characters of an unlocated evidence string shown in the report
 

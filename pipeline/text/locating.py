@@ -1,4 +1,5 @@
-"""LooGLE's evidence located in its document: each evidence string as character spans of the text.
+"""LooGLE's evidence located in its document: each evidence string as character spans of the text (a
+text's function, below the artifact, whose loader re-locates every stored span: ``pipeline.artifact.qa``).
 
 LooGLE's annotators copied the evidence (``S`` of ``qa_pairs``) from another rendering of the page, so
 it is often not a verbatim substring of ``input``: non-ASCII characters became ``?``, Wikipedia's
@@ -38,9 +39,9 @@ import re
 from dataclasses import dataclass, field
 from difflib import Match, SequenceMatcher
 
-from pipeline.artifact.schema import EVIDENCE_RULES
-
-RULES = EVIDENCE_RULES  # in the order they are tried; the artifact's evidence table names one of them
+# In the order they are tried; an artifact's evidence table names one of them (or UNLOCATED).
+RULES = ("exact", "normalised", "pieces", "fuzzy", "sentences")
+UNLOCATED = "unlocated"
 MIN_PIECE = 20  # normalised characters: a shorter piece of elided evidence locates nothing reliably
 ANCHOR = 32  # normalised characters of an exact anchor for the fuzzy rule
 FUZZY_RATIO = 0.9  # difflib's ratio (2 * matches / total length) the fuzzy rule requires

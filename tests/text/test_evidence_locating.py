@@ -1,4 +1,4 @@
-"""LooGLE's evidence located (``pipeline.loogle.evidence.locating``): each rule on small strings, spans that
+"""LooGLE's evidence located (``pipeline.text.locating``): each rule on small strings, spans that
 map back to the original characters exactly, a paraphrase left unlocated, and the located counts of the
 embedded sample (and of LooGLE's whole test data where ``../shared/data/loogle`` is present), pinned."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from pipeline.commands.loogle_evidence import run
 from pipeline.loogle.data.reading import DataSource, load_questions
-from pipeline.loogle.evidence.locating import MAX_FUZZY, Document, locate, normalise, sentences
 from pipeline.reporting import loogle_evidence
+from pipeline.text.locating import MAX_FUZZY, Document, locate, normalise, sentences
 from tests.support import ROOT, compose_config, qa_pairs
 
 SHARED = ROOT.parent / "shared" / "data" / "loogle"
