@@ -101,6 +101,13 @@ def normalise(original: str) -> Normalised:
     return Normalised("".join(chars), starts, ends)
 
 
+def settings() -> dict[str, object]:
+    """The alignment's rules and constants, recorded with what it located (an artifact's manifest,
+    `make loogle-evidence`'s JSON)."""
+    names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP", "MAX_FUZZY", "MAX_WINDOWS")
+    return {"rules": list(RULES)} | {name.lower(): globals()[name] for name in names}
+
+
 def pattern_of(normalised: str) -> re.Pattern[str] | None:
     """The regular expression rule 2 searches for: the normalised evidence with each ``?`` optional (it
     stands for one run of non-ASCII characters of the text, or for a character the text does not

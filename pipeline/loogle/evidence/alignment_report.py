@@ -89,9 +89,8 @@ def tasks_of(task: str, source: DataSource) -> tuple[str, ...]:
 
 
 def settings() -> dict[str, Any]:
-    """The alignment's constants, recorded with its results."""
-    names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP", "MAX_FUZZY", "MAX_WINDOWS")
-    return {"rules": list(evidence.RULES)} | {name.lower(): getattr(evidence, name) for name in names}
+    """The alignment's constants, recorded with its results (``pipeline.text.locating.settings``)."""
+    return evidence.settings()
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
