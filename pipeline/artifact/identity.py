@@ -393,21 +393,7 @@ def _array(table: pa.Table, name: str) -> np.ndarray:
 def _quantiles(diff: np.ndarray) -> dict[str, float | int]:
     """How many values, how many differ at all, and the median, p99, p99.9 and max of |a - b|."""
     if not diff.size:
-        return {
-            "n": 0,
-            "differing": 0,
-            "median": math.nan,
-            "p99": math.nan,
-            "p999": math.nan,
-            "max": math.nan,
-        }
+        return {"n": 0, "differing": 0, **dict.fromkeys(("median", "p99", "p999", "max"), math.nan)}
     median, p99, p999 = (float(q) for q in np.quantile(diff, [0.5, 0.99, 0.999]))
-    n, differing = int(diff.size), int((diff > 0).sum())
-    return {
-        "n": n,
-        "differing": differing,
-        "median": median,
-        "p99": p99,
-        "p999": p999,
-        "max": float(diff.max()),
-    }
+    counts = {"n": int(diff.size), "differing": int((diff > 0).sum())}
+    return {**counts, "median": median, "p99": p99, "p999": p999, "max": float(diff.max())}
