@@ -12,7 +12,9 @@ stays the same (measured: ``docs/reproducibility.md``). The discrete contents ar
 (``tokens``), the key flags and the spans (``keys``)); the values are summarised per document and column
 (``values``: sum, position-weighted sum, min and max over the tokens that have one) so that a results
 line or a refresh record can judge equivalence without the original files. Two artifacts at hand are
-compared value by value (``compare_tables``).
+compared value by value (``compare_tables``). An artifact with questions (LooGLE's) is also its
+questions: their tables' hash (``questions``: every question, answer and evidence string and where it
+was located), so the same key tokens with other questions are not the same artifact.
 
 A summary is a necessary condition: values within the tolerance token by token always give summaries
 within ``summary_bounds``; a summary cannot prove the converse (only the tables can), and the exact
@@ -107,16 +109,18 @@ class Identity:
     discrete: str
     documents: dict[str, DocumentIdentity]
     n_tokens: dict[str, int]
+    questions: str | None = None  # the question tables' hash (``questions_sha256``), where it has them
 
     def record(self) -> dict[str, Any]:
-        """The form results lines and refresh records carry (``from_record`` reads it back)."""
+        """The form results lines and refresh records carry (``from_record`` reads it back); the
+        questions' hash only where the artifact has questions, so other records are as before."""
         return {
             "discrete": self.discrete,
             "documents": {
                 doc: {**ident.to_dict(), "n_tokens": self.n_tokens[doc]}
                 for doc, ident in self.documents.items()
             },
-        }
+        } | ({"questions": self.questions} if self.questions is not None else {})
 
     @classmethod
     def from_record(cls, fingerprint: str, record: dict[str, Any]) -> Identity:
@@ -128,6 +132,7 @@ class Identity:
             record["discrete"],
             {d: DocumentIdentity(v["tokens"], v["keys"], v.get("values") or {}) for d, v in docs.items()},
             {d: int(v["n_tokens"]) for d, v in docs.items()},
+            record.get("questions"),
         )
 
 
@@ -142,6 +147,8 @@ def check_record(record: Any, prefix: str = "") -> None:
     top = f"{prefix}." if prefix else ""
     _expect(record, dict, prefix, "an object")
     _expect(record.get("discrete", _MISSING), str, f"{top}discrete", "a string")
+    if record.get("questions") is not None:
+        _expect(record["questions"], str, f"{top}questions", "a string or null")
     docs = record.get("documents", _MISSING)
     _expect(docs, dict, f"{top}documents", "an object")
     for doc, entry in docs.items():
@@ -201,7 +208,15 @@ def artifact_identity(artifact: Any) -> Identity:
         digest.hexdigest(),
         per_doc,
         dict(zip(doc_ids, n_tokens, strict=True)),
+        questions_sha256(artifact.qa),
     )
+
+
+def questions_sha256(qa: dict[str, pa.Table] | None) -> str | None:
+    """The hash of an artifact's question tables (every question, answer, evidence string and its
+    location; ``tables_sha256``), None without them: the key tokens alone do not say which questions
+    an artifact answers for."""
+    return None if qa is None else tables_sha256(qa)[:32]
 
 
 def _split(table: pa.Table, counts: list[int]) -> list[pa.Table]:
@@ -261,7 +276,8 @@ def summary_bounds(tolerance: float, n_values: int) -> dict[str, float]:
 
 def differences(found: Identity, expected: Identity, tolerance: dict[str, float] = TOLERANCE) -> list[str]:
     """Why ``found`` is not the same artifact as ``expected``, one line per kind of difference (empty:
-    it is); names the documents whose texts, tokens, key spans or values differ."""
+    it is); names the documents whose texts, tokens, key spans or values differ, and says when the
+    questions differ (both artifacts having them)."""
     if found.fingerprint != expected.fingerprint:
         return [
             f"fingerprint {found.fingerprint[:12]}, expected {expected.fingerprint[:12]} (other settings)"
@@ -280,6 +296,12 @@ def differences(found: Identity, expected: Identity, tolerance: dict[str, float]
             problems.append(f"{label} differ in {_names(differ)}")
     if not problems and found.discrete != expected.discrete:
         problems.append("the documents table differs (texts, hashes or counts)")
+    if None not in (found.questions, expected.questions) and found.questions != expected.questions:
+        same = "the same key tokens, " if not problems else ""
+        problems.append(
+            f"{same}other questions, answers or evidence (questions {found.questions[:12]}, expected "
+            f"{expected.questions[:12]})"
+        )
     values = [
         f"{doc} ({detail})"
         for doc in found.documents
@@ -371,21 +393,7 @@ def _array(table: pa.Table, name: str) -> np.ndarray:
 def _quantiles(diff: np.ndarray) -> dict[str, float | int]:
     """How many values, how many differ at all, and the median, p99, p99.9 and max of |a - b|."""
     if not diff.size:
-        return {
-            "n": 0,
-            "differing": 0,
-            "median": math.nan,
-            "p99": math.nan,
-            "p999": math.nan,
-            "max": math.nan,
-        }
+        return {"n": 0, "differing": 0, **dict.fromkeys(("median", "p99", "p999", "max"), math.nan)}
     median, p99, p999 = (float(q) for q in np.quantile(diff, [0.5, 0.99, 0.999]))
-    n, differing = int(diff.size), int((diff > 0).sum())
-    return {
-        "n": n,
-        "differing": differing,
-        "median": median,
-        "p99": p99,
-        "p999": p999,
-        "max": float(diff.max()),
-    }
+    counts = {"n": int(diff.size), "differing": int((diff > 0).sum())}
+    return {**counts, "median": median, "p99": p99, "p999": p999, "max": float(diff.max())}

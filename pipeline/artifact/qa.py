@@ -12,7 +12,12 @@ Checked on every load of an artifact that declares them (``load_artifact``), bes
   0 .. ``n_evidence`` - 1, each with ``piece_index`` 0, 1, ..., its rule one of ``EVIDENCE_RULES`` or
   ``unlocated``; an ``unlocated`` string has null offsets
   and one row, a located one ``0 <= char_start < char_end <= n_source_chars``; an ``exact`` span inside
-  the kept text is that text's characters (the evidence string stripped).
+  the kept text is that text's characters (the evidence string stripped);
+- every evidence string located again (``pipeline.text.locating``, whatever its stored rule): in a
+  whole text, its rule, spans, occurrences and ratio must be what the text gives; in a truncated one,
+  where the kept text alone decides (the string found there exactly, or by the normalised rule), its
+  rule and span. A relabelled or moved span is refused, as is an artifact located with other alignment
+  settings than these whose spans now differ (to be regenerated).
 
 A failure is one PipelineError naming the table, the row and what is wrong.
 """
@@ -27,6 +32,7 @@ import pyarrow as pa
 
 from pipeline.artifact.checks import FIX, ArtifactProblem
 from pipeline.artifact.schema import EVIDENCE_RULES, QUESTIONS, UNLOCATED, KeyTokenArtifact
+from pipeline.text import locating
 
 Span = tuple[int, int]
 
@@ -102,8 +108,10 @@ def check_questions(artifact: KeyTokenArtifact) -> None:
     docs = artifact.documents.to_pydict()
     position = {doc: i for i, doc in enumerate(docs["doc_id"])}
     counts = check_question_rows(artifact.questions.to_pylist(), position, where)
-    check_evidence_rows(artifact.evidence.to_pylist(), counts, docs, where)
+    evidence = artifact.evidence.to_pylist()
+    check_evidence_rows(evidence, counts, docs, where)
     check_kept(artifact, docs, where)
+    check_located(evidence, docs, artifact.manifest[QUESTIONS].get("alignment"), where)
 
 
 def kept_records(qa: dict[str, pa.Table], documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -232,3 +240,51 @@ def check_span(row: dict[str, Any], docs: dict[str, list], doc: int, at: str) ->
     text = docs["text"][doc]
     if row["rule"] == "exact" and end <= len(text) and text[start:end] != row["text"].strip():
         raise ArtifactProblem(f"{at}: an exact span that is not its evidence string in the text; {FIX}")
+
+
+def check_located(rows: list[dict[str, Any]], docs: dict[str, list], alignment: Any, where: str) -> None:
+    """Every evidence string's stored location against the one its text gives now (module doc)."""
+    strings: dict[tuple[str, int, int], list[tuple[int, dict[str, Any]]]] = {}
+    for number, row in enumerate(rows):
+        key = (row["doc_id"], row["question_index"], row["evidence_index"])
+        strings.setdefault(key, []).append((number, row))
+    index = {doc: i for i, doc in enumerate(docs["doc_id"])}
+    texts: dict[str, locating.Document] = {}
+    for (doc, question, number), found in strings.items():
+        text, first = docs["text"][index[doc]], found[0][1]
+        document = texts.get(doc) or texts.setdefault(doc, locating.Document(text))
+        spans = tuple((r["char_start"], r["char_end"]) for _, r in found if r["char_start"] is not None)
+        stored = (first["rule"], spans, first["occurrences"], first["ratio"])
+        whole = len(text) == docs["n_source_chars"][index[doc]]
+        expected = relocated(first["text"], document, whole, stored)
+        if expected is None or expected == stored[: len(expected)]:
+            continue
+        other = "" if alignment == locating.settings() else " (it was located with other alignment settings)"
+        raise ArtifactProblem(
+            f"{where}: evidence.parquet row {found[0][0]} (question {question} of document '{doc}', "
+            f"evidence {number}) is stored as {describe(stored[: len(expected)])}; its text locates it as "
+            f"{describe(expected)}{other}; {FIX}"
+        )
+
+
+def relocated(evidence: str, document: locating.Document, whole: bool, stored: tuple) -> tuple | None:
+    """Where the text puts an evidence string: in a whole text (rule, spans, occurrences, ratio); in
+    a truncated one (rule, spans) only where the kept text decides it, None otherwise: found exactly, or
+    by the normalised rule when the stored string is not exact past the cut."""
+    if whole:
+        found = locating.locate(evidence, document)
+        return (found.rule, found.spans, found.occurrences, found.ratio)
+    found = document.find(evidence)
+    if found is None:
+        return None
+    rule, span, _ = found
+    beyond = stored[0] == "exact" and stored[1] and stored[1][0][1] > len(document.text)
+    return None if rule == "normalised" and beyond else (rule, (span,))
+
+
+def describe(location: tuple) -> str:
+    """A location as the error shows it: the rule and spans (and, of a whole text's, the occurrences
+    and the fuzzy ratio)."""
+    rule, spans, *rest = location
+    counts = f" ({rest[0]} occurrences, ratio {rest[1]})" if rest else ""
+    return rule + "".join(f" [{start}, {end})" for start, end in spans) + counts

@@ -63,6 +63,7 @@ import pyarrow as pa
 from pipeline.artifact.identity import Identity, artifact_identity, tables_sha256
 from pipeline.errors import PipelineError
 from pipeline.provenance import json_sha256
+from pipeline.text import locating
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -139,9 +140,8 @@ EVIDENCE_SCHEMA = pa.schema(
 QA_TABLES = {"questions": QUESTIONS_SCHEMA, "evidence": EVIDENCE_SCHEMA}
 ALL_TABLES = {**TABLES, **QA_TABLES}
 QUESTIONS = "questions"
-UNLOCATED = "unlocated"
-# The rules that locate an evidence string (pipeline.loogle.evidence.locating); a row names one, or UNLOCATED.
-EVIDENCE_RULES = ("exact", "normalised", "pieces", "fuzzy", "sentences")
+# The rules that locate an evidence string (``pipeline.text.locating``); a row names one, or UNLOCATED.
+EVIDENCE_RULES, UNLOCATED = locating.RULES, locating.UNLOCATED
 
 # The kinds of artifact and the tables each declares (every column of a table, as in its schema
 # above). The manifest's ``kind`` names one; manifests written before kinds existed are ``per_token``.

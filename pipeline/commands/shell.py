@@ -7,7 +7,9 @@ launchers) and the other jobs go on; the multirun then repeats the first failure
 job failed [<overrides>]: <message>``, and exits with status 2. A command line Hydra cannot compose (an
 unknown key, group option or preset, an override that does not parse) is one ``error:`` line naming the
 setting, the known ones and the closest, exit status 2, in every command (``HYDRA_FULL_ERROR=1`` keeps
-Hydra's traceback); Ctrl-C is one ``error:`` line with exit status 130 (``pipeline.errors``).
+Hydra's traceback); Ctrl-C is one ``error:`` line with exit status 130 (``pipeline.errors``). A
+message shows control characters escaped (``pipeline.formats.terminal_text``): a title or path in it
+cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.errors import PipelineError, stopped_on_interrupt
 from pipeline.files import CONF_DIR
+from pipeline.formats import terminal_text
 
 # A command with presets of its own has its own config directory, with conf/ on its search path (the
 # `preset` group name is the keytokens stage's in conf/): the forgetting curve.
@@ -66,11 +69,11 @@ def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = C
                 run(cfg)
             except PipelineError as exc:
                 if HydraConfig.get().mode != RunMode.MULTIRUN:
-                    print(f"error: {exc}", file=sys.stderr)
+                    print(f"error: {terminal_text(exc)}", file=sys.stderr)
                     sys.exit(2)
                 job = HydraConfig.get().job.override_dirname or f"job {HydraConfig.get().job.num}"
-                print(f"error: [{job}] {exc}", file=sys.stderr)
-                raise JobFailed(f"error: multirun job failed [{job}]: {exc}") from None
+                print(f"error: [{job}] {terminal_text(exc)}", file=sys.stderr)
+                raise JobFailed(f"error: multirun job failed [{job}]: {terminal_text(exc)}") from None
 
     # Hydra raises its own errors (composition, overrides, a failed multirun job) to this caller only
     # while HYDRA_FULL_ERROR=1; otherwise it prints them with exit status 1 and a hint.
@@ -83,7 +86,7 @@ def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = C
         except (HydraException, OmegaConfBaseException) as exc:
             if asked == "1":
                 raise
-            print(f"error: {config_error(exc, config_name, config_dir)}", file=sys.stderr)
+            print(f"error: {terminal_text(config_error(exc, config_name, config_dir))}", file=sys.stderr)
             sys.exit(2)
 
 

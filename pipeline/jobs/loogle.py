@@ -29,6 +29,7 @@ from pipeline.loogle.generation.answering import (
     prompt_limit,
 )
 from pipeline.loogle.metrics.evaluation import evaluate
+from pipeline.loogle.metrics.reorder import check_timeline
 from pipeline.loogle.metrics.task_scores import bertscore_mode
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer
@@ -126,11 +127,12 @@ class LoogleJob:
         at its predictions files' paths (whatever the model's identity) a file a run can rewrite."""
         check_batch_size(self.options.batch_size)
         questions = selected(self.options.task, self.options.source, self.options.limit)
-        for task in questions:
+        for task, task_questions in questions.items():
             new_tokens_for(task, self.options.max_new_tokens)
             pattern = predictions_name(self.model.display_name, "*", task, self.options.source.label, "*")
             for path in sorted(Path(self.options.predictions_dir).glob(pattern)):
                 check_predictions_path(path)
+            check_timeline(task, task_questions)
         return questions
 
     append = staticmethod(loogle_lines.append)

@@ -66,8 +66,10 @@ def select(
     documents: Documents,
     corpus: CorpusSpec,
     compute: Compute,
+    questions: dict[str, Any] | None = None,
 ) -> Selection:
-    """The documents a run scores, within the evaluator's context, and the settings record."""
+    """The documents a run scores, within the evaluator's context, and the settings record (with a
+    corpus's ``questions`` identity where it has questions: ``LoogleCorpus.identity``)."""
     bos = int(documents.add_bos and lm.bos_token_id is not None)
     context, max_tokens = lm.context_length, documents.max_tokens
     if max_tokens is not None and context is not None and max_tokens + bos > context:
@@ -79,6 +81,7 @@ def select(
     if not prepared:
         raise PipelineError(f"no document of corpus '{corpus.name}' can be scored: {skipped[:3]}")
     record = settings_record(definition, documents, corpus, lm, compute, prepared)
+    record |= {"questions": questions} if questions is not None else {}
     return Selection(prepared, skipped, record, settings_fingerprint(record))
 
 

@@ -39,7 +39,10 @@ def write_keytokens(
     artifact directory's lock held: a finished artifact is left as it is, an unfinished one resumed; a
     run that fails before its first document is written leaves nothing behind. The questions of a
     corpus that has them go beside the tables, for the documents scored. Returns the manifest."""
-    selection = select(docs, lm, settings.definition, settings.documents, settings.corpus, settings.compute)
+    identity = questions.identity() if questions is not None else None
+    selection = select(
+        docs, lm, settings.definition, settings.documents, settings.corpus, settings.compute, identity
+    )
     writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
     finished = finished_artifact(writer, ranks.is_main)
     if finished is not None:

@@ -29,7 +29,8 @@ def pct(value: float | None, spec: str = ".1f") -> str:
 
 def markdown_templates(folder: Path) -> Any:
     """A Jinja2 environment for the Markdown page templates in ``folder``, with the number filters
-    ``pct``, ``fmt`` and ``g``; an undefined name in a template is an error."""
+    ``pct``, ``fmt`` and ``g``, and ``md`` and ``code`` for text from users (``md_text``, ``md_code``); an
+    undefined name in a template is an error."""
     import jinja2
 
     env = jinja2.Environment(
@@ -38,7 +39,7 @@ def markdown_templates(folder: Path) -> Any:
         keep_trailing_newline=True,
         autoescape=False,  # Markdown, not HTML
     )
-    env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"))
+    env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"), md=md_text, code=md_code)
     return env
 
 

@@ -11,9 +11,12 @@ from pipeline.artifact.schema import KeyTokenArtifact
 
 
 def identity_line(label: str, artifact: KeyTokenArtifact) -> str:
+    """An artifact's identity in one line (with its questions' hash where it has questions)."""
+    questions = artifact.identity.questions
     return (
         f"{label}: {artifact.root}\n   fingerprint {artifact.manifest['fingerprint'][:12]}, discrete "
         f"{artifact.identity.discrete[:12]}, contents {artifact.contents[:12]}"
+        + (f", questions {questions[:12]}" if questions else "")
     )
 
 

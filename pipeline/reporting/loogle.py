@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.formats import terminal_text
 from pipeline.reporting.common import csv_text, fmt, md_table, md_text
 from pipeline.results.loogle import METRIC_LABELS, newest_rows
 
@@ -24,6 +25,7 @@ COLUMNS = {
     "reorder_location_mean": "reorder LMD",
     "result_id": "result",
 }
+TEXT_COLUMNS = ("model", "task", "data", "result_id")  # from results lines: escaped like model names
 NOTE = (
     "LooGLE (`make loogle`, newest run per model, task, questions and settings; docs/loogle.md): "
     "ROUGE is recall, BERTScore is the prediction's precision as LooGLE computes it; empty: not computed "
@@ -60,7 +62,7 @@ def files(path: str | Path) -> dict[str, bytes]:
     if not Path(path).is_file():
         return {}
     rows = table(path)
-    body = [[md_text(r[k]) if k == "model" else r[k] or "" for k in COLUMNS] for r in rows]
+    body = [[md_text(r[k]) if k in TEXT_COLUMNS else r[k] or "" for k in COLUMNS] for r in rows]
     markdown = f"# LooGLE\n\n{NOTE}\n\n" + md_table(list(COLUMNS.values()), body)
     return {
         "loogle.md": markdown.encode(),
@@ -69,8 +71,10 @@ def files(path: str | Path) -> dict[str, bytes]:
 
 
 def result_lines(result: dict[str, Any]) -> list[str]:
-    """A task's metrics (``pipeline.loogle.metrics.evaluation.evaluate``), one line each."""
-    lines = [f"task          {result['task']}  ({result['n_questions']} questions; {result['format']})"]
+    """A task's metrics (``pipeline.loogle.metrics.evaluation.evaluate``), one line each; the task and
+    the data's label with their control characters escaped (``terminal_text``)."""
+    task, kind = terminal_text(result["task"]), terminal_text(result["format"])
+    lines = [f"task          {task}  ({result['n_questions']} questions; {kind})"]
     for name, value in result["metrics"].items():
         reason = result["unavailable"].get(name)
         lines.append(f"{METRIC_LABELS[name]:<14}{fmt(value)}" + (f"  ({reason})" if reason else ""))
@@ -84,7 +88,7 @@ def result_lines(result: dict[str, Any]) -> list[str]:
 def metrics_summary(result: dict[str, Any]) -> str:
     """`make loogle-metrics`'s summary: the metrics (4 decimals; the results line keeps them whole) and
     where its line went."""
-    return "\n".join([*result_lines(result), f"appended to   {result['appended_to']}"])
+    return "\n".join([*result_lines(result), f"appended to   {terminal_text(result['appended_to'])}"])
 
 
 def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:
@@ -92,7 +96,9 @@ def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:
     wall and CPU seconds (CPU: this process's, the steadier on a shared machine)."""
     out = []
     for result in results.values():
-        out += [*result_lines(result), f"predictions   {result['predictions']}", f"appended to   {path}"]
+        paths = [f"predictions   {terminal_text(result['predictions'])}"]
+        paths.append(f"appended to   {terminal_text(path)}")
+        out += [*result_lines(result), *paths]
         if result.get("cpu_seconds") is not None:
             n, wall, cpu = result["n_questions"], result["wall_seconds"], result["cpu_seconds"]
             each = f"{wall / n:.1f} s and {cpu / n:.1f} s a question"

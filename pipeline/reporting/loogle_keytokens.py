@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pipeline.files import write_bytes_atomic
-from pipeline.formats import fmt
+from pipeline.formats import fmt, terminal_text
 from pipeline.reporting.common import figure, plot_text, png
 
 
@@ -105,4 +105,5 @@ def table_lines(report: dict[str, Any]) -> list[str]:
 
 def summary(result: dict[str, Any], out: Path, plot: Path) -> str:
     """What `make loogle-keytokens` prints: the table and where the JSON and the figure went."""
-    return "\n".join([*table_lines(result), f"written       {out}", f"plot          {plot}"])
+    paths = [f"written       {terminal_text(out)}", f"plot          {terminal_text(plot)}"]
+    return "\n".join([*table_lines(result), *paths])

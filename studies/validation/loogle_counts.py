@@ -20,9 +20,9 @@ from typing import Any
 from pipeline.artifact.qa import ArtifactQuestion, Evidence
 from pipeline.loogle.data.reading import DataSource, load_questions
 from pipeline.loogle.evidence import answer_gain
-from pipeline.loogle.evidence.locating import Document, locate
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute
+from pipeline.text.locating import Document, locate
 from studies.validation.loogle_target import TEST_DATA
 
 MEMBERS = {"smollm2-135m": [256, 1024, 2048, None], "gemma3-270m": [256, 1024, 2048, None]}

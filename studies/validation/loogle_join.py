@@ -18,11 +18,11 @@ from typing import Any
 from pipeline.artifact.qa import ArtifactQuestion, Evidence
 from pipeline.loogle.data.reading import DataSource, load_questions
 from pipeline.loogle.evidence import answer_gain
-from pipeline.loogle.evidence.locating import Document, locate
 from pipeline.models.loading import ModelChoice
 from pipeline.models.logprobs import scorer_for
 from pipeline.results.correlations import correlate
 from pipeline.settings import Compute
+from pipeline.text.locating import Document, locate
 
 COMPUTE = Compute(dtype="float32", device="cpu", head_chunk=1024, vocab_tile=8192)  # conf/validate.yaml's
 MEMBERS = {"smollm2-135m": [256, 1024, 2048, None], "gemma3-270m": [256, 1024, 2048, None]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.formats import fmt
-from pipeline.reporting.common import md_table
+from pipeline.reporting.common import md_table, md_text
 
 VERDICT = {"better": "**beats** PPL", "worse": "**does not beat** PPL", "undetermined": "is **undetermined**"}
 
@@ -64,7 +64,7 @@ def members_table(family: list[dict[str, Any]], minimum: int) -> str:
         )
         excluded = ("n_no_evidence", "n_not_all_located", "n_outside", "n_no_room")
         rows.append([
-            r["label"] + (" (evaluator)" if g["self_evaluation"] else ""), str(g["limit"]),
+            md_text(r["label"]) + (" (evaluator)" if g["self_evaluation"] else ""), str(g["limit"]),
             f"{g['n_counted']} / {g['n_questions']}", "yes" if g["n_counted"] >= minimum else "no",
             " / ".join(str(g.get(k, 0)) for k in excluded),
             fmt(g["gain_nats"], "+.3f"), fmt(g["gain_bits_per_byte"], "+.4f") + se,
@@ -75,15 +75,16 @@ def members_table(family: list[dict[str, Any]], minimum: int) -> str:
 
 
 def types_table(family: list[dict[str, Any]]) -> str:
-    """Per question type (columns) and member (rows): the mean answer gain in bits per byte (counted)."""
+    """Per question type (columns) and member (rows): the mean answer gain in bits per byte (counted);
+    types and labels (the data's and the user's) escaped as Markdown shows them literally."""
     types = list(
         dict.fromkeys(t["type"] for r in family for t in r["loogle"]["by_type"] if t["type"] != "all")
     )
-    header = ["member", *(f"{t} (bits/byte, n)" for t in types)]
+    header = ["member", *(f"{md_text(t)} (bits/byte, n)" for t in types)]
     rows = []
     for r in family:
         cells = {t["type"]: t for t in r["loogle"]["by_type"]}
-        rows.append([r["label"]] + [type_cell(cells[t]) if t in cells else "" for t in types])
+        rows.append([md_text(r["label"])] + [type_cell(cells[t]) if t in cells else "" for t in types])
     return md_table(header, rows)
 
 

@@ -212,3 +212,19 @@ def test_a_hub_download_folder_with_the_later_config_names(tmp_path):
     (tmp_path / "data" / "summarization.jsonl").write_text(json.dumps(row) + "\n")
     (question,) = load_questions("longdep_summarization", DataSource(str(tmp_path)))
     assert (question.qid, question.question, question.answer) == ("2201.00001#0", "", "Its abstract.")
+
+
+def test_make_loogle_refuses_a_timeline_question_without_an_order_before_the_model_loads(
+    tiny_model_dir, tmp_path, loogle_dir, monkeypatch
+):
+    """loogle_dir's Beta question is typed timeline_reorder with the answer "red": one error before
+    any model loads (its metrics would otherwise come after the whole run)."""
+    from pipeline.commands.loogle import run as loogle
+    from pipeline.models import loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    overrides = [o for o in loogle_overrides(tiny_model_dir, tmp_path) if not o.startswith("task=")]
+    cfg = compose_config("loogle", [*overrides, "task=longdep_qa", f"data={loogle_dir}"])
+    with pytest.raises(PipelineError, match=r"type 'timeline_reorder' has the answer 'red'"):
+        loogle(cfg)
+    assert not list(tmp_path.glob("*.jsonl"))

@@ -180,3 +180,39 @@ def test_bertscore_equals_bert_scores_own_call_with_the_same_model(tmp_path, mon
     result = score_task("shortdep_qa", pairs)
     assert result["metrics"]["bertscore"] == pytest.approx(sum(expected) / 2, abs=1e-12)
     assert "bertscore" not in result["unavailable"]
+
+
+def official_line(*items: tuple[str, str | None]) -> str:
+    """One line of LooGLE's ``Output/`` format for longdep_qa: each (answer, type) a question, every
+    prediction the answer itself."""
+    questions = [{"Q": f"Question {i}?", "A": a, "S": []} | ({"type": t} if t else {}) for i, (a, t) in
+                 enumerate(items)]  # fmt: skip
+    answers = [a for a, _ in items]
+    return json.dumps({"output": answers, "question": questions, "llm_output": answers}) + "\n"
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        (("II,I,III", "时间线"), ("20,300", "computation"), ("2,1,3", "computation")),  # by type
+        (("II,I,III", None), ("20,300", None), ("3,1,4", None), ("1,1", None)),  # untyped: a permutation
+    ],
+)
+def test_a_number_is_never_read_as_a_timeline_order(tmp_path, items):
+    """A timeline question is known by its type where the data gives one, otherwise by an answer that
+    is a permutation of 1..n or I..n: "20,300" (a computation's answer) is no order of two events."""
+    path = tmp_path / "longdep_qa_output.jsonl"
+    path.write_text(official_line(*items))
+    result = evaluate(path, "longdep_qa", DataSource(), "false")
+    assert result["reorder"]["n_questions"] == 1 and result["reorder"]["n_ordered"] == 1
+    assert "over 1 timeline questions" in "\n".join(loogle_board.result_lines(result))
+
+
+def test_a_timeline_question_whose_answer_is_no_order_is_refused(tmp_path):
+    path = tmp_path / "longdep_qa_output.jsonl"
+    path.write_text(official_line(("II,I,III", "timeline_reorder"), ("a museum", "timeline_reorder")))
+    with pytest.raises(PipelineError, match=r"type 'timeline_reorder' has the answer 'a museum'"):
+        evaluate(path, "longdep_qa", DataSource(), "false")
+    assert reorder.is_reorder("III,I,II,IV", "Timeline reorder")
+    assert not reorder.is_reorder("2,1", "computation")
+    assert [reorder.roman(n) for n in (4, 9, 14, 40)] == ["IV", "IX", "XIV", "XL"]

@@ -7,7 +7,7 @@ and longdep_qa): documents are the distinct texts, told apart by their sha256, i
 (``corpus.tasks``) and their rows first give them. Each document's id is ``loogle-`` and the first 12
 hex digits of its text's sha256: the same for the same text whatever the tasks, their order, the
 layout or the source. Its questions are those of every task, in that order, each with its evidence
-located by ``pipeline.loogle.evidence.locating`` (the rule used, or ``unlocated``: never guessed).
+located by ``pipeline.text.locating`` (the rule used, or ``unlocated``: never guessed).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pipeline.artifact.schema import EVIDENCE_SCHEMA, QUESTIONS_SCHEMA, UNLOCATE
 from pipeline.errors import PipelineError
 from pipeline.loogle.data.questions import Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
-from pipeline.loogle.evidence import locating as evidence
 from pipeline.loogle.evidence.alignment_report import settings as alignment_settings
-from pipeline.provenance import text_sha256
+from pipeline.provenance import json_sha256, text_sha256
+from pipeline.text import locating as evidence
 from pipeline.text.corpus import CorpusSpec, Document, check_unicode
 
 ID_DIGITS = 12
@@ -38,6 +38,18 @@ class LoogleCorpus:
     documents: list[Document]
     questions: dict[str, list[Question]]
     record: dict[str, Any] = field(default_factory=dict)
+
+    def identity(self) -> dict[str, Any]:
+        """What the artifact's fingerprint covers of the questions (its settings' ``questions``): a
+        hash of every question, in order (task, id, type, question, answer, evidence strings), and
+        the alignment settings that locate the evidence. An edit of any of them in the data is other
+        settings (`make keytokens` refuses to call the artifact complete), not the same artifact."""
+        rows = [
+            [q.task, q.qid, q.kind, q.question, q.answer, list(q.evidence)]
+            for doc in self.documents
+            for q in self.questions[doc.id]
+        ]
+        return {"sha256": json_sha256(rows), "alignment": self.record["alignment"]}
 
     def tables(self, doc_ids: list[str]) -> dict[str, pa.Table]:
         """The question tables of the documents ``doc_ids`` (those an artifact keeps), in that order."""

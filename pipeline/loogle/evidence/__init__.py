@@ -1,5 +1,5 @@
-"""LooGLE's evidence: ``locating`` (each evidence string located in its document as character spans,
-by rule, never guessed), ``alignment_report`` (the located counts per task and rule), ``keytoken_rates``
+"""LooGLE's evidence (each string located in its document by ``pipeline.text.locating``):
+``alignment_report`` (the located counts per task and rule), ``keytoken_rates``
 (an artifact's LSD and key tokens inside the evidence against outside) and ``answer_gain`` (how much the
 document helps a model predict a long-dependency question's answer).
 

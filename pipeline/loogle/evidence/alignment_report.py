@@ -1,6 +1,6 @@
 """LooGLE's evidence located per task (`make loogle-evidence ARGS="task=... data=..."`,
 ``conf/loogle_evidence.yaml``): each evidence string of its questions located in its document
-(``pipeline.loogle.evidence.locating``), the fraction located per task and per rule, the unlocated
+(``pipeline.text.locating``), the fraction located per task and per rule, the unlocated
 ones named, and every span written to a JSON file (``pipeline.reporting.loogle_evidence`` prints it)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pipeline.formats import file_slug
 from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
-from pipeline.loogle.evidence import locating as evidence
 from pipeline.results.lines import check_writable
+from pipeline.text import locating as evidence
 
 HEAD = 80  # characters of an unlocated evidence string shown in the report
 
@@ -43,6 +43,7 @@ def locate_questions(questions: list[Question]) -> list[dict[str, Any]]:
                     "ratio": found.ratio,
                     "chars": len(text),
                     "head": text[:HEAD],
+                    **({"note": found.note} if found.note else {}),
                 }
             )
     return records
@@ -65,6 +66,7 @@ def summarise(task: str, questions: list[Question], records: list[dict[str, Any]
         "fraction_by_rule": {rule: counts[rule] / total if total else None for rule in evidence.RULES},
         "unlocated": [
             {"qid": r["qid"], "evidence_index": r["evidence_index"], "head": r["head"]}
+            | ({"note": r["note"]} if "note" in r else {})
             for r in records
             if r["rule"] == "unlocated"
         ],
@@ -87,9 +89,8 @@ def tasks_of(task: str, source: DataSource) -> tuple[str, ...]:
 
 
 def settings() -> dict[str, Any]:
-    """The alignment's constants, recorded with its results."""
-    names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP")
-    return {"rules": list(evidence.RULES)} | {name.lower(): getattr(evidence, name) for name in names}
+    """The alignment's constants, recorded with its results (``pipeline.text.locating.settings``)."""
+    return evidence.settings()
 
 
 @pydantic.dataclasses.dataclass(frozen=True)

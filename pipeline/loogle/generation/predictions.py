@@ -24,7 +24,7 @@ from pipeline.loogle.data.bounds import (
     kind,
     text_problem,
 )
-from pipeline.loogle.data.questions import literal
+from pipeline.loogle.data.questions import kind_of, literal
 from pipeline.results.keys import model_key
 
 OURS = {"task", "data", "fingerprint", "qid", "prediction"}
@@ -32,11 +32,12 @@ OURS = {"task", "data", "fingerprint", "qid", "prediction"}
 
 @dataclass(frozen=True)
 class Scored:
-    """One prediction with its reference answer (and question, where the file has it)."""
+    """One prediction with its reference answer (and question and its type, where the file has them)."""
 
     prediction: Any
     answer: Any
     question: str = ""
+    kind: str | None = None
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -136,8 +137,9 @@ def official_pairs(rows: list[dict[str, Any]], task: str, where: str) -> list[Sc
             pairs = literal(pairs, f"qa_pairs of {here}")
         check_official_task(task, pairs, answers, here)
         check_official_values(task, outputs, answers, here)
-        questions = [p.get("Q", "") for p in pairs] if isinstance(pairs, list) else [""] * len(answers)
-        out += [Scored(h, a, q) for h, a, q in zip(outputs, answers, questions, strict=False)]
+        pairs = pairs if isinstance(pairs, list) else [{}] * len(answers)
+        questions = [(p.get("Q", ""), kind_of(p.get("type"))) for p in pairs]
+        out += [Scored(h, a, q, k) for h, a, (q, k) in zip(outputs, answers, questions, strict=False)]
     return out
 
 

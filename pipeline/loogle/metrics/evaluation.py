@@ -25,7 +25,7 @@ from pipeline.loogle.generation.predictions import (
     official_pairs,
     read_lines,
 )
-from pipeline.loogle.metrics.reorder import reorder_scores
+from pipeline.loogle.metrics.reorder import check_timeline, reorder_scores
 from pipeline.loogle.metrics.task_scores import bertscore_mode, score_task
 from pipeline.provenance import json_sha256
 from pipeline.results import loogle as loogle_lines
@@ -110,7 +110,7 @@ def scored_pairs(path: Path, task: str, source: DataSource) -> tuple[list[Scored
     questions = load_questions(task, source)[: limit or None]
     check_ours(rows, task, fingerprint(questions), [q.qid for q in questions], str(path))
     by_qid = {row["qid"]: row["prediction"] for row in rows}
-    return [Scored(by_qid[q.qid], q.answer, q.question) for q in questions], f"data {source.label}"
+    return [Scored(by_qid[q.qid], q.answer, q.question, q.kind) for q in questions], f"data {source.label}"
 
 
 def evaluate(path: Path, task: str, source: DataSource, bertscore: str) -> dict[str, Any]:
@@ -119,6 +119,8 @@ def evaluate(path: Path, task: str, source: DataSource, bertscore: str) -> dict[
 
 
 def scores(path: Path, task: str, pairs: list[Scored], kind: str, bertscore: str) -> dict[str, Any]:
+    """The metrics of ``pairs`` (a timeline question that is no order refused first)."""
+    check_timeline(task, pairs)  # before BERTScore's model loads
     result = score_task(task, pairs, bertscore)
     if task == "longdep_qa":
         result["reorder"] = reorder_scores(pairs)

@@ -1,5 +1,8 @@
 """Timeline reorder: the long-dependency questions whose answer is an order of labelled events ("II,I,III"
-or "2,1,3"), scored by how far the predicted order is from the answer's.
+or "2,1,3"), scored by how far the predicted order is from the answer's. A question is one by the data's
+``type`` where it has one (LooGLE's "timeline_reorder", its ``Output/`` files' "时间线"); without a type,
+by an answer whose labels form a permutation (each of 1..n, or of I..n, once; n at least 2), so a
+computed "20,300" is never taken for an order of two events.
 
 The repository's ``Reorder/reorder_eval.py`` cannot compute these on its released answers: it indexes a
 list of label strings as positions (every value becomes "None") and replaces a computed value by the
@@ -24,10 +27,53 @@ from pipeline.errors import PipelineError
 
 ORDER = re.compile(r"^\s*([IVXLCDM]+|\d+)(\s*,\s*([IVXLCDM]+|\d+))+\s*$")
 NAMES = ("location_square", "location_mean", "swap", "swap_distance")
+TIMELINE_TYPES = ("timeline reorder", "timeline", "时间线")  # normalized: casefolded, "_" as a space
 
 
-def is_reorder(answer: Any) -> bool:
-    return isinstance(answer, str) and ORDER.match(answer) is not None
+def roman(n: int) -> str:
+    """n (1 to 3999) in Roman numerals."""
+    values = ((1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"))
+    values += ((40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I"))
+    out = ""
+    for value, numeral in values:
+        count, n = divmod(n, value)
+        out += numeral * count
+    return out
+
+
+def is_permutation(answer: Any) -> bool:
+    """The answer is an order of n >= 2 labels, each of 1..n (or of I..n) exactly once."""
+    if not isinstance(answer, str) or ORDER.match(answer) is None:
+        return False
+    labels = [label.strip() for label in answer.split(",")]
+    n = len(labels)
+    return set(labels) in ({str(i) for i in range(1, n + 1)}, {roman(i) for i in range(1, n + 1)})
+
+
+def is_timeline_type(kind: str) -> bool:
+    return kind.strip().casefold().replace("_", " ").replace("-", " ") in TIMELINE_TYPES
+
+
+def is_reorder(answer: Any, kind: str | None = None) -> bool:
+    """A timeline question: by its type where the data gives one, else by an answer that is a
+    permutation of labels. A question typed a timeline whose answer is no such order is an error."""
+    if kind is None:
+        return is_permutation(answer)
+    if not is_timeline_type(kind):
+        return False
+    if not is_permutation(answer):
+        raise PipelineError(
+            f"a question of type {kind!r} has the answer {str(answer)[:60]!r}: a timeline answer is an "
+            "order of n labels, each of 1..n (or I..n) once, such as 2,1,3 or II,I,III"
+        )
+    return True
+
+
+def check_timeline(task: str, questions: list[Any]) -> None:
+    """Every long-dependency question typed a timeline has an order for its answer (``.answer``,
+    ``.kind``): checked when the questions load, before any model does."""
+    for question in questions if task == "longdep_qa" else ():
+        is_reorder(question.answer, question.kind)
 
 
 def predicted_order(labels: list[str], prediction: str) -> list[str]:
@@ -99,8 +145,10 @@ def question_deviations(answer: str, prediction: str) -> tuple[dict[str, float],
 
 
 def reorder_scores(pairs: list[Any]) -> dict[str, Any]:
-    """Mean deviations over the timeline questions among ``pairs`` (``.answer``, ``.prediction``)."""
-    scored = [question_deviations(p.answer, p.prediction) for p in pairs if is_reorder(p.answer)]
+    """Mean deviations over the timeline questions among ``pairs`` (``.answer``, ``.prediction``, and
+    ``.kind``, the question's type, where they have one)."""
+    timeline = [p for p in pairs if is_reorder(p.answer, getattr(p, "kind", None))]
+    scored = [question_deviations(p.answer, p.prediction) for p in timeline]
     if not scored:
         return {"n_questions": 0, "n_ordered": 0, "metrics": {name: None for name in NAMES}}
     return {

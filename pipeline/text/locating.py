@@ -1,4 +1,5 @@
-"""LooGLE's evidence located in its document: each evidence string as character spans of the text.
+"""LooGLE's evidence located in its document: each evidence string as character spans of the text (a
+text's function, below the artifact, whose loader re-locates every stored span: ``pipeline.artifact.qa``).
 
 LooGLE's annotators copied the evidence (``S`` of ``qa_pairs``) from another rendering of the page, so
 it is often not a verbatim substring of ``input``: non-ASCII characters became ``?``, Wikipedia's
@@ -16,7 +17,11 @@ paraphrased. ``locate`` tries these rules in order and keeps the first that find
 4. ``fuzzy``: an anchor (``ANCHOR`` normalised characters of the evidence, taken every ``ANCHOR``
    characters) found exactly once in the normalised text fixes a window (the evidence's length, and a
    fifth of it either side); ``difflib.SequenceMatcher`` aligns the evidence in it (``align``), and the
-   aligned stretch is kept only when its ratio to the evidence is at least ``FUZZY_RATIO``.
+   aligned stretch is kept only when its ratio to the evidence is at least ``FUZZY_RATIO``. Each
+   distinct window is aligned once, at most ``MAX_WINDOWS`` of them, and only an evidence string of at
+   most ``MAX_FUZZY`` normalised characters is aligned at all: difflib's cost grows with the product of
+   the lengths (a 20,000-character near-copy of its text took over 600 s), so a longer one is located
+   by the other rules only; an unlocated string that met either cap says so (``Located.note``).
 5. ``sentences``: the evidence split into its sentences and at ellipses (``SENTENCE``; a piece shorter than
    ``MIN_PIECE`` normalised characters joins the next, or the last the one before), each located on
    its own by rule 1, 2 or 4, in any order: annotators joined sentences that stand apart in the text
@@ -34,14 +39,17 @@ import re
 from dataclasses import dataclass, field
 from difflib import Match, SequenceMatcher
 
-from pipeline.artifact.schema import EVIDENCE_RULES
-
-RULES = EVIDENCE_RULES  # in the order they are tried; the artifact's evidence table names one of them
+# In the order they are tried; an artifact's evidence table names one of them (or UNLOCATED).
+RULES = ("exact", "normalised", "pieces", "fuzzy", "sentences")
+UNLOCATED = "unlocated"
 MIN_PIECE = 20  # normalised characters: a shorter piece of elided evidence locates nothing reliably
 ANCHOR = 32  # normalised characters of an exact anchor for the fuzzy rule
 FUZZY_RATIO = 0.9  # difflib's ratio (2 * matches / total length) the fuzzy rule requires
 MIN_BLOCK = 4  # characters: shorter matching blocks are coincidences, not alignment
 MAX_GAP = 20  # characters: how much two successive blocks' gaps may differ within one alignment
+MAX_FUZZY = 1000  # normalised characters: the longest evidence string the fuzzy rule aligns (LooGLE's
+# published test data's longest is 847)
+MAX_WINDOWS = 8  # distinct windows the fuzzy rule aligns per string (that data's strings need at most 5)
 ELLIPSIS = re.compile(r"\.{3,}|…")
 SENTENCE = re.compile(  # where the sentences rule splits an evidence string
     r"\.{3,}|…"  # an ellipsis
@@ -93,6 +101,13 @@ def normalise(original: str) -> Normalised:
     return Normalised("".join(chars), starts, ends)
 
 
+def settings() -> dict[str, object]:
+    """The alignment's rules and constants, recorded with what it located (an artifact's manifest,
+    `make loogle-evidence`'s JSON)."""
+    names = ("MIN_PIECE", "ANCHOR", "FUZZY_RATIO", "MIN_BLOCK", "MAX_GAP", "MAX_FUZZY", "MAX_WINDOWS")
+    return {"rules": list(RULES)} | {name.lower(): globals()[name] for name in names}
+
+
 def pattern_of(normalised: str) -> re.Pattern[str] | None:
     """The regular expression rule 2 searches for: the normalised evidence with each ``?`` optional (it
     stands for one run of non-ASCII characters of the text, or for a character the text does not
@@ -111,6 +126,7 @@ class Located:
     spans: tuple[Span, ...] = ()
     occurrences: int = 0
     ratio: float | None = None
+    note: str | None = None  # why an unlocated string was not aligned (``MAX_FUZZY``)
 
     @property
     def located(self) -> bool:
@@ -151,7 +167,10 @@ def locate(evidence: str, document: Document) -> Located:
     pieces = locate_pieces(evidence, document)
     if pieces:
         return pieces
-    return locate_fuzzy(evidence, document) or locate_sentences(evidence, document) or Located("unlocated")
+    fuzzy = locate_fuzzy(evidence, document)
+    if fuzzy.located:
+        return fuzzy
+    return locate_sentences(evidence, document) or fuzzy
 
 
 def locate_pieces(evidence: str, document: Document) -> Located | None:
@@ -175,29 +194,40 @@ def locate_pieces(evidence: str, document: Document) -> Located | None:
     return Located("pieces", tuple(spans), most)
 
 
-def locate_fuzzy(evidence: str, document: Document) -> Located | None:
-    """Rule 4: a window fixed by a unique exact anchor, the evidence aligned in it by difflib, kept
-    when the ratio of the aligned stretch is at least ``FUZZY_RATIO``; None otherwise."""
+def locate_fuzzy(evidence: str, document: Document) -> Located:
+    """Rule 4: a window fixed by a unique exact anchor, the evidence aligned in it by difflib (each
+    distinct window once, the first ``MAX_WINDOWS``), kept when the ratio of the aligned stretch is at
+    least ``FUZZY_RATIO``; otherwise unlocated, with a note where a cap stopped it."""
     pattern = normalise(evidence.strip()).text
     text = document.norm.text
+    if len(pattern) > MAX_FUZZY:
+        return Located("unlocated", note=f"over MAX_FUZZY={MAX_FUZZY} normalised characters: not aligned")
     if len(pattern) < ANCHOR:
-        return None
+        return Located("unlocated")
     best: tuple[float, int, int] | None = None
+    tried: set[tuple[int, int]] = set()
+    note = None
     for offset in range(0, len(pattern) - ANCHOR + 1, ANCHOR):
         anchor = pattern[offset : offset + ANCHOR]
         hit = text.find(anchor)
         if hit < 0 or text.find(anchor, hit + 1) >= 0:
             continue  # absent, or not unique: no window
         slack = len(pattern) // 5
-        lo = max(0, hit - offset - slack)
-        window = text[lo : hit - offset + len(pattern) + slack]
+        lo, hi = max(0, hit - offset - slack), hit - offset + len(pattern) + slack
+        if (lo, hi) in tried:
+            continue  # the same window, the same alignment
+        if len(tried) == MAX_WINDOWS:
+            note = f"aligned in its first MAX_WINDOWS={MAX_WINDOWS} windows only"
+            break
+        tried.add((lo, hi))
+        window = text[lo:hi]
         aligned = align(pattern, window)
         if aligned and (best is None or aligned[0] > best[0]):
             best = (aligned[0], lo + aligned[1], lo + aligned[2])
         if best and best[0] == 1.0:
             break
     if best is None or best[0] < FUZZY_RATIO:
-        return None
+        return Located("unlocated", note=note)
     ratio, start, end = best
     while start < end - 1 and text[start] != pattern[0] and not text[start].isalnum():
         start += 1  # a stretch begins with punctuation only where the evidence does
@@ -263,7 +293,7 @@ def locate_sentences(evidence: str, document: Document) -> Located | None:
             most = max(most, found[2])
             continue
         fuzzy = locate_fuzzy(piece, document)
-        if fuzzy is None:
+        if not fuzzy.located:
             return None
         spans += fuzzy.spans
         most = max(most, fuzzy.occurrences)

@@ -1,17 +1,20 @@
-"""LooGLE's evidence located (``pipeline.loogle.evidence.locating``): each rule on small strings, spans that
+"""LooGLE's evidence located (``pipeline.text.locating``): each rule on small strings, spans that
 map back to the original characters exactly, a paraphrase left unlocated, and the located counts of the
 embedded sample (and of LooGLE's whole test data where ``../shared/data/loogle`` is present), pinned."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 
 import pytest
 
 from pipeline.commands.loogle_evidence import run
 from pipeline.loogle.data.reading import DataSource, load_questions
-from pipeline.loogle.evidence.locating import Document, locate, normalise, sentences
-from tests.support import ROOT, compose_config
+from pipeline.reporting import loogle_evidence
+from pipeline.text.locating import MAX_FUZZY, Document, locate, normalise, sentences
+from tests.support import ROOT, compose_config, qa_pairs
 
 SHARED = ROOT.parent / "shared" / "data" / "loogle"
 FILLER = "Unrelated words fill the page here. " * 20
@@ -191,3 +194,52 @@ def test_the_whole_test_data_located_counts_are_pinned(tmp_path):
     }
     for report in result["tasks"]:
         exact_checks(report["task"], DataSource(str(SHARED)), report)
+
+
+def near_copy(text: str, length: int = 20_000) -> str:
+    """``length`` characters of ``text`` with a letter in 37 upper-cased, one in 53 replaced and every
+    sentence joined to the next: a near-copy that no rule but the fuzzy one could align."""
+    piece = text[5000 : 5000 + length]
+    edited = "".join(
+        c.upper() if i % 37 == 0 and c.islower() else ("x" if i % 53 == 0 else c) for i, c in enumerate(piece)
+    )
+    return edited.replace(". ", "; ")
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """A TimeoutError once ``seconds`` have passed in the block."""
+
+    def stop(*_):
+        raise TimeoutError(f"still aligning after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_long_near_copy_is_aligned_in_bounded_time_and_says_why_it_is_unlocated(tmp_path):
+    """A 20,000-character evidence string near-copying its text (over 600 s on 70baafc): the fuzzy rule
+    aligns at most MAX_FUZZY normalised characters, so it is unlocated at once, with the cap named in
+    the report; a shorter near-copy is still located by the fuzzy rule."""
+    text = max((q.context for q in load_questions("longdep_qa", DataSource())), key=len)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    row = {"title": "Near copy", "input": text, "output": None}
+    row["qa_pairs"] = qa_pairs(("What happened?", "much", [near_copy(text)], "computation"))
+    (folder / "longdep_qa.jsonl").write_text(json.dumps(row) + "\n")
+    with deadline(60):
+        result = run(compose_config("loogle_evidence", [f"data={folder}", "task=longdep_qa",
+                                                        f"out={tmp_path / 'e.json'}"]))  # fmt: skip
+    (report,) = result["tasks"]
+    (miss,) = report["unlocated"]
+    assert miss["note"] == f"over MAX_FUZZY={MAX_FUZZY} normalised characters: not aligned"
+    assert f"(over MAX_FUZZY={MAX_FUZZY}" in "\n".join(loogle_evidence.table_lines(result["tasks"]))
+    assert result["alignment"]["max_fuzzy"] == MAX_FUZZY and result["alignment"]["max_windows"] == 8
+    with deadline(60):
+        found = locate(near_copy(text, 900), Document(text))
+    assert found.rule == "fuzzy" and found.ratio >= 0.9
