@@ -257,7 +257,7 @@ def test_report_renders_two_evaluators_with_self_evaluation(tmp_path):
         "correlations": stats,
         "ranking": {e: study.ranking(stats[e]) for e in ("m1", "m2")},
     }  # fmt: skip
-    timing = {"stage 1": 1.0, "member m1 W=128": 3.0, "total": 2.0}
+    timing = {"stage 1": 1.0, "member m1 W=128": 3.0, "member m1 W=128 GovReport": 0.4, "total": 2.0}
     text = report.render(results, timing, Path("docs/reports/validation"), "v.html", [(2.0, -2.0)])
     assert "| m2 full | `m2` | full | 75.0% | 37.5% |" in text
     assert "| m1 W=128 | **self** | 50.000 |" in text and "| m2 full |  | 20.000 |" in text
