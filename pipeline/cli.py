@@ -6,7 +6,7 @@ command's own (Hydra overrides, ``--help``, ``-m``; lm-eval's flags for ``lm-eva
 ``longppl --help`` lists the subcommands with the first line of each module's docstring, read from its
 source without importing it (no torch for a help text). An unknown subcommand is one ``error:`` line,
 exit status 2, naming the known ones and the closest. Ctrl-C, while the command's modules are imported
-or while it runs, is one ``error:`` line with exit status 130 (``pipeline.errors.stopped_on_interrupt``).
+or while it runs, is one ``error:`` line with exit status 2 (``pipeline.errors.stopped_on_interrupt``).
 
 Layer: commands, the top. May import: every layer.
 """

@@ -7,9 +7,9 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-# The exit status of a command stopped by Ctrl-C: 128 + SIGINT, what a shell reports for a program the
-# signal ended, so make, shell loops and CI tell "stopped" from "refused" (status 2: a bad input).
-INTERRUPTED = 130
+# The exit status of a command stopped by Ctrl-C: 2, the status of every `error:` line, so a caller
+# reads one status for "the command did not finish, say why on stderr" (the line says it was stopped).
+INTERRUPTED = 2
 
 
 class PipelineError(Exception):

@@ -7,7 +7,7 @@ launchers) and the other jobs go on; the multirun then repeats the first failure
 job failed [<overrides>]: <message>``, and exits with status 2. A command line Hydra cannot compose (an
 unknown key, group option or preset, an override that does not parse) is one ``error:`` line naming the
 setting, the known ones and the closest, exit status 2, in every command (``HYDRA_FULL_ERROR=1`` keeps
-Hydra's traceback); Ctrl-C is one ``error:`` line with exit status 130 (``pipeline.errors``). A
+Hydra's traceback); Ctrl-C is one ``error:`` line with exit status 2 (``pipeline.errors``). A
 message shows control characters escaped (``pipeline.formats.terminal_text``): a title or path in it
 cannot drive the terminal.
 """

@@ -1,7 +1,7 @@
 """The command line itself, in every command: a mistyped key, an unknown group option or preset and an
 override that does not parse are one ``error:`` line with exit status 2 naming the setting and the known
 ones (on 70baafc: Hydra's message, exit status 1 and its HYDRA_FULL_ERROR hint); Ctrl-C is one
-``error:`` line with exit status 130, and a results line it cuts is taken back (on 70baafc: a
+``error:`` line with exit status 2, and a results line it cuts is taken back (on 70baafc: a
 traceback); `make loogle-keytokens`' numbers are typed, refused before any work."""
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_multirun_help_and_longppl_keep_their_paths(capsys, monkeypatch, tmp_pat
 
 
 @pytest.mark.parametrize("name", [*COMMANDS, "lm-eval", "setup-loogle"])
-def test_ctrl_c_in_every_command_is_one_line_and_status_130(name, capsys, monkeypatch, tmp_path):
+def test_ctrl_c_in_every_command_is_one_line_and_status_2(name, capsys, monkeypatch, tmp_path):
     """The command's work interrupted (what Ctrl-C raises in Python): no traceback."""
     module = importlib.import_module(cli.commands()[name])
 
