@@ -37,7 +37,7 @@ def groups(stats: dict[str, Any]) -> list[dict[str, Any]]:
     enough: a name, its result (``loogle_stats.group``) and its verdict on LongPPL vs PPL."""
     named = [("the members but the evaluator's", stats["across"])]
     named += [("the evaluator's members", stats["evaluator"])]
-    named += [(f"{model}'s members", part) for model, part in stats["within"].items()]
+    named += [(f"{model}'s members", part) for model, part in sorted(stats["within"].items())]  # as read back
     out = []
     for name, part in named:
         for scope in ("own", "common"):
