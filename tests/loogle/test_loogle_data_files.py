@@ -54,6 +54,11 @@ def refusal(source: DataSource, task: str = "shortdep_qa") -> str:
             "row 0 item 0, field Q: expected a string, got an obj",
         ),
         ([{**ROW, "question": {"a": 1}}], "row 0, field question: expected a string, got an object"),
+        ([{**ROW, "type": {"a": 1}}], "row 0, field type: expected a string, got an object"),
+        (
+            [{**DOC, "qa_pairs": "[{'Q': 'q', 'A': 'x', 'type': ['timeline_reorder']}]"}],
+            "row 0 item 0, field type: expected a string, got a list",
+        ),
         (
             [{**ROW, "title": ["A"]}],
             "row 0, field title: a document id is text or a whole number, not a list",

@@ -100,9 +100,14 @@ def evidence_of(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def kind_of(value: Any) -> str | None:
-    """A question's type (LooGLE's ``type``), or None when the data gives none."""
-    return str(value) if value not in (None, "") else None
+def kind_of(value: Any, where: str) -> str | None:
+    """A question's type (LooGLE's ``type``), or None when the data gives none; a type that is not text
+    (a mapping, a list) is one line naming ``where``, never taken as its repr."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise PipelineError(f"{where}, field type: expected a string, got {kind(value)}")
+    return value
 
 
 def text_of(row: dict[str, Any], field: str, where: str) -> str:
@@ -145,7 +150,7 @@ def document_questions(task: str, row: dict[str, Any], number: int, where: str) 
             text_of(p, "Q", f"{here} item {i}"),
             answer_of(task, p["A"], f"{here} item {i}"),
             evidence_of(p.get("S"), f"{here} item {i}"),
-            kind_of(p.get("type")),
+            kind_of(p.get("type"), f"{here} item {i}"),
         )
         for i, p in enumerate(pairs)
     ]
@@ -169,7 +174,7 @@ def question_rows(task: str, rows: Iterable[dict[str, Any]], where: str) -> list
         answer = answer_of(task, row.get("answer"), here)
         evidence = evidence_of(row.get("evidence"), here)
         out.append(
-            Question(task, doc_id, index, context, question, answer, evidence, kind_of(row.get("type")))
+            Question(task, doc_id, index, context, question, answer, evidence, kind_of(row.get("type"), here))
         )
     return out
 

@@ -138,7 +138,9 @@ def official_pairs(rows: list[dict[str, Any]], task: str, where: str) -> list[Sc
         check_official_task(task, pairs, answers, here)
         check_official_values(task, outputs, answers, here)
         pairs = pairs if isinstance(pairs, list) else [{}] * len(answers)
-        questions = [(p.get("Q", ""), kind_of(p.get("type"))) for p in pairs]
+        questions = [
+            (p.get("Q", ""), kind_of(p.get("type"), f"{here}, qa_pairs[{i}]")) for i, p in enumerate(pairs)
+        ]
         out += [Scored(h, a, q, k) for h, a, (q, k) in zip(outputs, answers, questions, strict=False)]
     return out
 
