@@ -777,6 +777,18 @@ def qa_pairs(*items: tuple[str, str, list[str], str | None]) -> str:
     return repr(out)  # qa_pairs: a Python literal held as a string, as LooGLE publishes it
 
 
+def loogle_run_overrides(
+    model_dir: Path, out: Path, results: Path, *extra: str, limit: int, new_tokens: int
+) -> list[str]:
+    """`make loogle`'s settings for a tiny local model on ``shortdep_qa``'s first ``limit`` questions,
+    its predictions and results under ``out``."""
+    return [
+        "model=local", f"model.spec={model_dir}", "task=shortdep_qa", f"limit={limit}",
+        f"max_new_tokens={new_tokens}", "device=cpu", "progress=false", f"predictions_dir={out}",
+        f"results={results}", *extra,
+    ]  # fmt: skip
+
+
 def loogle_folder(folder: Path) -> Path:
     """``loogle_dir``'s files written into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)

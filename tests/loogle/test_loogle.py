@@ -18,7 +18,7 @@ from pipeline.loogle.generation import answering as run
 from pipeline.loogle.generation import decoding as generation
 from pipeline.reporting import loogle as loogle_board
 from pipeline.results import loogle as loogle_results
-from tests.support import base_rows, cli, compose_config, error_lines, write_lines
+from tests.support import base_rows, cli, compose_config, error_lines, loogle_run_overrides, write_lines
 
 PICARDO = "José Luis Picardo"
 
@@ -85,18 +85,8 @@ def test_the_cut_keeps_the_first_and_last_halves_of_the_tokens(tokenizer):
 
 
 def loogle_overrides(model_dir, out, *extra: str) -> list[str]:
-    return [
-        "model=local",
-        f"model.spec={model_dir}",
-        "task=shortdep_qa",
-        "limit=3",
-        "max_new_tokens=3",
-        "device=cpu",
-        "progress=false",
-        f"predictions_dir={out}",
-        f"results={out / 'results' / 'loogle.jsonl'}",
-        *extra,
-    ]
+    results = out / "results" / "loogle.jsonl"
+    return loogle_run_overrides(model_dir, out, results, *extra, limit=3, new_tokens=3)
 
 
 def test_make_loogle_writes_a_line_per_question_and_resumes(tiny_model_dir, tmp_path, monkeypatch):

@@ -17,23 +17,12 @@ from pipeline.jobs.loogle import predictions_name
 from pipeline.models.loading import ModelChoice
 from pipeline.provenance import json_sha256
 from pipeline.results.keys import model_identity
-from tests.support import ROOT, compose_config
+from tests.support import ROOT, compose_config, loogle_run_overrides
 
 
 def overrides(model_dir, out, *extra: str) -> list[str]:
-    return [
-        "model=local",
-        f"model.spec={model_dir}",
-        "task=shortdep_qa",
-        "limit=1",
-        "max_new_tokens=2",
-        "device=cpu",
-        "progress=false",
-        "bertscore=false",
-        f"predictions_dir={out}",
-        f"results={out / 'results.jsonl'}",
-        *extra,
-    ]
+    results = out / "results.jsonl"
+    return loogle_run_overrides(model_dir, out, results, "bertscore=false", *extra, limit=1, new_tokens=2)
 
 
 @pytest.fixture(scope="module")
