@@ -10,6 +10,12 @@ see: the others would contribute exp(-inf) = 0 to the softmax, so the result is 
   tensor, whenever that describes transformers' mask exactly (no padding, no cache, and a mask
   function checked on a probe to be the plain causal sliding window); each query block then builds
   its own band, O(QUERY_BLOCK x (QUERY_BLOCK + size)), with no host-device synchronisation.
+- Queries that follow a cache of keys (a prompt's own tokens after the ones its questions share:
+  LooGLE's batched decoding), plain causal, on the CPU, more than ``QUERY_BLOCK`` of them:
+  ``CausalAfterCache``, a description too. The attention is two fused passes merged by their
+  log-sum-exp, over the cached keys unmasked and over the new keys causally, so no key outside the
+  causal triangle is computed (``attention_after_cache``; PyTorch's CPU kernel given a mask computes
+  every query-key product).
 - Any other mask is transformers' own (``sdpa_mask``): plain causal layers get none (sdpa's causal
   kernel), other patterns a dense boolean mask whose key spans are found for all query blocks at
   once (one synchronisation per layer).
@@ -64,6 +70,32 @@ class SlidingWindow:
         return ((k <= q) & (k > q - self.size))[None, None]
 
 
+@dataclass(frozen=True)
+class CausalAfterCache:
+    """A causal mask of queries that follow ``past`` cached keys, described rather than built: the
+    i-th new query sees keys 0 .. past + i."""
+
+    past: int
+
+    def dense(self, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+        """The (1, 1, q_len, kv_len) boolean mask it describes (transformers' own)."""
+        q = torch.arange(self.past, self.past + q_len, device=device)[:, None]
+        return (torch.arange(kv_len, device=device)[None, :] <= q)[None, None]
+
+
+def is_plain_causal(mask_function) -> bool:
+    """Whether ``mask_function`` (transformers' index-based mask function) is exactly the causal mask,
+    checked on a probe."""
+    q = torch.tensor([0, 1, 5, 9])[:, None]
+    k = torch.arange(12)[None, :]
+    zero = torch.zeros(1, 1, dtype=torch.long)
+    try:
+        got = mask_function(zero, zero, q, k)
+    except Exception:  # a function that cannot take index tensors is not the plain causal mask
+        return False
+    return torch.is_tensor(got) and bool(torch.equal(got.expand(len(q), k.shape[1]), k <= q))
+
+
 def is_plain_sliding_window(mask_function, size: int) -> bool:
     """Whether ``mask_function`` (transformers' index-based mask function) is exactly the causal
     sliding window of ``size``, checked on the query rows where a window's edges show."""
@@ -80,10 +112,25 @@ def is_plain_sliding_window(mask_function, size: int) -> bool:
 
 
 def window_mask(**kwargs):
-    """transformers' mask function for ``blocked_sdpa``: ``SlidingWindow`` where it describes the
-    mask exactly, else what ``sdpa`` would get (``sdpa_mask``; None for a plain causal layer)."""
+    """transformers' mask function for ``blocked_sdpa``: ``SlidingWindow`` or ``CausalAfterCache``
+    where one describes the mask exactly, else what ``sdpa`` would get (``sdpa_mask``; None for a
+    plain causal layer)."""
     size = kwargs.get("local_size")
     q_offset, kv_offset = kwargs.get("q_offset", 0), kwargs.get("kv_offset", 0)
+    if (
+        size is None
+        and kwargs.get("attention_mask") is None
+        and not kwargs.get("use_vmap", False)
+        and torch.device(kwargs.get("device", "cpu")).type == "cpu"
+        and isinstance(q_offset, int)
+        and isinstance(kv_offset, int)
+        and kv_offset == 0
+        and q_offset > 0
+        and kwargs["kv_length"] == q_offset + kwargs["q_length"]
+        and kwargs["q_length"] > QUERY_BLOCK
+        and is_plain_causal(kwargs["mask_function"])
+    ):
+        return CausalAfterCache(q_offset)
     if (
         size is not None
         and kwargs.get("allow_is_causal_skip", True)
@@ -161,6 +208,21 @@ def softcapped_attention(module, query, key, value, mask, *, softcap: float, sca
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), None
 
 
+def attention_after_cache(query, key, value, past: int, scaling: float | None) -> torch.Tensor:
+    """Causal attention of queries that follow ``past`` cached keys, on the CPU: PyTorch's fused kernel
+    over the cached keys (no mask) and over the new keys (causal), merged by their log-sum-exp."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    old, old_lse = flash(query, key[:, :, :past], value[:, :, :past], scale=scaling)[:2]
+    new, new_lse = flash(query, key[:, :, past:], value[:, :, past:], is_causal=True, scale=scaling)[:2]
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    total = torch.logaddexp(old_lse, new_lse)
+    out = (
+        old.to(dtype) * torch.exp(old_lse - total)[..., None]
+        + new.to(dtype) * torch.exp(new_lse - total)[..., None]
+    )
+    return out.to(query.dtype).transpose(1, 2).contiguous()
+
+
 def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) -> tuple[torch.Tensor, None]:
     """Attention over query blocks, each given the keys its mask allows.
 
@@ -170,6 +232,10 @@ def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) ->
         CALLS[0] += 1
     softcap = kwargs.pop("softcap", None)
     q_len, kv_len = query.shape[2], key.shape[2]
+    if isinstance(attention_mask, CausalAfterCache):
+        if softcap is None and query.device.type == "cpu":
+            return attention_after_cache(query, key, value, attention_mask.past, kwargs.get("scaling")), None
+        attention_mask = attention_mask.dense(q_len, kv_len, query.device)
     if attention_mask is None and softcap is not None and q_len == kv_len:
         attention_mask = SlidingWindow(q_len)  # plain causal, as blocks
     elif (

@@ -264,3 +264,64 @@ def test_grouped_heads_without_a_fused_kernel_take_one_with_repeated_heads(monke
         attention.fused_with_repeated_heads(SimpleNamespace(num_key_value_groups=1), *[None] * 3, None)
         is None
     )
+
+
+def test_queries_after_a_cache_are_described_only_where_the_mask_is_plain_causal():
+    block = attention.QUERY_BLOCK
+    common = dict(
+        batch_size=1, q_length=block + 1, kv_length=block + 301, q_offset=300, allow_is_causal_skip=True
+    )
+    after = attention.window_mask(mask_function=causal_mask_function, **common)
+    assert after == attention.CausalAfterCache(300)
+    dense = sdpa_mask(mask_function=causal_mask_function, **common)
+    assert torch.equal(after.dense(block + 1, block + 301, torch.device("cpu")), dense)
+    others = [  # a window, padding, a short block of queries, another device: transformers' dense mask
+        {"mask_function": sliding_window_causal_mask_function(6), "local_size": 6},
+        {
+            "mask_function": causal_mask_function,
+            "attention_mask": torch.ones(1, block + 301, dtype=torch.bool),
+        },
+        {"mask_function": causal_mask_function, "q_length": block, "kv_length": block + 300},
+        {"mask_function": causal_mask_function, "device": "meta"},
+    ]
+    for other in others:
+        assert not isinstance(attention.window_mask(**{**common, **other}), attention.CausalAfterCache)
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 4), (6, 2)])
+def test_attention_after_a_cache_equals_the_dense_masked_computation(heads, kv_heads):
+    generator = torch.Generator().manual_seed(heads)
+    past, new = 300, attention.QUERY_BLOCK + 90
+    query = torch.randn(2, heads, new, 16, generator=generator, dtype=torch.float64)
+    key, value = (
+        torch.randn(2, kv_heads, past + new, 16, generator=generator, dtype=torch.float64) for _ in "kv"
+    )
+    mask = attention.CausalAfterCache(past).dense(new, past + new, torch.device("cpu"))
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=0.3, enable_gqa=True
+    )
+    got = attention.attention_after_cache(query, key, value, past, 0.3)
+    assert torch.allclose(got, reference.transpose(1, 2), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_prompt_after_its_cached_start_gives_the_whole_prompts_logits(arch):
+    """A model's logits for a prompt's last tokens after its first ones are cached (more than a block
+    of them: the two-pass attention) equal one pass over the whole prompt, in float64."""
+    from transformers import DynamicCache
+
+    model = build_model(arch, 300)
+    model.set_attn_implementation(attention.NAME)
+    ids = torch.randint(
+        2, 300, (1, 200 + attention.QUERY_BLOCK + 40), generator=torch.Generator().manual_seed(3)
+    )
+    calls = []
+    inner = attention.attention_after_cache
+    with torch.inference_mode(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "attention_after_cache", lambda *a: calls.append(a[3]) or inner(*a))
+        whole = model(input_ids=ids).logits
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :200], past_key_values=cache, use_cache=True)
+        after = model(input_ids=ids[:, 200:], past_key_values=cache, use_cache=True).logits
+    assert calls and set(calls) == {200}  # the full-attention layers took the two-pass path
+    assert torch.allclose(after, whole[:, 200:], rtol=0, atol=1e-10)

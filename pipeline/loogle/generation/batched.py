@@ -5,10 +5,12 @@ own tokens, as ``decoding.generate`` (transformers' ``generate``) decodes one qu
 The questions of one document share their prompt's first tokens: the instruction and the whole text
 when the prompt fits, the kept first half when it is cut (the question lies in the last half). Those
 tokens' keys and values are computed once (``prefill``); each question then runs its own remaining
-tokens on a copy of them, and the copies are stacked into one batch, each sequence left-padded to the
-longest (``stack``: the padding is masked, each sequence keeps its own positions, so a sliding-window
-layer sees the same keys as one question alone). Every step then decodes one token of every unfinished
-question; a question that reaches an end-of-text token leaves the batch and is handed back at once.
+tokens on a copy of them, which the batch takes in at once (``stack``: each sequence left-padded to
+the longest, the padding masked, each sequence at its own positions, so a sliding-window layer sees
+the same keys as one question alone; a full-attention layer's keys and values go into an
+``InPlaceLayer`` with room for the answers, written in place at each step rather than copied whole).
+Every step then decodes one token of every unfinished question; a question that reaches an
+end-of-text token leaves the batch and is handed back at once.
 
 The same arithmetic in another order: the answers equal one-at-a-time decoding up to float rounding,
 which can flip a greedy choice only where the two best tokens' scores nearly tie. Each answer records
@@ -20,14 +22,16 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from pipeline.loogle.generation.decoding import REPETITION_PENALTY, Cut
+from pipeline.loogle.generation.inplace_cache import InPlaceLayer
 
 
 @dataclass(frozen=True)
@@ -77,19 +81,29 @@ def prefill(model: Any, ids: list[int]) -> Any:
     return cache
 
 
-def stack(caches: list[Any]) -> Any:
-    """One batch cache of single-sequence caches, each left-padded with zeros to the longest in every
-    layer; a sliding-window layer's length becomes the batch's longest sequence, as in a padded batch."""
-    batch = caches[0]
-    total = max(c.get_seq_length() for c in caches)
-    for index, layer in enumerate(batch.layers):
-        rows = [c.layers[index] for c in caches]
-        width = max(row.keys.shape[-2] for row in rows)
-        keys = torch.cat([left_pad(row.keys, width) for row in rows])
-        values = torch.cat([left_pad(row.values, width) for row in rows])
-        for row in rows:  # each question's copy freed as the batch takes it: one copy of the caches at a time
-            row.keys = row.values = None
-        layer.keys, layer.values = keys, values
+def stack(caches: Iterable[Any], size: int, width: int, room: int) -> Any:
+    """One batch cache of ``size`` single-sequence caches of at most ``width`` tokens, each left-padded
+    with zeros to the longest in every layer, taken in one at a time as ``caches`` yields them (a
+    question's own cache is released as the batch takes it, so no two are held at once). A
+    full-attention layer becomes an ``InPlaceLayer`` of ``width`` tokens with ``room`` positions for
+    the new ones; a sliding-window layer's length becomes the batch's longest, as in a padded batch."""
+    batch, full, sliding, total = None, {}, {}, 0
+    for row, cache in enumerate(caches):
+        batch, total = batch or cache, max(total, cache.get_seq_length())
+        for index, layer in enumerate(cache.layers):
+            if type(layer) is not DynamicLayer:
+                sliding.setdefault(index, []).append((layer.keys, layer.values))
+            else:
+                if index not in full:
+                    full[index] = InPlaceLayer.empty((layer.keys, layer.values), size, width, room)
+                full[index].place(row, layer.keys, layer.values)
+            layer.keys = layer.values = None
+    for index, layer in full.items():
+        batch.layers[index] = layer
+    for index, states in sliding.items():
+        layer, longest = batch.layers[index], max(keys.shape[-2] for keys, _ in states)
+        layer.keys = torch.cat([left_pad(keys, longest) for keys, _ in states])
+        layer.values = torch.cat([left_pad(values, longest) for _, values in states])
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length = total
     return batch
@@ -115,16 +129,19 @@ def decode_batch(
 ) -> None:  # fmt: skip
     """Greedy decoding of ``cuts`` (which share their first ``shared`` tokens, held by ``prefix``);
     ``done(i, answer)`` as each finishes."""
-    caches, first = [], []
-    for cut in cuts:
-        cache = copy.deepcopy(prefix)
-        first.append(forward(model, cut.ids[shared:], cache))
-        caches.append(cache)
-    scores, cache = torch.cat(first), stack(caches)
-    del caches, first
+    first: list[torch.Tensor] = []
+
+    def prefilled() -> Iterator[Any]:
+        for cut in cuts:
+            cache = copy.deepcopy(prefix)
+            first.append(forward(model, cut.ids[shared:], cache))
+            yield cache
+
+    width = max(len(cut.ids) for cut in cuts)
+    cache = stack(prefilled(), len(cuts), width, max_new_tokens)
+    scores = torch.cat(first)
     device, ends = scores.device, end_ids(model, tokenizer)
     lengths = torch.tensor([len(cut.ids) for cut in cuts], device=device)
-    width = int(lengths.max())
     mask = (torch.arange(width, device=device)[None] >= (width - lengths)[:, None]).long()
     seen = torch.zeros_like(scores, dtype=torch.bool)
     for row, cut in enumerate(cuts):
