@@ -98,7 +98,7 @@ def sample_work(way: str, spec: str, tasks: list[str], limit: int | None, batch_
             out["cut"] += sum(c.cut_tokens > 0 for c in cuts.values())
             if way == WAYS[0]:
                 for q in questions:
-                    out["answers"][q.qid], out["margins"][q.qid] = generate_ids(
+                    out["answers"][key(q)], out["margins"][key(q)] = generate_ids(
                         lm.model, lm.tokenizer, cuts[q.qid], new, True
                     )
             else:
@@ -108,11 +108,16 @@ def sample_work(way: str, spec: str, tasks: list[str], limit: int | None, batch_
                     cuts,
                     new,
                     batch_size,
-                    lambda q, found: out["answers"].__setitem__(q.qid, found.ids),
+                    lambda q, found: out["answers"].__setitem__(key(q), found.ids),
                 )
         return out
 
     return work
+
+
+def key(question: Any) -> str:
+    """A question's key among the sample's tasks: its task and id (a document's id repeats across tasks)."""
+    return f"{question.task} {question.qid}"
 
 
 def first_flip(reference: list[int], margins: list[float], ids: list[int]) -> dict[str, Any] | None:
@@ -134,6 +139,9 @@ def sample_summary(rows: list[dict]) -> dict[str, Any]:
             for q, ids in together["answers"].items()
         }
         n = alone["questions"]
+        if not len(alone["answers"]) == len(together["answers"]) == n:
+            raise RuntimeError(f"{spec}: {n} questions but {len(alone['answers'])} and "
+                               f"{len(together['answers'])} answers: two questions share a key")  # fmt: skip
         out[spec] = {
             "questions": n, "prompt_cut": alone["cut"],
             "new_tokens": sum(len(ids) for ids in alone["answers"].values()),
