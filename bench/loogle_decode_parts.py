@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,9 @@ STEPS = 20
 
 def timed(out: dict[str, Any], label: str, work: Callable[[], Any]) -> Any:
     """Run ``work``, record its wall and CPU seconds in ``out[label]``; its result."""
-    cpu, wall = time.process_time(), time.perf_counter()
-    result = work()
-    out[label] = {
-        "wall_s": round(time.perf_counter() - wall, 2),
-        "cpu_s": round(time.process_time() - cpu, 2),
-    }
+    with runner.Clock(cpu=runner.own_cpu) as clock:
+        result = work()
+    out[label] = {"wall_s": round(clock.seconds, 2), "cpu_s": round(clock.cpu_s, 2)}
     print(label, out[label], flush=True)
     return result
 
