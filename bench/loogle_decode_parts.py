@@ -84,7 +84,7 @@ def measure(spec: str) -> dict[str, Any]:
             cache = batched.stack((copy.deepcopy(own) for _ in range(batch)), batch, len(ids), STEPS)
             timed(
                 out,
-                f"{STEPS} steps, {batch} sequences, in place",
+                f"{STEPS} steps, {batch} sequence{'s' if batch > 1 else ''}, in place",
                 lambda cache=cache, batch=batch: steps(model, cache, batch, len(ids)),
             )
         timed(out, f"{STEPS} steps, weights only (no cache)",
