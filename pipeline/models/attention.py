@@ -83,32 +83,29 @@ class CausalAfterCache:
         return (torch.arange(kv_len, device=device)[None, :] <= q)[None, None]
 
 
-def is_plain_causal(mask_function) -> bool:
-    """Whether ``mask_function`` (transformers' index-based mask function) is exactly the causal mask,
-    checked on a probe."""
-    q = torch.tensor([0, 1, 5, 9])[:, None]
-    k = torch.arange(12)[None, :]
+def probe_matches(mask_function, q: torch.Tensor, k: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether ``mask_function`` (transformers' index-based mask function) gives ``expected`` on query
+    rows ``q`` (a column) and key columns ``k`` (a row)."""
     zero = torch.zeros(1, 1, dtype=torch.long)
     try:
         got = mask_function(zero, zero, q, k)
-    except Exception:  # a function that cannot take index tensors is not the plain causal mask
+    except Exception:  # a function that cannot take index tensors is not the plain mask probed for
         return False
-    return torch.is_tensor(got) and bool(torch.equal(got.expand(len(q), k.shape[1]), k <= q))
+    return torch.is_tensor(got) and bool(torch.equal(got.expand(len(q), k.shape[1]), expected))
+
+
+def is_plain_causal(mask_function) -> bool:
+    """Whether ``mask_function`` is exactly the causal mask, checked on a probe."""
+    q, k = torch.tensor([0, 1, 5, 9])[:, None], torch.arange(12)[None, :]
+    return probe_matches(mask_function, q, k, k <= q)
 
 
 def is_plain_sliding_window(mask_function, size: int) -> bool:
-    """Whether ``mask_function`` (transformers' index-based mask function) is exactly the causal
-    sliding window of ``size``, checked on the query rows where a window's edges show."""
+    """Whether ``mask_function`` is exactly the causal sliding window of ``size``, checked on the query
+    rows where a window's edges show."""
     q = torch.tensor([0, 1, size - 1, size, size + 1, 2 * size + 1])[:, None]
     k = torch.arange(2 * size + 2)[None, :]
-    zero = torch.zeros(1, 1, dtype=torch.long)
-    try:
-        got = mask_function(zero, zero, q, k)
-    except Exception:  # a function that cannot take index tensors is not the plain window
-        return False
-    return torch.is_tensor(got) and bool(
-        torch.equal(got.expand(len(q), k.shape[1]), (k <= q) & (k > q - size))
-    )
+    return probe_matches(mask_function, q, k, (k <= q) & (k > q - size))
 
 
 def window_mask(**kwargs):
@@ -117,29 +114,30 @@ def window_mask(**kwargs):
     plain causal layer)."""
     size = kwargs.get("local_size")
     q_offset, kv_offset = kwargs.get("q_offset", 0), kwargs.get("kv_offset", 0)
-    if (
-        size is None
-        and kwargs.get("attention_mask") is None
+    q_len, kv_len = kwargs["q_length"], kwargs["kv_length"]
+    unpadded = (  # what either description needs: no padding, whole-number offsets from the start
+        kwargs.get("attention_mask") is None
         and not kwargs.get("use_vmap", False)
-        and torch.device(kwargs.get("device", "cpu")).type == "cpu"
         and isinstance(q_offset, int)
         and isinstance(kv_offset, int)
         and kv_offset == 0
+    )
+    if (
+        unpadded
+        and size is None
+        and torch.device(kwargs.get("device", "cpu")).type == "cpu"
         and q_offset > 0
-        and kwargs["kv_length"] == q_offset + kwargs["q_length"]
-        and kwargs["q_length"] > QUERY_BLOCK
+        and kv_len == q_offset + q_len
+        and q_len > QUERY_BLOCK
         and is_plain_causal(kwargs["mask_function"])
     ):
         return CausalAfterCache(q_offset)
     if (
-        size is not None
+        unpadded
+        and size is not None
         and kwargs.get("allow_is_causal_skip", True)
-        and kwargs.get("attention_mask") is None
-        and not kwargs.get("use_vmap", False)
-        and isinstance(q_offset, int)
-        and isinstance(kv_offset, int)
-        and q_offset == kv_offset == 0
-        and kwargs["q_length"] == kwargs["kv_length"] >= size
+        and q_offset == 0
+        and q_len == kv_len >= size
         and is_plain_sliding_window(kwargs["mask_function"], size)
     ):
         return SlidingWindow(size)

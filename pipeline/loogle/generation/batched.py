@@ -89,7 +89,7 @@ def stack(caches: Iterable[Any], size: int, width: int, room: int) -> Any:
     the new ones; a sliding-window layer's length becomes the batch's longest, as in a padded batch."""
     batch, full, sliding, total = None, {}, {}, 0
     for row, cache in enumerate(caches):
-        batch, total = batch or cache, max(total, cache.get_seq_length())
+        batch, total = cache if batch is None else batch, max(total, cache.get_seq_length())
         for index, layer in enumerate(cache.layers):
             if type(layer) is not DynamicLayer:
                 sliding.setdefault(index, []).append((layer.keys, layer.values))
