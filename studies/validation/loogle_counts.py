@@ -4,6 +4,7 @@ model runs (the answer gain's exclusions need only the tokenizers): which member
 
     python -m studies.validation.loogle_counts     # the test data (../shared/data/loogle) and the sample
     python -m studies.validation.loogle_counts --data <folder> --json out.json
+    python -m studies.validation.loogle_counts --limits 2048 4096 6144 full   # other context limits
 
 Each text is whole (the study's ``max_tokens`` keeps the test data's whole long-dependency texts), each
 member at its limit (the model's context for a whole-context member), ``count=all``.
@@ -25,7 +26,8 @@ from pipeline.settings import Compute
 from pipeline.text.locating import Document, locate
 from studies.validation.loogle_target import TEST_DATA
 
-MEMBERS = {"smollm2-135m": [256, 1024, 2048, None], "gemma3-270m": [256, 1024, 2048, None]}
+MODELS = ("smollm2-135m", "gemma3-270m")
+LIMITS = (256, 1024, 2048, None)  # the study's members (conf/validate.yaml); None: the model's whole context
 
 
 def questions(data: str) -> tuple[list[ArtifactQuestion], dict[str, str]]:
@@ -45,13 +47,16 @@ def questions(data: str) -> tuple[list[ArtifactQuestion], dict[str, str]]:
     return out, texts
 
 
-def counts(data: str) -> dict[str, Any]:
-    """Per member: its counted questions and its exclusions by reason, on ``data``'s questions."""
+def counts(data: str, limits: tuple[int | None, ...] = LIMITS) -> dict[str, Any]:
+    """Per member (each model at each of ``limits`` below its context): its counted questions and its
+    exclusions by reason, on ``data``'s questions."""
     asked, texts = questions(data)
     out: dict[str, Any] = {"questions": len(asked), "documents": len(texts), "members": {}}
-    for spec, limits in MEMBERS.items():
+    for spec in MODELS:
         lm = ModelChoice(spec=spec).load(Compute(dtype="float32", device="cpu"))
         for limit in limits:
+            if limit is not None and limit >= lm.context_length:
+                continue  # the model's whole context is the member `full`
             window = limit or lm.context_length
             planned = [answer_gain.plan(lm.tokenizer, q, texts[q.doc_id], window) for q in asked]
             reasons = Counter(
@@ -61,12 +66,26 @@ def counts(data: str) -> dict[str, Any]:
     return out
 
 
+def limit_arg(text: str) -> int | None:
+    """A context limit: a number of tokens (at least 2), or ``full`` (the model's whole context)."""
+    if text == "full":
+        return None
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of tokens (at least 2) or full")
+    return int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", default=[str(TEST_DATA), "sample"])
+    parser.add_argument(
+        "--limits", nargs="+", type=limit_arg, default=list(LIMITS), metavar="LIMIT",
+        help="context limits in tokens, or full (default: the study's: 256 1024 2048 full)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    out = {("test data" if Path(d) == TEST_DATA else d): counts(d) for d in args.data}
+    limits = tuple(dict.fromkeys(args.limits))
+    out = {("test data" if Path(d) == TEST_DATA else d): counts(d, limits) for d in args.data}
     print(json.dumps(out, indent=1))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
