@@ -134,9 +134,8 @@ def loogle_png(family: list[dict[str, Any]], stats: dict[str, Any]) -> bytes:
         ]
         scatter_points(ax, points, colours)
         spearman = f"Spearman {fmt(row['spearman_r'], '+.2f')} (bootstrap p {fmt(row['bootstrap_p'], '.2g')})"
-        ax.set_title(
-            f"{row['label']} on LooGLE: {row['n']} members but the evaluator's\n{spearman}", fontsize=9
-        )
+        members = f"{row['n']} member{'s' if row['n'] != 1 else ''}"
+        ax.set_title(f"{row['label']} on LooGLE: {members} but the evaluator's\n{spearman}", fontsize=9)
         ax.set(xlabel="mean answer gain (bits/byte), long-dependency QA", ylabel=row["label"])
         ax.set_yscale("log")
     fig.tight_layout()
