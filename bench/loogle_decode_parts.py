@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import runner, shared
+from pipeline.reporting.common import many
 
 STEPS = 20
 
@@ -84,7 +85,7 @@ def measure(spec: str) -> dict[str, Any]:
             cache = batched.stack((copy.deepcopy(own) for _ in range(batch)), batch, len(ids), STEPS)
             timed(
                 out,
-                f"{STEPS} steps, {batch} sequence{'s' if batch > 1 else ''}, in place",
+                f"{STEPS} steps, {many(batch, 'sequence')}, in place",
                 lambda cache=cache, batch=batch: steps(model, cache, batch, len(ids)),
             )
         timed(out, f"{STEPS} steps, weights only (no cache)",

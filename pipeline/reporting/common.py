@@ -29,8 +29,8 @@ def pct(value: float | None, spec: str = ".1f") -> str:
 
 def markdown_templates(folder: Path) -> Any:
     """A Jinja2 environment for the Markdown page templates in ``folder``, with the number filters
-    ``pct``, ``fmt`` and ``g``, and ``md`` and ``code`` for text from users (``md_text``, ``md_code``); an
-    undefined name in a template is an error."""
+    ``pct``, ``fmt``, ``g`` and ``many``, and ``md`` and ``code`` for text from users (``md_text``,
+    ``md_code``); an undefined name in a template is an error."""
     import jinja2
 
     env = jinja2.Environment(
@@ -39,8 +39,13 @@ def markdown_templates(folder: Path) -> Any:
         keep_trailing_newline=True,
         autoescape=False,  # Markdown, not HTML
     )
-    env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"), md=md_text, code=md_code)
+    env.filters.update(pct=pct, fmt=fmt, g=lambda v: format(v, "g"), md=md_text, code=md_code, many=many)
     return env
+
+
+def many(n: int, noun: str) -> str:
+    """``n`` and the noun, plural unless ``n`` is 1: "1 member", "3 members"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.formats import fmt
-from pipeline.reporting.common import figure, plot_text, png
+from pipeline.reporting.common import figure, many, plot_text, png
 from studies.validation.study import FAMILY_METRICS, QATokens, metric_value
 
 
@@ -134,7 +134,7 @@ def loogle_png(family: list[dict[str, Any]], stats: dict[str, Any]) -> bytes:
         ]
         scatter_points(ax, points, colours)
         spearman = f"Spearman {fmt(row['spearman_r'], '+.2f')} (bootstrap p {fmt(row['bootstrap_p'], '.2g')})"
-        members = f"{row['n']} member{'s' if row['n'] != 1 else ''}"
+        members = many(row["n"], "member")
         ax.set_title(f"{row['label']} on LooGLE: {members} but the evaluator's\n{spearman}", fontsize=9)
         ax.set(xlabel="mean answer gain (bits/byte), long-dependency QA", ylabel=row["label"])
         ax.set_yscale("log")

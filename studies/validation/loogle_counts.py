@@ -24,6 +24,7 @@ from pipeline.loogle.evidence import answer_gain
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute
 from pipeline.text.locating import Document, locate
+from studies.validation import family
 from studies.validation.loogle_target import TEST_DATA
 
 MODELS = ("smollm2-135m", "gemma3-270m")
@@ -53,7 +54,8 @@ def counts(data: str, limits: tuple[int | None, ...] = LIMITS) -> dict[str, Any]
     asked, texts = questions(data)
     out: dict[str, Any] = {"questions": len(asked), "documents": len(texts), "members": {}}
     for spec in MODELS:
-        lm = ModelChoice(spec=spec).load(Compute(dtype="float32", device="cpu"))
+        choice = ModelChoice(spec=spec)
+        lm = choice.load(Compute(dtype="float32", device="cpu"))
         for limit in limits:
             if limit is not None and limit >= lm.context_length:
                 continue  # the model's whole context is the member `full`
@@ -62,7 +64,7 @@ def counts(data: str, limits: tuple[int | None, ...] = LIMITS) -> dict[str, Any]
             reasons = Counter(
                 "counted" if isinstance(p, answer_gain.Planned) else p.excluded for p in planned
             )
-            out["members"][f"{spec} {'full' if limit is None else f'W={limit}'}"] = dict(reasons)
+            out["members"][family.default_label(choice, limit)] = dict(reasons)
     return out
 
 
