@@ -82,6 +82,10 @@ def result_lines(result: dict[str, Any]) -> list[str]:
     if reorder and reorder["n_questions"]:
         values = ", ".join(f"{k} {fmt(v)}" for k, v in reorder["metrics"].items())
         lines.append(f"reorder       {values} over {reorder['n_questions']} timeline questions")
+    elif reorder:
+        lines.append(
+            "reorder       none: no timeline question (type timeline_reorder, or untyped with an order)"
+        )
     return lines
 
 
