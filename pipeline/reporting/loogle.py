@@ -96,9 +96,10 @@ def metrics_summary(result: dict[str, Any]) -> str:
 
 
 def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:
-    """`make loogle`'s summary: each task's metrics, its predictions file, where its line went, and its
-    wall and CPU seconds (CPU: this process's, the steadier on a shared machine)."""
-    out = []
+    """`make loogle`'s summary: the tasks it ran (``task=all``: each the data has), then each task's
+    metrics, its predictions file, where its line went, and its wall and CPU seconds (CPU: this
+    process's, the steadier on a shared machine)."""
+    out = [f"tasks         {terminal_text(', '.join(results))}"]
     for result in results.values():
         paths = [f"predictions   {terminal_text(result['predictions'])}"]
         paths.append(f"appended to   {terminal_text(path)}")
