@@ -113,13 +113,13 @@ def test_lm_evals_hf_model_in_python_stops_before_it_generates(tiny_model_dir, t
     the model first reads a request's options, before it truncates or generates anything."""
     from lm_eval.models.huggingface import HFLM
 
-    from pipeline.lmeval.command_line import tasks_need_longppl_model
-
     lm = HFLM(pretrained=str(tiny_model_dir), device="cpu", dtype="float32")
     monkeypatch.setattr(type(lm), "_model_generate", lambda *a, **k: pytest.fail("the model generated"))
     manager = task_manager(root=tmp_path / "none")
     run = dict(model=lm, tasks=["loogle_longdep_qa"], task_manager=manager, limit=1, bootstrap_iters=0)
     with pytest.raises(PipelineError, match=PROTOCOL.format("hf, vllm or another of lm-eval's own")):
         lm_eval.simple_evaluate(**run)
+    from pipeline.lmeval.command_line import tasks_need_longppl_model
+
     with tasks_need_longppl_model(), pytest.raises(PipelineError, match=PROTOCOL.format("HFLM")):
         lm_eval.simple_evaluate(**run)  # `make lm-eval`: refused before any request reaches the model
