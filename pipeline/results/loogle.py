@@ -43,6 +43,20 @@ METRIC_LABELS = {  # LooGLE's metrics by the name results lines use, as people r
     "partial_match": "partial match",
 }
 
+# Each metric's range (docs/loogle.md): BLEU, ROUGE recall, METEOR and the cloze matches are fractions;
+# BERTScore (precision of cosine similarities, no rescaling) lies in [-1, 1]. A value past its range by
+# more than float rounding (RANGE_SLACK: bert-score computes in float32) is no measurement.
+METRIC_RANGES = {name: (0.0, 1.0) for name in METRIC_LABELS} | {"bertscore": (-1.0, 1.0)}
+RANGE_SLACK = 1e-6
+
+
+def range_problem(where: str, value: float | None, low: float, high: float | None, label: str) -> str | None:
+    """Why ``value`` is outside [low, high] (``high`` None: no upper bound), or None."""
+    if value is None or (low - RANGE_SLACK <= value and (high is None or value <= high + RANGE_SLACK)):
+        return None
+    bound = f"[{low:g}, {high:g}]" if high is not None else f"at least {low:g}"
+    return f"`{where}` is {value!r}, outside {label}'s range {bound}"
+
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
@@ -96,6 +110,25 @@ class LooGLELine(_Part):
     def _a_run_has_its_budget(self) -> LooGLELine:
         if self.settings.max_length is None and self.settings.data != OUTPUT_DATA:
             raise ValueError("`settings.max_length` is missing (only a file of LooGLE's Output/ has none)")
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_in_range(self) -> LooGLELine:
+        """Each metric within its range (``METRIC_RANGES``), each reorder deviation at least 0 and no
+        more questions ordered than there are: a value past them is one line naming the metric."""
+        problems = [
+            range_problem(f"metrics.{name}", self.metrics.get(name), low, high, METRIC_LABELS[name])
+            for name, (low, high) in METRIC_RANGES.items()
+        ]
+        reorder = self.reorder
+        if reorder is not None:
+            problems += [range_problem(f"reorder.metrics.{name}", value, 0.0, None, "a deviation")
+                         for name, value in reorder.metrics.items()]  # fmt: skip
+            if reorder.n_ordered > reorder.n_questions:
+                n, ordered = reorder.n_questions, reorder.n_ordered
+                problems.append(f"`reorder.n_ordered` is {ordered}, more than its {n} questions")
+        if problem := next((p for p in problems if p), None):
+            raise ValueError(problem)
         return self
 
 

@@ -8,13 +8,15 @@ artifacts index into these exact strings, tied to them by their sha256.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic.dataclasses
+from pydantic import AfterValidator
 from tqdm.auto import tqdm
 
 from pipeline.definition import Positive
@@ -45,6 +47,17 @@ def check_unicode(text: str, where: str) -> None:
             f"{where}: character {exc.start} is a lone surrogate (U+{ord(text[exc.start]):04X}), not valid "
             "Unicode: fix the text (a UTF-16 pair cut in half?)"
         ) from None
+
+
+def distinct_tasks(tasks: Sequence[str]) -> Sequence[str]:
+    """LooGLE's ``corpus.tasks`` (and `make validate`'s ``loogle.tasks``), each named once: a task named
+    twice would add its questions twice to its documents, and the artifact would fail its own checks
+    after the whole stage ran."""
+    twice = next((task for number, task in enumerate(tasks) if task in tasks[:number]), None)
+    if twice is not None:
+        once = ",".join(dict.fromkeys(tasks))
+        raise ValueError(f"names {twice} twice: name each task once ([{once}])")
+    return tasks
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -79,7 +92,7 @@ class CorpusSpec:
     # (``dataset`` at ``revision``) or a folder of its task files; ``tasks``: the tasks whose documents
     # are read.
     loogle: str | None = None
-    tasks: tuple[str, ...] = ("shortdep_qa", "longdep_qa")
+    tasks: Annotated[tuple[str, ...], AfterValidator(distinct_tasks)] = ("shortdep_qa", "longdep_qa")
 
     @classmethod
     def parse(cls, node: Any) -> CorpusSpec:

@@ -331,3 +331,26 @@ def test_names_with_dollars_and_html_are_shown_literally(tmp_path):
         in paths["leaderboard.md"].read_text()
     )
     assert {r["model"] for r in csv.DictReader(paths["leaderboard.csv"].open())} >= {HOSTILE}  # CSV: as is
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A2)"]
+
+
+def test_a_csv_cell_that_a_spreadsheet_would_run_is_neutralised(tmp_path, bench):
+    """Model names starting with =, +, - or @ (a tab or a carriage return too) were written as they are,
+    so a spreadsheet ran them as formulas: they get OWASP's leading single quote, while a negative number (a
+    correlation) stays a number."""
+    rows = [*base_rows()] + [result(name, (20.0 + i, 10.0, 12.0), "2026-11-22T09:00:00+00:00")
+                             for i, name in enumerate(FORMULAS)]  # fmt: skip
+    paths = leaderboard.render(read_scores(write_lines(tmp_path / "s.jsonl", rows)), tmp_path / "out", bench)
+    models = {r["model"] for r in read_csv(paths["leaderboard.csv"])}
+    assert {"'" + name for name in FORMULAS} <= models and not set(FORMULAS) & models
+    cells = [c for r in read_csv(paths["correlations.csv"]) for c in r.values()]
+    assert any(c.startswith("-0.") for c in cells) and not any(c.startswith("'-") for c in cells)
+    from pipeline.reporting.common import csv_cell
+
+    assert [csv_cell(c) for c in ("-0.25", "+1e-05", "-3", "1.5", "-12.5%", "", None)] == [
+        "-0.25", "+1e-05", "-3", "1.5", "-12.5%", None, None
+    ]  # fmt: skip
+    assert [csv_cell(c) for c in ("-inf", "-1-1", "=1", "a=b")] == ["'-inf", "'-1-1", "'=1", "a=b"]
+    assert [csv_cell(c) for c in ("\tx", "\rx", "x\t")] == ["'\tx", "'\rx", "x\t"]  # a tab, a carriage return

@@ -14,8 +14,8 @@ import pydantic.dataclasses
 from pipeline.files import write_json_atomic
 from pipeline.formats import file_slug
 from pipeline.hub import offline_unless
-from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task
-from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
+from pipeline.loogle.data.questions import Question, check_task
+from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions, tasks_held
 from pipeline.results.lines import check_writable
 from pipeline.text import locating as evidence
 
@@ -80,12 +80,8 @@ def report(task: str, questions: list[Question]) -> dict[str, Any]:
 
 
 def tasks_of(task: str, source: DataSource) -> tuple[str, ...]:
-    """The tasks asked for; ``all`` on the embedded sample: the tasks it has."""
-    if task != "all":
-        return (check_task(task),)
-    if source.data == "sample":
-        return tuple(t for t in TASKS if (SAMPLE_DIR / f"{t}.jsonl").is_file())
-    return TASKS
+    """The tasks asked for; ``all``: each task the data has (a folder or the sample: those it holds)."""
+    return (check_task(task),) if task != "all" else tasks_held(source)
 
 
 def settings() -> dict[str, Any]:

@@ -114,12 +114,26 @@ def check_ours(rows: list[dict[str, Any]], task: str, fingerprint: str, qids: li
                 f"{where}, line {number}, field qid: {row['qid'][:80]!r} names no question of these "
                 f"(fingerprint {fingerprint}): the line was edited, or belongs to another file"
             )
-    found = [row["qid"] for row in rows]
-    if len(set(found)) != len(found) or len(found) != len(qids):
+    check_distinct(rows, where)
+    if len(rows) != len(qids):
         raise PipelineError(
-            f"{where} has {len(set(found))} distinct predictions ({len(found)} lines) for {len(qids)} "
-            "questions: finish the run (make loogle resumes it) or pass the file of a whole run"
+            f"{where} has predictions for {len(rows)} of its {len(qids)} questions: finish the run (make "
+            "loogle resumes it) or pass the file of a whole run"
         )
+
+
+def check_distinct(rows: list[dict[str, Any]], where: str) -> None:
+    """One line per question: a question predicted twice (an edit, two files joined) is one line naming
+    both lines and the fix, which no run makes for it (make loogle would refuse the same file)."""
+    first: dict[Any, int] = {}
+    for number, row in enumerate(rows, start=1):
+        earlier = first.setdefault(row["qid"], number)
+        if earlier != number:
+            raise PipelineError(
+                f"{where}, line {number}: question {str(row['qid'])[:80]!r} again (first on line {earlier}): "
+                f"delete the line of the two whose prediction is not to be scored, or delete the file to run "
+                "its questions again"
+            )
 
 
 def official_pairs(rows: list[dict[str, Any]], task: str, where: str) -> list[Scored]:
@@ -193,6 +207,7 @@ def resumed(
         return []
     rows = read_lines(path)
     check_shape(rows, f"predictions file {path}")
+    check_distinct(rows, f"predictions file {path}")
     for row in rows:
         theirs = {key: row.get(key) for key in settings}
         if theirs != settings:
