@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from pipeline.artifact.reader import load_artifact, open_artifact
 from pipeline.artifact.schema import DOCUMENTS_SCHEMA, MANIFEST, PER_TOKEN, KeyTokenArtifact, new_manifest
+from pipeline.artifact.shards import Sharding
 from pipeline.artifact.writer import write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
@@ -190,13 +191,18 @@ def answer_gains(
         return answer_gain.answer_gains(lm.tokenizer, scorer, questions, texts, list(limits))
 
 
-def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
-    """Write an artifact held in memory (``find_key_tokens``) as an artifact directory that `make score`
-    reads; returns the directory."""
+def save_key_tokens(
+    artifact: KeyTokenArtifact, directory: str | Path, *, shard_rows: int | None = None
+) -> Path:
+    """Write an artifact held in memory (``find_key_tokens``, or one loaded) as an artifact directory that
+    `make score` reads; returns the directory. ``shard_rows``: None, one file per table; a number, the
+    tables in shards of at most that many rows, cut at document boundaries (the same artifact:
+    ``pipeline.artifact.shards``)."""
+    sharding = parse(Sharding, {"shard_rows": shard_rows})
     root = Path(as_path(directory, "directory"))
     if (root / MANIFEST).exists():
         raise PipelineError(f"{root} already holds an artifact: choose another directory")
-    write_artifact(root, artifact)
+    write_artifact(root, artifact, sharding.shard_rows)
     load_artifact(root)  # verifies as any artifact
     return root
 

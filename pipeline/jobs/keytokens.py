@@ -26,7 +26,7 @@ from pipeline.artifact import lock
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.artifact.statistics import statistics
-from pipeline.definition import KeyTokenDefinition
+from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
 from pipeline.hub import offline_unless
 from pipeline.keytokens import ranks as distributed
@@ -46,6 +46,7 @@ class Output:
     name: DirectoryName | None = None  # the artifact's directory name; None: derived
     output_dir: str = "artifacts/keytokens"
     progress: bool = True
+    shard_rows: Positive | None = None  # None: one file per table; else shards of at most this many rows
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def write_keytokens(
         if questions is not None:
             qa = questions.tables([p.doc.id for p in selection.prepared])
             extra["questions"] = question_record(questions, qa, selection.prepared, lm)
-        manifest = writer.finalize(range(len(selection.prepared)), extra, qa)
+        manifest = writer.finalize(range(len(selection.prepared)), extra, qa, settings.output.shard_rows)
     ranks.barrier()  # rank 0 has finalized
     distributed.shutdown(ranks)
     return manifest or load_artifact(writer.root).manifest

@@ -18,6 +18,15 @@ import yaml
 
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import MANIFEST, KeyTokenArtifact, artifact_kind, table_names
+from pipeline.artifact.shards import (
+    SHARDING,
+    artifact_files,
+    recorded_rows,
+    shard_count,
+    shard_name,
+    shard_pattern,
+    table_files,
+)
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.reporting.common import md_code
@@ -50,7 +59,7 @@ def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
         "configs": [
             {
                 "config_name": name,
-                "data_files": f"{name}.parquet",
+                "data_files": data_files(manifest, name),
                 **({"default": True} if name == "spans" else {}),
             }
             for name in table_names(manifest)
@@ -64,8 +73,16 @@ def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
             "kind": artifact_kind(manifest),
             "evaluator_revision": evaluator.get("revision") or evaluator.get("file_sha256"),
             **params,
+            **({"shards": shard_count(manifest)} if shard_count(manifest) else {}),
         },
     }
+
+
+def data_files(manifest: dict[str, Any], table: str) -> str:
+    """A config's ``data_files``: the table's one file, or the glob of its shards (as ``datasets`` names
+    a split's: ``tokens-*-of-00004.parquet``)."""
+    files = table_files(manifest, table)
+    return files[0] if len(files) == 1 else shard_pattern(table, len(files))
 
 
 def dataset_card(artifact: KeyTokenArtifact, repo: str, license_id: str) -> str:
@@ -74,10 +91,11 @@ def dataset_card(artifact: KeyTokenArtifact, repo: str, license_id: str) -> str:
     manifest = artifact.manifest
     s = manifest["settings"]
     evaluator = s["evaluator"]
-    n_docs = manifest["files"]["documents.parquet"]["rows"]
+    n_docs = recorded_rows(manifest, "documents")
     tables = table_names(manifest)
     front = yaml.safe_dump(front_matter(artifact, license_id), sort_keys=False, allow_unicode=True)
     definition = md_code(", ".join(f"{k}={s[k]}" for k in ("K", "d", "alpha", "beta", "gamma")))
+    notes = shard_list(manifest, tables) + origin(manifest)
     body = f"""
 # Key tokens for LongPPL: {repo}
 
@@ -88,7 +106,7 @@ its long-context log-prob exceeds beta ({definition}). Spans are character offse
 texts, so any model, with any tokenizer, can be scored against them.
 
 {table_rows(manifest, tables)}
-{origin(manifest)}`manifest.json` records every setting, library versions and the sha256 of each file.
+{notes}`manifest.json` records every setting, library versions and the sha256 of each file.
 Fingerprint {md_code(manifest["fingerprint"])}, contents {md_code(artifact.contents)}: a download must
 match both (the exact bytes). Discrete hash {md_code(artifact.identity.discrete)}: the texts, tokens and
 key spans, which `make keytokens` with these settings reproduces on any machine, with per-token values
@@ -148,8 +166,26 @@ TABLE_TEXT = {
 
 
 def table_rows(manifest: dict[str, Any], tables: tuple[str, ...]) -> str:
-    rows = [f"| `{t}` | {manifest['files'][f'{t}.parquet']['rows']} | {TABLE_TEXT[t]} |" for t in tables]
+    rows = [f"| `{t}` | {recorded_rows(manifest, t)} | {TABLE_TEXT[t]} |" for t in tables]
     return "\n".join(["| config | rows | what |", "|---|---:|---|", *rows]) + "\n"
+
+
+def shard_list(manifest: dict[str, Any], tables: tuple[str, ...]) -> str:
+    """For a sharded artifact, every shard with its documents and rows (shard ``i`` of each table holds
+    the same whole documents); nothing for one file per table."""
+    count = shard_count(manifest)
+    if count is None:
+        return ""
+    documents, files = manifest[SHARDING]["documents"], manifest["files"]
+    head = ["| file | documents | rows |", "|---|---:|---:|"]
+    names = [(shard_name(t, i, count), i) for t in tables for i in range(count)]
+    rows = [f"| `{name}` | {documents[i]} | {files[name]['rows']} |" for name, i in names]
+    return (
+        f"The tables are in {count} shards each, named as Hub datasets name theirs "
+        f"(`{shard_name('tokens', 0, count)}`), cut at document boundaries: shard `i` of every table "
+        "holds the same whole documents. `manifest.json` records each shard's sha256, and a reader that "
+        "finds one missing, extra or of another artifact refuses it.\n\n" + "\n".join([*head, *rows]) + "\n\n"
+    )
 
 
 def origin(manifest: dict[str, Any]) -> str:
@@ -172,7 +208,7 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     check_repo(repo)
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
-    names = [*(f"{t}.parquet" for t in table_names(artifact.manifest)), MANIFEST, CARD]
+    names = [*artifact_files(artifact.manifest, table_names(artifact.manifest)), MANIFEST, CARD]
     own_folder(out, artifact.root, names)
     for name in names[:-1]:
         (out / name).unlink(missing_ok=True)
@@ -224,6 +260,7 @@ def upload(folder: Path, repo: str, private: bool) -> str:
             repo_type="dataset",
             commit_message="LongPPL key-token artifact",
             ignore_patterns=[MARKER],
+            delete_patterns=["*.parquet"],  # an earlier upload's tables, of another layout, go
         )
     except Exception as exc:  # offline, no token, no rights: one line that says what to do
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
