@@ -179,7 +179,7 @@ def load_model(
     source = resolve_source(spec)
     location, hub_options = prepare(source, revision, cache_dir)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    hashing = local_weight_hashing(source, cache)
+    hashing = local_weight_hashing(source)
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, **hub_options}
     kwargs["weights_only"] = True  # a pickled checkpoint is read as tensors only, never run
     kwargs |= {"attn_implementation": attn_implementation} if attn_implementation else {}
