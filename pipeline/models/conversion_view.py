@@ -81,11 +81,12 @@ def stat_version(path: Path) -> str | None:
 @contextlib.contextmanager
 def load_errors(target: Path, view: Path) -> Iterator[None]:
     """What reading a checked conversion (through its ``view``) raises, tokenizers' and safetensors' own
-    exceptions among them, as one line naming it; the pipeline's errors and running out of memory as
-    they are."""
+    exceptions among them, as one line naming it; the pipeline's errors, a package that is missing
+    (``attn_implementation=flash_attention_2`` without flash-attn) and running out of memory as they
+    are."""
     try:
         yield
-    except (PipelineError, MemoryError, torch.OutOfMemoryError):
+    except (PipelineError, ImportError, MemoryError, torch.OutOfMemoryError):
         raise
     except Exception as exc:
         detail = " ".join(str(exc).replace(str(view), str(target)).split())[:300] or type(exc).__name__

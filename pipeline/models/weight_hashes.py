@@ -1,8 +1,8 @@
 """The sha256 of weight files, each read once per version of the file in a process, off the load's
 critical path.
 
-Hashing 16 GB at about 1.1 GB/s takes 8 to 15 s, as long as loading the weights. Two things keep it off
-the start-up without weakening what is recorded (every file's full sha256):
+Hashing 16 GB at about 1.1 GB/s takes 8 to 15 s, as long as loading the weights. Two things keep its cost
+down without weakening what is recorded (every file's full sha256):
 
 - the files are hashed in threads (hashlib releases the GIL on large blocks), so a local checkpoint's
   weights are hashed while the model loads (``local_weight_hashing``);
@@ -31,7 +31,8 @@ from pipeline.models.identity import WEIGHT_SUFFIXES, ModelSource
 from pipeline.provenance import file_sha256
 
 MAX_THREADS = 8
-# The files this process hashed: real path -> (version, sha256), the only hashes taken without a read.
+# The files this process hashed: real path -> (version, sha256); a local checkpoint's weights are taken
+# without a read from here only.
 HASHED: dict[str, tuple[str, str]] = {}
 
 
