@@ -26,7 +26,7 @@ from pipeline.models.gguf import check_header, default_cache_dir
 from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.pairing import check_held, check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement, one_thread_on_cpu
-from pipeline.models.sources import hub_error_message, is_local_model, prepare, resolve_source
+from pipeline.models.sources import hub_error_message, is_local_model, loadable, prepare, resolve_source
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
@@ -179,7 +179,7 @@ def load_model(
     source = resolve_source(spec)
     location, hub_options = prepare(source, revision, cache_dir)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    hashing = local_weight_hashing(source, cache)
+    hashing = local_weight_hashing(source)
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, **hub_options}
     kwargs["weights_only"] = True  # a pickled checkpoint is read as tensors only, never run
     kwargs |= {"attn_implementation": attn_implementation} if attn_implementation else {}
@@ -204,10 +204,11 @@ def load_parts(
     hashing. ``cache``: the pipeline's cache folder (a converted checkpoint's tokenizer verdicts)."""
     options = {k: kwargs[k] for k in ("revision", "local_files_only") if k in kwargs}
     try:
-        tokenizer = _load_tokenizer(
-            source, location, cache, trust_remote_code=kwargs["trust_remote_code"], **options
-        )
-        model = _from_pretrained(source, location, kwargs)
+        with loadable(source, location) as folder:  # a GGUF conversion: exactly its recorded files
+            tokenizer = _load_tokenizer(
+                source, folder, cache, trust_remote_code=kwargs["trust_remote_code"], **options
+            )
+            model = _from_pretrained(source, folder, kwargs)
     except BaseException:
         if hashing is not None:
             hashing.cancel()
@@ -242,9 +243,9 @@ def identify(source: ModelSource, model: Any, tokenizer: Any, hashing: Any, trus
 def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: Any) -> Any:
     """The model's tokenizer (a GGUF file's converted checkpoint's in its fast form where it is known to
     be the same: ``pipeline.models.fast_tokenizer``); a folder without one is an error that says so."""
+    if source.kind in ("embedded", "gguf"):  # checked against its record: a failure names the conversion
+        return load_tokenizer(Path(location), cache)
     try:
-        if source.kind in ("embedded", "gguf"):  # the conversion's files were checked against its record
-            return load_tokenizer(Path(location), cache)
         return AutoTokenizer.from_pretrained(location, **options)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if (

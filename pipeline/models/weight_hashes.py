@@ -1,17 +1,22 @@
-"""The sha256 of weight files, each read once per version of the file, off the load's critical path.
+"""The sha256 of weight files, each read once per version of the file in a process, off the load's
+critical path.
 
-Hashing 16 GB at about 1.1 GB/s takes 8 to 15 s, as long as loading the weights. Two things take it off
-the start-up without weakening what is recorded (every file's full sha256):
+Hashing 16 GB at about 1.1 GB/s takes 8 to 15 s, as long as loading the weights. Two things keep its cost
+down without weakening what is recorded (every file's full sha256):
 
-- a record of hashed files (``FileHashing``: a JSON file), keyed by each file's real path and its version
-  (``file_version``: device, inode, size, mtime and ctime in nanoseconds): a file whose version is
-  unchanged since it was hashed is not read again. The ctime cannot be set from user space, so
-  rewriting a file and restoring its mtime still changes the version;
-- the files without such a record are hashed in threads (hashlib releases the GIL on large blocks), so
-  a local checkpoint's weights are hashed while the model loads (``local_weight_hashing``: the record
-  ``weight-hashes.json`` in the cache folder). A cached GGUF conversion's weights are checked against
-  the hashes they were written with through the same record, kept in the conversion's folder
-  (``pipeline.models.gguf.check_weights``).
+- the files are hashed in threads (hashlib releases the GIL on large blocks), so a local checkpoint's
+  weights are hashed while the model loads (``local_weight_hashing``);
+- a file is read once per version (``file_version``: device, inode, size, mtime and ctime in
+  nanoseconds) in a process (``HASHED``): a file whose version is unchanged since this process hashed
+  it is not read again. The ctime cannot be set from user space, so rewriting a file and restoring its
+  mtime still changes the version.
+
+A local checkpoint's hashes are its identity in every results line, so they are never taken from a file
+on disk: a record in the cache folder is a claim anyone who can write that folder could forge (one
+checkpoint's numbers under another's weights hashes), so each process hashes the weights it loads. A
+cached GGUF conversion's weights, whose identity is the GGUF file's own sha256 (hashed on every use),
+are checked against the hashes they were written with through a ``FileHashing`` record kept in the
+conversion's folder (``pipeline.models.gguf.check_weights``), which spares their reading across runs.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from pipeline.files import write_json_atomic
 from pipeline.models.identity import WEIGHT_SUFFIXES, ModelSource
 from pipeline.provenance import file_sha256
 
-RECORD = "weight-hashes.json"
 MAX_THREADS = 8
+# The files this process hashed: real path -> (version, sha256); a local checkpoint's weights are taken
+# without a read from here only.
+HASHED: dict[str, tuple[str, str]] = {}
 
 
 def file_version(path: Path) -> str:
@@ -76,9 +83,9 @@ class HashRecord:
 
 
 class FileHashing:
-    """The sha256 of ``files`` (name -> path), those without a matching entry in ``record`` computed in
-    threads from construction on (by ``hash_file``, default ``file_sha256``); ``result()`` waits for
-    them: {name: sha256}."""
+    """The sha256 of ``files`` (name -> path), those this process has not hashed at their version (and,
+    given a ``record``, that it holds no matching entry for) computed in threads from construction on
+    (by ``hash_file``, default ``file_sha256``); ``result()`` waits for them: {name: sha256}."""
 
     def __init__(
         self, files: dict[str, Path], record: Path | None, hash_file: Callable[[Path], str] | None = None
@@ -91,9 +98,10 @@ class FileHashing:
         self.done: dict[str, str] = {}
         todo = []
         for name, path in self.files.items():
-            entry = known.get(str(path))
-            if entry is not None and entry["stat"] == self.keys[name]:
-                self.done[name] = entry["sha256"]
+            entry = known.get(str(path)) or {}
+            hashed = HASHED.get(str(path), (entry.get("stat"), entry.get("sha256")))
+            if hashed[0] == self.keys[name]:
+                self.done[name] = hashed[1]
             else:
                 todo.append(name)
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(len(todo), MAX_THREADS)))
@@ -107,6 +115,7 @@ class FileHashing:
         for name in changed:
             new[name] = self.hash_file(self.files[name])
         stable = {n: h for n, h in new.items() if n not in changed}
+        HASHED.update({str(self.files[n]): (self.keys[n], h) for n, h in stable.items()})
         self.record.add({str(self.files[n]): {"stat": self.keys[n], "sha256": h} for n, h in stable.items()})
         return dict(sorted({**self.done, **new}.items()))
 
@@ -115,16 +124,15 @@ class FileHashing:
 
 
 class WeightHashing(FileHashing):
-    """The weight files of a checkpoint folder, with the record ``weight-hashes.json`` in ``cache_dir``."""
+    """The weight files of a checkpoint folder, hashed once per version in this process and never taken
+    from a record on disk (they are the checkpoint's identity)."""
 
-    def __init__(self, directory: Path, cache_dir: Path | None):
-        files = {p.name: p for p in weight_files(directory)}
-        super().__init__(files, None if cache_dir is None else cache_dir / RECORD)
+    def __init__(self, directory: Path):
+        super().__init__({p.name: p for p in weight_files(directory)}, None)
 
 
-def local_weight_hashing(source: ModelSource, cache_dir: Path) -> WeightHashing | None:
-    """A local checkpoint's weight files hashed beside its load (None for any other source), with the
-    record in ``cache_dir``."""
+def local_weight_hashing(source: ModelSource) -> WeightHashing | None:
+    """A local checkpoint's weight files hashed beside its load (None for any other source)."""
     if source.kind != "local":
         return None
-    return WeightHashing(Path(source.path), cache_dir)
+    return WeightHashing(Path(source.path))
