@@ -1,15 +1,34 @@
-"""The one exception type the pipeline raises for problems a user can fix, and how a command stops on
-Ctrl-C (``stopped_on_interrupt``)."""
+"""The one exception type the pipeline raises for problems a user can fix, and how a command ends on one:
+a PipelineError (``one_line_errors``), a command line that does not parse (``ArgumentParser``,
+``one_line_usage``) and Ctrl-C (``stopped_on_interrupt``; ``stop_while_importing`` before it) are each
+one ``error:`` line with exit status 2; a reader that stopped reading ends the output quietly
+(``quiet_on_closed_pipe``).
+Foundation: imports only ``pipeline.formats``."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import os
+import select
+import signal
 import sys
+import threading
 from collections.abc import Iterator
+from typing import Any, NoReturn
+
+from pipeline.formats import terminal_text
 
 # The exit status of a command stopped by Ctrl-C: 2, the status of every `error:` line, so a caller
 # reads one status for "the command did not finish, say why on stderr" (the line says it was stopped).
 INTERRUPTED = 2
+STOPPED = (
+    "error: interrupted (Ctrl-C): the command stopped; the files it wrote so far are whole (run it again "
+    "to finish)"
+)
+# The exit status of a command whose reader closed the pipe (`longppl score --help | head`): what a
+# shell reports for a tool that SIGPIPE ended (128 + 13), as `cat` or `git log` end there.
+CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 class PipelineError(Exception):
@@ -24,13 +43,107 @@ class PipelineError(Exception):
 def stopped_on_interrupt() -> Iterator[None]:
     """Ctrl-C in the block: one ``error:`` line and exit status ``INTERRUPTED``, no traceback. Every file
     the pipeline writes is whole at any instant (atomic renames, results lines appended whole or cut
-    back), so what was written before the interruption stays usable."""
+    back), so what was written before the interruption stays usable. From here on Ctrl-C is Python's
+    KeyboardInterrupt again (``stop_while_importing`` stopped the process at once before)."""
+    if signal.getsignal(signal.SIGINT) is _stop_now:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except KeyboardInterrupt:
-        print(
-            "error: interrupted (Ctrl-C): the command stopped; the files it wrote so far are whole "
-            "(run it again to finish)",
-            file=sys.stderr,
-        )
+        print(STOPPED, file=sys.stderr)
         sys.exit(INTERRUPTED)
+
+
+def stop_while_importing() -> None:
+    """Ctrl-C from now until the command's ``stopped_on_interrupt`` block is the same one line and exit
+    status: ``python -m pipeline.commands.<command>`` imports the command's modules (torch,
+    transformers: seconds) before its ``main()`` runs, where no ``try`` of the pipeline's can catch
+    the KeyboardInterrupt. Nothing is written while modules load, so the process ends at once
+    (SystemExit). A SIGINT the process was started to ignore (a background job) stays ignored."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _stop_now)
+
+
+_said: list[bool] = []  # the line is said once, however often Ctrl-C is pressed
+
+
+def _stop_now(signum: int, frame: Any) -> NoReturn:
+    if not _said:
+        _said.append(True)
+        print(STOPPED, file=sys.stderr, flush=True)
+    raise SystemExit(INTERRUPTED)
+
+
+@contextlib.contextmanager
+def quiet_on_closed_pipe() -> Iterator[None]:
+    """Output whose reader stopped reading (``longppl score --help | head``, a summary piped into a
+    program that exits) ends there, quietly, as a command-line tool's does: no traceback, exit status
+    ``CLOSED_PIPE``. Standard output is pointed at /dev/null, so that Python's last flush cannot fail
+    again. A BrokenPipeError from another pipe than standard output is not this case and goes on."""
+    try:
+        yield
+        sys.stdout.flush()  # what is still buffered fails here, not in the interpreter's last flush
+    except BrokenPipeError:
+        if not reader_gone(sys.stdout):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(CLOSED_PIPE)
+
+
+def reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe whose reading end is closed (poll(2) reports an error on it)."""
+    try:
+        poll = select.poll()
+        poll.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture), or closed
+        return False
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A command's whole run: a PipelineError is one ``error:`` line (control characters escaped,
+    ``pipeline.formats.terminal_text``) with exit status 2, Ctrl-C too (``stopped_on_interrupt``),
+    and a closed pipe ends it quietly (``quiet_on_closed_pipe``)."""
+    with quiet_on_closed_pipe(), stopped_on_interrupt():
+        try:
+            yield
+        except PipelineError as exc:
+            print(f"error: {terminal_text(exc)}", file=sys.stderr)
+            sys.exit(2)
+
+
+def usage_error(prog: str, message: str, hint: str) -> NoReturn:
+    """A command line that does not parse, as one line: ``error: <prog>: <argparse's message> (<hint>)``
+    and exit status 2."""
+    print(f"error: {terminal_text(prog)}: {terminal_text(message)} ({hint})", file=sys.stderr)
+    sys.exit(2)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose mistakes (an unknown option, a missing or invalid value) are one
+    ``error:`` line naming the argument, with exit status 2, instead of its usage block; ``--help``
+    is argparse's."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(self.prog, message, f"{self.prog} --help lists its arguments")
+
+
+@contextlib.contextmanager
+def one_line_usage(hint: str, prog: str | None = None) -> Iterator[None]:
+    """In the block, every argparse parser (one a library makes: Hydra's, lm-eval's) reports a command
+    line that does not parse as one ``error:`` line naming ``prog`` (default: the parser's) and ending
+    in ``(<hint>)``, exit status 2."""
+    original = argparse.ArgumentParser.error
+
+    def error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+        usage_error(prog or parser.prog, message, hint)
+
+    argparse.ArgumentParser.error = error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
