@@ -2,20 +2,23 @@
 a PipelineError (``one_line_errors``), a command line that does not parse (``ArgumentParser``,
 ``one_line_usage``) and Ctrl-C (``stopped_on_interrupt``; ``stop_while_importing`` before it) are each
 one ``error:`` line with exit status 2; a reader that stopped reading ends the output quietly
-(``quiet_on_closed_pipe``).
+(``quiet_on_closed_pipe``). A settings type (a pydantic dataclass) built with a bad value raises it too,
+the line ``pipeline.settings.parse`` gives (``settings_type``, ``validation_message``).
 Foundation: imports only ``pipeline.formats``."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import functools
 import os
 import select
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn, TypeVar
 
 from pipeline.formats import terminal_text
 
@@ -29,6 +32,7 @@ STOPPED = (
 # The exit status of a command whose reader closed the pipe (`longppl score --help | head`): what a
 # shell reports for a tool that SIGPIPE ended (128 + 13), as `cat` or `git log` end there.
 CLOSED_PIPE = 128 + signal.SIGPIPE
+T = TypeVar("T")
 
 
 class PipelineError(Exception):
@@ -37,6 +41,43 @@ class PipelineError(Exception):
     Command-line entry points print it as ``error: <message>`` and exit with status 2,
     without a traceback.
     """
+
+
+def settings_type(cls: type[T]) -> type[T]:
+    """A pydantic dataclass (a settings type) whose constructor raises the PipelineError that
+    ``pipeline.settings.parse`` raises for a bad value, not pydantic's ValidationError:
+    ``ScoreSettings(context_limit=-5)`` says what ``context_limit=-5`` says on the command line."""
+    init = cls.__init__
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        from pydantic import ValidationError
+
+        if len(args) > len(names):
+            settings = ", ".join(names)
+            raise PipelineError(f"{cls.__name__} has {len(names)} settings ({settings}), not {len(args)}")
+        given = dict(zip(names, args, strict=False))  # by name, so that an error names its setting
+        if twice := sorted(given.keys() & kwargs.keys()):
+            raise TypeError(f"{cls.__name__}() got multiple values for argument '{twice[0]}'")
+        given |= kwargs
+        try:
+            init(self, **given)
+        except ValidationError as exc:
+            raise PipelineError(validation_message(exc, given)) from None
+
+    cls.__init__ = checked  # type: ignore[method-assign]
+    return cls
+
+
+def validation_message(exc: Any, values: Mapping[str, Any], prefix: str = "") -> str:
+    """pydantic's ValidationError as one line: ``setting <prefix><field>=<value>: <what is wrong>`` (its
+    first error; ``values``: what was given, for a field that is missing)."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
+    value = values.get(str(first["loc"][0])) if first["type"] == "missing" else first.get("input")
+    message = first["msg"].removeprefix("Value error, ")
+    return f"setting {prefix}{where}={value!r}: {message}"
 
 
 @contextlib.contextmanager

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import numbers
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
@@ -119,7 +117,7 @@ def score(
         settings=settings,
         compute=compute,
         results=None if results_file is None else Path(as_path(results_file, "results_file")),
-        documents=checked_documents(documents),
+        documents=documents,
         progress=progress,
         results_setting="results_file",
     )
@@ -233,22 +231,6 @@ def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:
     return out
 
 
-def checked_documents(documents: Any) -> int | Sequence[str] | None:
-    """None, a positive number, or a list of document ids (str)."""
-    if documents is None:
-        return None
-    if isinstance(documents, numbers.Integral) and not isinstance(documents, (bool, np.bool_)):
-        if documents < 1:
-            raise PipelineError(f"documents={documents}: give a positive number, a list of ids, or None")
-        return int(documents)
-    ids = None if isinstance(documents, (str, bytes, bool)) else documents
-    if not isinstance(ids, (Sequence, set, frozenset)) or not all(isinstance(d, str) for d in ids):
-        raise PipelineError(
-            f"documents={documents!r}: give a positive number, a list of document ids (str), or None"
-        )
-    return list(ids)
-
-
 def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Document]:
     """One text, a list (ids doc-00000, ...) or a mapping id -> text; each text a str."""
     if isinstance(texts, str):
@@ -260,7 +242,16 @@ def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Documen
     items = (
         texts.items() if isinstance(texts, Mapping) else ((f"doc-{i:05d}", t) for i, t in enumerate(texts))
     )
+    items = list(items)
     documents = [Document(id=str(doc_id), text=text) for doc_id, text in items]
+    seen: dict[str, Any] = {}
+    for doc_id, _ in items:
+        if str(doc_id) in seen:
+            raise PipelineError(
+                f"texts has the ids {seen[str(doc_id)]!r} and {doc_id!r}, one id '{doc_id}' as text: give "
+                "each document its own id"
+            )
+        seen[str(doc_id)] = doc_id
     bad = next((d for d in documents if not isinstance(d.text, str)), None)
     if bad is not None:
         decode = (

@@ -15,9 +15,9 @@ from typing import Any
 import pydantic.dataclasses
 
 from pipeline.artifact.lock import exclusive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.formats import file_slug
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
 from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
 from pipeline.loogle.generation.answering import (
@@ -42,6 +42,7 @@ from pipeline.results.score import model_record
 from pipeline.settings import Compute, parse, parse_group
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class LoogleOptions:
     """``conf/loogle.yaml``'s own settings (the model and compute settings are their own types). The
@@ -95,7 +96,7 @@ class Clock:
 
 
 @dataclass(frozen=True)
-class LoogleJob:
+class LoogleJob(TypedJob):
     """`make loogle`'s settings, typed: the model, LooGLE's own settings, and where its predictions
     files and results lines go."""
 

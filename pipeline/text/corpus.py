@@ -18,7 +18,7 @@ import pydantic.dataclasses
 from tqdm.auto import tqdm
 
 from pipeline.definition import Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.files import locate_input
 from pipeline.provenance import text_sha256
 from pipeline.settings import NonNegative, parse
@@ -47,6 +47,7 @@ def check_unicode(text: str, where: str) -> None:
         ) from None
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class CorpusSpec:
     """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (a Hub id, or a local
