@@ -139,13 +139,13 @@ def parse(cls: type[T], values: Mapping[str, Any], *, prefix: str = "", strict: 
         raise PipelineError(validation_message(exc, values, prefix)) from None
 
 
-def flag(values: Mapping[str, Any], name: str) -> bool:
-    """A true/false setting of a command's config, read as ``parse`` reads a bool field (``progress=no``
-    is False, ``progress=maybe`` an error), never by Python's truth (any text would be True)."""
+def flag(value: Any, name: str) -> bool:
+    """The true/false setting ``name`` of a command's config, read as ``parse`` reads a bool field
+    (``progress=no`` is False, ``progress=maybe`` an error), never by Python's truth (any text is True)."""
     try:
-        return TypeAdapter(bool).validate_python(values[name])
+        return TypeAdapter(bool).validate_python(value)
     except ValidationError as exc:
-        raise PipelineError(f"setting {name}={values[name]!r}: {exc.errors()[0]['msg']}") from None
+        raise PipelineError(f"setting {name}={value!r}: {exc.errors()[0]['msg']}") from None
 
 
 def parse_group(cls: type[T], values: Mapping[str, Any], group: str) -> T:

@@ -88,7 +88,7 @@ class CurveJob(TypedJob):
             corpus=parse_group(CorpusSpec, values, "corpus") if options.source == "corpus" else None,
             results=Path(str(values["results"])),
             plot_dir=Path(str(values["plot_dir"])),
-            progress=flag(values, "progress"),
+            progress=flag(values["progress"], "progress"),
         )
 
     def outputs(self) -> dict[str, Path]:

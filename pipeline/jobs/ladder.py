@@ -58,7 +58,7 @@ class LadderJob(TypedJob, ArtifactInput):
             results=results_path,
             plot_dir=Path(str(values["plot_dir"])),
             forgetting_results=Path(str(forgetting)),
-            progress=flag(values, "progress"),
+            progress=flag(values["progress"], "progress"),
         )
 
     append = staticmethod(ladder_lines.append)

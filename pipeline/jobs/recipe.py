@@ -42,7 +42,6 @@ from pipeline.settings import Compute
 Record = Callable[[dict[str, Any]], None]  # appends one results line (and keeps it)
 
 
-@runtime_checkable
 class ModelInput(Protocol):
     """A job's model: named by a spec (``ModelChoice``), held in memory (``HeldModel``) or loaded."""
 
@@ -84,6 +83,7 @@ class Job(Protocol):
         """The job's computation; ``record`` appends each results line it makes."""
 
 
+MODEL_MEMBERS = ("needs_hub", "display_name", "check", "load")  # ModelInput's
 MODELS = (
     "a model spec (str: an embedded name, a local path or a Hub id, as MODEL= takes), a ModelChoice, "
     "a HeldModel(model, tokenizer) or a LoadedModel"
@@ -100,24 +100,30 @@ class TypedJob:
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for item in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, item.name)
-            typed = of_type(f"{type(self).__name__}.{item.name}", value, hints[item.name])
-            if typed is not value:
+            value, hint = getattr(self, item.name), hints[item.name]
+            if not declared(type(value), hint):
+                typed = as_declared(f"{type(self).__name__}.{item.name}", value, hint)
                 object.__setattr__(self, item.name, typed)
 
 
-def of_type(name: str, value: Any, hint: Any) -> Any:
-    """``value`` as the field ``name`` of type ``hint`` holds it (a spec as a ModelChoice, a str as a
-    Path), or a PipelineError naming the field, what it got and the type to pass."""
+def declared(kind: type, hint: Any) -> bool:
+    """Whether a value of class ``kind`` is of the type ``hint`` (a model: has ``ModelInput``'s members;
+    a bool only where a bool is meant)."""
+    if hint is ModelInput:
+        return all(hasattr(kind, member) for member in MODEL_MEMBERS)
+    allowed = classes(hint)
+    return issubclass(kind, allowed) and (bool in allowed or not issubclass(kind, bool))
+
+
+def as_declared(name: str, value: Any, hint: Any) -> Any:
+    """``value``, which is not of the type ``hint`` of the field ``name``, as the field holds it (a
+    model's spec as a ModelChoice, a str as a Path), or a PipelineError naming the field, what it got
+    and the type to pass."""
     if hint is ModelInput:
         if isinstance(value, (str, os.PathLike)) and isinstance(os.fspath(value), str):
             return ModelChoice(spec=os.fspath(value))
-        if isinstance(value, ModelInput):
-            return value
         raise PipelineError(f"{name} is {shown(value)}: pass {MODELS}")
     allowed = classes(hint)
-    if isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed):
-        return value
     if Path in allowed and isinstance(value, str):
         return Path(value)
     names = " or ".join("None" if c is type(None) else c.__name__ for c in allowed)

@@ -54,7 +54,7 @@ class ScoreJob(TypedJob, ArtifactInput):
             settings=parse(ScoreSettings, values),
             compute=parse(Compute, values),
             results=Path(str(values["results"])),
-            progress=flag(values, "progress"),
+            progress=flag(values["progress"], "progress"),
         )
 
     append = staticmethod(score_lines.append)
