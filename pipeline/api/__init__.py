@@ -110,7 +110,9 @@ def score(
     there, as `make score` does (``model_name`` names the model on the leaderboard; the line records
     the model's identity, a hash of its parameters and tokenizer, and the documents when they are not
     all of the artifact's)."""
-    settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
+    settings, compute = with_options(
+        options, given(settings, ScoreSettings(), "settings"), given(compute, Compute(), "compute")
+    )
     job = ScoreJob(
         model=HeldModel(model, tokenizer, model_name),
         artifact=keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens"),
@@ -146,7 +148,10 @@ def find_key_tokens(
     float32 on CUDA, as the stage) and the documents' (``max_tokens``, ``min_tokens``, ``add_bos``).
     Documents of K tokens or fewer have no key token and are listed in ``manifest["skipped"]``."""
     definition, compute, documents = with_options(
-        options, definition or KeyTokenDefinition(), compute or STAGE_COMPUTE, Documents()
+        options,
+        given(definition, KeyTokenDefinition(), "definition"),
+        given(compute, STAGE_COMPUTE, "compute"),
+        Documents(),
     )
     lm = in_memory(evaluator_model, evaluator_tokenizer, evaluator_name)
     selection = select(as_documents(texts), lm, definition, documents, CorpusSpec(name=IN_MEMORY), compute)
@@ -178,7 +183,7 @@ def answer_gains(
     - log P(answer | question), a question counted only with its located evidence inside the kept
     context. ``answer_gain.summary`` of the list gives the means per limit and question type.
     ``options``: fields of ``Compute``."""
-    (compute,) = with_options(options, compute or Compute())
+    (compute,) = with_options(options, given(compute, Compute(), "compute"))
     lm = in_memory(model, tokenizer, model_name)
     artifact = opened(keytokens)
     questions, texts = answer_gain.questions_of(artifact, tasks)
@@ -214,6 +219,20 @@ def as_path(value: Any, name: str) -> Any:
     if isinstance(value, os.PathLike) and isinstance(os.fspath(value), str):
         return Path(value)
     raise PipelineError(f"{name} is {type(value).__name__} ({value!r:.80}): pass a str or a pathlib.Path")
+
+
+def given(value: Any, default: Any, name: str) -> Any:
+    """A settings argument (``settings=``, ``compute=``, ``definition=``): ``default`` for None, else an
+    object of the default's type (a dict is no ``ScoreSettings``: its fields go as keyword arguments)."""
+    if value is None:
+        return default
+    if not isinstance(value, type(default)):
+        kind = type(default).__name__
+        raise PipelineError(
+            f"{name} is {type(value).__name__} ({value!r:.80}): pass a {kind}, or its settings as keyword "
+            f"arguments ({', '.join(field_names(type(default))[:2])}, ...)"
+        )
+    return value
 
 
 def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:

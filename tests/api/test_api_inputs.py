@@ -217,6 +217,22 @@ def test_a_model_given_as_a_spec_and_a_path_as_text_are_taken_as_such(tiny_artif
         LadderJob("smollm2-135m", tiny_artifact, {}, ScoreSettings(), Compute(), *[tmp_path] * 3)
 
 
+def test_a_settings_argument_of_another_type_is_refused(tiny, tiny_artifact):
+    """On 803d062: ``settings={...}`` with an option was asdict()'s TypeError, without one an
+    AttributeError midway."""
+    model, tokenizer = tiny.model, tiny.tokenizer
+    with pytest.raises(
+        PipelineError, match=r"^settings is dict \(\{'add_bos': False\}\): pass a ScoreSettings, or"
+    ):
+        api.score(model, tokenizer, tiny_artifact, settings={"add_bos": False}, context_limit=64)
+    with pytest.raises(PipelineError, match=r"^compute is str \('cpu'\): pass a Compute, or its settings as"):
+        api.find_key_tokens(["a text " * 30], model, tokenizer, compute="cpu")
+    with pytest.raises(
+        PipelineError, match=r"^definition is dict \(\{'K': 16\}\): pass a KeyTokenDefinition"
+    ):
+        api.find_key_tokens(["a text " * 30], model, tokenizer, definition={"K": 16})
+
+
 def test_what_is_no_job_is_refused():
     from pipeline.jobs.score import ScoreJob
 
