@@ -92,10 +92,10 @@ MODELS = (
 
 class TypedJob:
     """A job (a dataclass) whose fields are checked when it is made, by a command or by hand for
-    ``pipeline.api.run``: each must be of its declared type (a bool a bool: ``progress="no"`` is no
-    False), else one PipelineError naming the field and the type to pass. A model given as a str or a
-    path is that spec (``ModelChoice(spec=...)``, as `make score MODEL=...`); a path field given as a
-    str is that path."""
+    ``pipeline.api.run``: each must be of its declared type (a bool field takes True or False only:
+    ``progress="no"`` is no False), else one PipelineError naming the field and the type to pass. A
+    model given as a str or a path is that spec (``ModelChoice(spec=...)``, as `make score MODEL=...`);
+    a path field given as a str is that path."""
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
