@@ -120,18 +120,42 @@ def _stop_now(signum: int, frame: Any) -> NoReturn:
 def quiet_on_closed_pipe() -> Iterator[None]:
     """Output whose reader stopped reading (``longppl score --help | head``, a summary piped into a
     program that exits) ends there, quietly, as a command-line tool's does: no traceback, exit status
-    ``CLOSED_PIPE``. Standard output is pointed at /dev/null, so that Python's last flush cannot fail
-    again. A BrokenPipeError from another pipe than standard output is not this case and goes on."""
+    ``CLOSED_PIPE``. What is still buffered is flushed on the way out, also when the block exits
+    (``--help`` does), so that the failure comes here, not in the interpreter's last flush; standard
+    output is then pointed at /dev/null. A BrokenPipeError from another pipe goes on as it is, and an
+    exit with an error keeps its status."""
     try:
         yield
-        sys.stdout.flush()  # what is still buffered fails here, not in the interpreter's last flush
     except BrokenPipeError:
         if not reader_gone(sys.stdout):
             raise
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        stop_writing()
         sys.exit(CLOSED_PIPE)
+    except SystemExit as exc:
+        if not flushed():
+            raise SystemExit(exc.code if exc.code not in (0, None) else CLOSED_PIPE) from None
+        raise
+    if not flushed():
+        sys.exit(CLOSED_PIPE)
+
+
+def flushed() -> bool:
+    """Standard output flushed; False (and it pointed at /dev/null) when its reader is gone."""
+    try:
+        sys.stdout.flush()
+        return True
+    except BrokenPipeError:
+        if not reader_gone(sys.stdout):
+            raise
+        stop_writing()
+        return False
+
+
+def stop_writing() -> None:
+    """Standard output pointed at /dev/null: nothing more to a reader that is gone."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def reader_gone(stream: Any) -> bool:
