@@ -97,9 +97,11 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--other", action="append", default=[], help="an artifact made elsewhere")
-    parser.add_argument("--documents", type=int, default=CASE.sizes[0], help="documents of each variant run")
+    parser.add_argument(
+        "--documents", type=shared.whole(1), default=CASE.sizes[0], help="documents of each variant run"
+    )
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
+    parser.add_argument("--out", type=shared.output_file, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     base = open_artifact(args.artifact)
     rows = [comparison(f"other: {shared.relative(path)}", base, open_artifact(path)) for path in args.other]
@@ -127,4 +129,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from bench import runner, shared
 from bench.gpu_child import WORK, before_first_text, command_line, paper_overrides, paths, read_events
+from pipeline.errors import ArgumentParser
 from studies import random_models as random_weights
 from studies.random_models import LLAMA3_ROPE, LLAMA31_SHAPES
 
@@ -299,22 +300,28 @@ def versus(run: dict, other: dict | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=shared.program(), description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
     for step in ("build", "measure", "all"):
         s = sub.add_parser(step)
         s.add_argument("--work", type=Path, default=WORK)
-        s.add_argument("--texts", type=int, default=3)
-        s.add_argument("--tokens", type=int, default=32767)
+        s.add_argument("--texts", type=shared.whole(1), default=3)
+        s.add_argument("--tokens", type=shared.whole(2), default=32767)
         s.add_argument("--device", default="cuda")
         s.add_argument("--shape", choices=sorted(SHAPES), default="llama3.1-8b")
-        s.add_argument("--tokenizer", type=Path, help="a saved tokenizer (default: the embedded SmolLM2's)")
+        s.add_argument(
+            "--tokenizer", type=shared.existing, help="a saved tokenizer (default: the embedded SmolLM2's)"
+        )
         s.add_argument(
             "--float32", action="store_true", help="stage 1 in float32 on one text, TF32 off and on"
         )
-        s.add_argument("--budget", type=float, default=3600, help="seconds for every contender together")
         s.add_argument(
-            "--json", type=Path, help="where the measurement goes (default: <work>/gpu-<tokens>.json)"
+            "--budget", type=shared.above(0), default=3600, help="seconds for every contender together"
+        )
+        s.add_argument(
+            "--json",
+            type=shared.output_file,
+            help="where the measurement goes (default: <work>/gpu-<tokens>.json)",
         )
         s.add_argument(
             "--only", nargs="*", help="contenders by name: 'stage 1' 'find_key_token' 'stage 2' ..."
@@ -342,4 +349,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -27,7 +27,6 @@ what was measured before it is cut is kept.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from functools import partial
@@ -36,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from bench import runner
+from bench import runner, shared
 from bench.gpu_child import WORK, compile_options, paths
+from pipeline.errors import ArgumentParser
 
 K, D = 4096, 1024  # the paper's; --K and --d for a dry run on short texts
 LOAD_DIRECT, LOAD_OURS, FIRST = (
@@ -271,15 +271,17 @@ CASE = runner.Case(
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=shared.program(), description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=WORK)
-    parser.add_argument("--tokens", type=int, default=32767)
-    parser.add_argument("--texts", type=int, default=2, help="the bench-gpu run whose artifact is read")
+    parser.add_argument("--tokens", type=shared.whole(2), default=32767)
+    parser.add_argument(
+        "--texts", type=shared.whole(1), default=2, help="the bench-gpu run whose artifact is read"
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--compile", metavar="MODE[:DYNAMIC]", help="the layers under torch.compile, last")
     parser.add_argument("--quick", action="store_true", help="one window batch, cuDNN alone, one head block")
-    parser.add_argument("--K", type=int, default=K)
-    parser.add_argument("--d", type=int, default=D)
+    parser.add_argument("--K", type=shared.whole(1), default=K)
+    parser.add_argument("--d", type=shared.whole(1), default=D)
     parser.add_argument(
         "--budget", type=float, help="seconds for the whole process (what was measured is kept)"
     )
@@ -310,7 +312,10 @@ def lever_row(row: dict) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()
 
 
 def section(result: dict) -> list[str]:

@@ -9,13 +9,13 @@ stage 1's time goes, and each lever) and ``bench.startup`` (each stage's start-u
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from bench import gpu, gpu_levers, numerics, startup
+from bench import gpu, gpu_levers, numerics, shared, startup
 from bench.gpu_child import WORK
 from bench.runner import ROOT
+from pipeline.errors import ArgumentParser
 
 REPORT = ROOT / "docs/reports/benchmarks-gpu.md"
 SECTIONS = {
@@ -70,11 +70,11 @@ def report(files: list[Path], out: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=shared.program(), description=__doc__.splitlines()[0])
     parser.add_argument(
         "files", type=Path, nargs="*", help="default: what the benches wrote in their work folders"
     )
-    parser.add_argument("--out", type=Path, default=REPORT)
+    parser.add_argument("--out", type=shared.output_file, default=REPORT)
     args = parser.parse_args()
     print(report(args.files or measured(), args.out))
 
@@ -90,4 +90,7 @@ def measured() -> list[Path]:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

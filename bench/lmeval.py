@@ -135,8 +135,8 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--part", choices=("time", "memory", "all"), default="all")
     parser.add_argument("--artifact", default=str(shared.default_artifact()))
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--repeats", type=shared.whole(1), default=1)
+    parser.add_argument("--tokens", type=shared.whole(2), default=4096)
     args = parser.parse_args()
     if args.part in ("memory", "all"):
         memory_part(args.tokens)
@@ -146,4 +146,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

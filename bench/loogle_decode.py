@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from bench import runner, shared
@@ -264,48 +263,80 @@ CASE = runner.Case("loogle_decode", contenders=tuple(gpu_contenders(129)), sizes
                    together=True)  # fmt: skip
 
 
-def main() -> None:
-    if runner.child(CASE):
-        return
+def parsed() -> Any:
+    """The command line, every value checked before any case runs (``--questions 0`` or ``--prompt 3``
+    would fail inside a case, after the model is built): one ``error:`` line each."""
+    from pipeline.loogle.data.questions import TASKS
     from pipeline.models import attention
 
     parser = shared.arguments(__doc__)
     parser.add_argument("--sample", action="store_true", help="the embedded models on the embedded sample")
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
-    parser.add_argument("--tasks", nargs="+", default=["shortdep_qa", "longdep_qa"])
-    parser.add_argument("--limit", type=int, help="the first N questions of each task (default: all)")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=["shortdep_qa", "longdep_qa"])
+    parser.add_argument(
+        "--limit", type=shared.whole(1), help="the first N questions of each task (default: all)"
+    )
+    parser.add_argument("--batch-size", type=shared.whole(1), default=8)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3.1-8b")
     parser.add_argument("--attn", default=attention.NAME)
-    parser.add_argument("--prompt", type=int, help="prompt tokens (default 32000; 2000 for --shape tiny)")
-    parser.add_argument("--questions", type=int, default=8, help="questions of the document, one batch")
-    parser.add_argument("--question", type=int, default=64, help="each question's own tokens where it fits")
     parser.add_argument(
-        "--new", type=int, help="new tokens of the longer runs (default 129; 9 for --shape tiny)"
+        "--prompt", type=shared.whole(2), help="prompt tokens (default 32000; 2000 for --shape tiny)"
     )
-    parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--questions", type=shared.whole(2), default=8, help="questions of the document, one batch"
+    )
+    parser.add_argument(
+        "--question", type=shared.whole(1), default=64, help="each question's own tokens where it fits"
+    )
+    parser.add_argument(
+        "--new", type=shared.whole(2), help="new tokens of the longer runs (default 129; 9 for --shape tiny)"
+    )
+    parser.add_argument("--json", type=shared.output_file)
     args = parser.parse_args()
-    load = os.getloadavg()  # the machine's load (1, 5 and 15 minutes) before and after: a shared machine's
-    if args.sample:
-        options = {"part": "sample", "tasks": args.tasks, "limit": args.limit, "batch_size": args.batch_size}
-        rows = runner.run(CASE, contenders=WAYS, sizes=args.models, options=options, strict=True)
-        out = {"sample": sample_summary(rows), **options}
-    else:
-        tiny = args.shape == "tiny"
-        prompt, new = args.prompt or (2000 if tiny else 32000), args.new or (9 if tiny else 129)
-        options = {"part": "gpu", "shape": args.shape, "attn": args.attn, "questions": args.questions,
-                   "question": args.question}  # fmt: skip
-        rows = runner.run(CASE, contenders=gpu_contenders(new), sizes=[prompt], options=options, strict=True)
-        out = {
-            **gpu_summary(rows, new, args.questions),
-            **options,
-            "prompt_tokens": prompt,
-            "new_tokens": new,
-        }
-    out |= {"machine": runner.machine(), "stamp": runner.stamp(), "load": [load, os.getloadavg()]}
-    print(json.dumps(out))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    tiny = args.shape == "tiny"
+    args.prompt, args.new = args.prompt or (2000 if tiny else 32000), args.new or (9 if tiny else 129)
+    if not args.sample and args.prompt <= args.question:
+        parser.error(
+            f"--prompt {args.prompt} leaves no shared tokens before --question {args.question}'s own"
+        )
+    return args
+
+
+def main() -> None:
+    if runner.child(CASE):
+        return
+    from pipeline.errors import one_line_errors
+    from pipeline.models.loading import ModelChoice
+
+    with one_line_errors():
+        args = parsed()
+        for spec in args.models if args.sample else []:
+            ModelChoice(spec=spec).check()  # before the cases: a spec that cannot load, in one line
+        load = os.getloadavg()  # the machine's load (1, 5 and 15 minutes) before and after: a shared one's
+        if args.sample:
+            options = {
+                "part": "sample",
+                "tasks": args.tasks,
+                "limit": args.limit,
+                "batch_size": args.batch_size,
+            }
+            rows = runner.run(CASE, contenders=WAYS, sizes=args.models, options=options, strict=True)
+            out = {"sample": sample_summary(rows), **options}
+        else:
+            options = {"part": "gpu", "shape": args.shape, "attn": args.attn, "questions": args.questions,
+                       "question": args.question}  # fmt: skip
+            rows = runner.run(CASE, contenders=gpu_contenders(args.new), sizes=[args.prompt], options=options,
+                              strict=True)  # fmt: skip
+            out = {
+                **gpu_summary(rows, args.new, args.questions),
+                **options,
+                "prompt_tokens": args.prompt,
+                "new_tokens": args.new,
+            }
+        out |= {"machine": runner.machine(), "stamp": runner.stamp(), "load": [load, os.getloadavg()]}
+        print(json.dumps(out))
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -160,17 +160,23 @@ def section(result: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = shared.arguments(__doc__)
-    parser.add_argument("--runs", type=int, default=5, help="runs of each stage (medians)")
+    parser.add_argument("--runs", type=shared.whole(1), default=5, help="runs of each stage (medians)")
     parser.add_argument("--sizes", nargs="*", default=["embedded"], choices=CASE.sizes)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--work", type=Path, default=WORK, help="make bench-gpu's work folder (size paper)")
-    parser.add_argument("--tokens", type=int, default=32767, help="its texts' tokens (size paper)")
-    parser.add_argument("--texts", type=int, default=2, help="its stage 1 run's texts (size paper)")
+    parser.add_argument(
+        "--tokens", type=shared.whole(2), default=32767, help="its texts' tokens (size paper)"
+    )
+    parser.add_argument(
+        "--texts", type=shared.whole(1), default=2, help="its stage 1 run's texts (size paper)"
+    )
     parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
     parser.add_argument("--score-overrides", nargs="*", default=[], help="more key=value for stage 2")
-    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the runs (default: unset)")
+    parser.add_argument(
+        "--threads", type=shared.whole(1), help="OMP_NUM_THREADS of the runs (default: unset)"
+    )
     parser.add_argument("--dir", type=Path, default=HERE, help="the runs' artifacts and phase records")
-    parser.add_argument("--json", type=Path, default=HERE / "startup.json")
+    parser.add_argument("--json", type=shared.output_file, default=HERE / "startup.json")
     args = parser.parse_args(argv)
     result = measure(args)
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -180,4 +186,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

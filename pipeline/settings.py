@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, Valida
 from pydantic.dataclasses import dataclass
 
 from pipeline.definition import PAPER_GRID, NotBool, Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type, validation_message
 
 T = TypeVar("T")
 
@@ -65,6 +65,7 @@ DEFAULT_VOCAB_TILE = 16384
 DEFAULT_WINDOW_BATCH_TOKENS = 16384
 
 
+@settings_type
 @dataclass(frozen=True)
 class Compute:
     """How models run, shared by every command that runs one (``conf/compute.yaml``)."""
@@ -98,6 +99,7 @@ def _finite_pairs(value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, 
 Grid = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_grid), AfterValidator(_finite_pairs)]
 
 
+@settings_type
 @dataclass(frozen=True)
 class ScoreSettings:
     """What the score stage's numbers depend on besides the model and the artifact."""
@@ -134,11 +136,16 @@ def parse(cls: type[T], values: Mapping[str, Any], *, prefix: str = "", strict: 
     try:
         return TypeAdapter(cls).validate_python({k: v for k, v in values.items() if k in names})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
-        value = values.get(str(first["loc"][0])) if first["type"] == "missing" else first.get("input")
-        message = first["msg"].removeprefix("Value error, ")
-        raise PipelineError(f"setting {prefix}{where}={value!r}: {message}") from None
+        raise PipelineError(validation_message(exc, values, prefix)) from None
+
+
+def flag(value: Any, name: str) -> bool:
+    """The true/false setting ``name`` of a command's config, read as ``parse`` reads a bool field
+    (``progress=no`` is False, ``progress=maybe`` an error), never by Python's truth (any text is True)."""
+    try:
+        return TypeAdapter(bool).validate_python(value)
+    except ValidationError as exc:
+        raise PipelineError(f"setting {name}={value!r}: {exc.errors()[0]['msg']}") from None
 
 
 def parse_group(cls: type[T], values: Mapping[str, Any], group: str) -> T:

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import numbers
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
@@ -113,14 +111,16 @@ def score(
     there, as `make score` does (``model_name`` names the model on the leaderboard; the line records
     the model's identity, a hash of its parameters and tokenizer, and the documents when they are not
     all of the artifact's)."""
-    settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
+    settings, compute = with_options(
+        options, given(settings, ScoreSettings(), "settings"), given(compute, Compute(), "compute")
+    )
     job = ScoreJob(
         model=HeldModel(model, tokenizer, model_name),
         artifact=keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens"),
         settings=settings,
         compute=compute,
         results=None if results_file is None else Path(as_path(results_file, "results_file")),
-        documents=checked_documents(documents),
+        documents=documents,
         progress=progress,
         results_setting="results_file",
     )
@@ -149,7 +149,10 @@ def find_key_tokens(
     float32 on CUDA, as the stage) and the documents' (``max_tokens``, ``min_tokens``, ``add_bos``).
     Documents of K tokens or fewer have no key token and are listed in ``manifest["skipped"]``."""
     definition, compute, documents = with_options(
-        options, definition or KeyTokenDefinition(), compute or STAGE_COMPUTE, Documents()
+        options,
+        given(definition, KeyTokenDefinition(), "definition"),
+        given(compute, STAGE_COMPUTE, "compute"),
+        Documents(),
     )
     lm = in_memory(evaluator_model, evaluator_tokenizer, evaluator_name)
     selection = select(as_documents(texts), lm, definition, documents, CorpusSpec(name=IN_MEMORY), compute)
@@ -181,7 +184,7 @@ def answer_gains(
     - log P(answer | question), a question counted only with its located evidence inside the kept
     context. ``answer_gain.summary`` of the list gives the means per limit and question type.
     ``options``: fields of ``Compute``."""
-    (compute,) = with_options(options, compute or Compute())
+    (compute,) = with_options(options, given(compute, Compute(), "compute"))
     lm = in_memory(model, tokenizer, model_name)
     artifact = opened(keytokens)
     questions, texts = answer_gain.questions_of(artifact, tasks)
@@ -224,6 +227,20 @@ def as_path(value: Any, name: str) -> Any:
     raise PipelineError(f"{name} is {type(value).__name__} ({value!r:.80}): pass a str or a pathlib.Path")
 
 
+def given(value: Any, default: Any, name: str) -> Any:
+    """A settings argument (``settings=``, ``compute=``, ``definition=``): ``default`` for None, else an
+    object of the default's type (a dict is no ``ScoreSettings``: its fields go as keyword arguments)."""
+    if value is None:
+        return default
+    if not isinstance(value, type(default)):
+        kind = type(default).__name__
+        raise PipelineError(
+            f"{name} is {type(value).__name__} ({value!r:.80}): pass a {kind}, or its settings as keyword "
+            f"arguments ({', '.join(field_names(type(default))[:2])}, ...)"
+        )
+    return value
+
+
 def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:
     """Each of ``defaults`` (settings objects) with the ``options`` named by its fields, checked as
     the command line checks them; an option no object has is an error that lists them."""
@@ -239,22 +256,6 @@ def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:
     return out
 
 
-def checked_documents(documents: Any) -> int | Sequence[str] | None:
-    """None, a positive number, or a list of document ids (str)."""
-    if documents is None:
-        return None
-    if isinstance(documents, numbers.Integral) and not isinstance(documents, (bool, np.bool_)):
-        if documents < 1:
-            raise PipelineError(f"documents={documents}: give a positive number, a list of ids, or None")
-        return int(documents)
-    ids = None if isinstance(documents, (str, bytes, bool)) else documents
-    if not isinstance(ids, (Sequence, set, frozenset)) or not all(isinstance(d, str) for d in ids):
-        raise PipelineError(
-            f"documents={documents!r}: give a positive number, a list of document ids (str), or None"
-        )
-    return list(ids)
-
-
 def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Document]:
     """One text, a list (ids doc-00000, ...) or a mapping id -> text; each text a str."""
     if isinstance(texts, str):
@@ -266,7 +267,16 @@ def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Documen
     items = (
         texts.items() if isinstance(texts, Mapping) else ((f"doc-{i:05d}", t) for i, t in enumerate(texts))
     )
+    items = list(items)
     documents = [Document(id=str(doc_id), text=text) for doc_id, text in items]
+    seen: dict[str, Any] = {}
+    for doc_id, _ in items:
+        if str(doc_id) in seen:
+            raise PipelineError(
+                f"texts has the ids {seen[str(doc_id)]!r} and {doc_id!r}, one id '{doc_id}' as text: give "
+                "each document its own id"
+            )
+        seen[str(doc_id)] = doc_id
     bad = next((d for d in documents if not isinstance(d.text, str)), None)
     if bad is not None:
         decode = (

@@ -16,7 +16,7 @@ import pydantic.dataclasses
 from pydantic import Field
 
 from pipeline.definition import Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.files import recorded_path
 from pipeline.forgetting.curve import CurveSettings, measure_curve, memory_lengths
 from pipeline.forgetting.samples import (
@@ -30,19 +30,20 @@ from pipeline.forgetting.samples import (
     resolve_max_length,
     special_tokens,
 )
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
 from pipeline.models.logprobs import TargetScorer
 from pipeline.provenance import json_sha256
 from pipeline.reporting.forgetting import plot_name, write_plot
 from pipeline.results import forgetting as curve_lines
-from pipeline.settings import Compute, parse, parse_group
+from pipeline.settings import Compute, flag, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
 PRESETS = ("cpu", "paper")  # conf/forgetting/preset/
 TokenId = Annotated[int, Field(ge=0)]
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class CurveOptions:
     """The command's settings (``conf/forgetting/``), checked before anything loads."""
@@ -63,7 +64,7 @@ class CurveOptions:
 
 
 @dataclass(frozen=True)
-class CurveJob:
+class CurveJob(TypedJob):
     """`make forgetting-curve`'s settings, typed: the model, the curve's options, the corpus (none for
     random tokens), and where the line and the picture go."""
 
@@ -87,7 +88,7 @@ class CurveJob:
             corpus=parse_group(CorpusSpec, values, "corpus") if options.source == "corpus" else None,
             results=Path(str(values["results"])),
             plot_dir=Path(str(values["plot_dir"])),
-            progress=bool(values["progress"]),
+            progress=flag(values["progress"], "progress"),
         )
 
     def outputs(self) -> dict[str, Path]:

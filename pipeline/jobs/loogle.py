@@ -17,9 +17,9 @@ from pydantic import Strict
 
 from pipeline.artifact.lock import exclusive
 from pipeline.definition import NotBool
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.formats import file_slug, terminal_text
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
 from pipeline.loogle.data.questions import TASKS, Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions, tasks_held
 from pipeline.loogle.generation.answering import (
@@ -49,6 +49,7 @@ from pipeline.settings import Compute, parse, parse_group
 WholeNumber = Annotated[int, NotBool, Strict()]
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class LoogleOptions:
     """``conf/loogle.yaml``'s own settings (the model and compute settings are their own types). The
@@ -102,7 +103,7 @@ class Clock:
 
 
 @dataclass(frozen=True)
-class LoogleJob:
+class LoogleJob(TypedJob):
     """`make loogle`'s settings, typed: the model, LooGLE's own settings, and where its predictions
     files and results lines go."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
 from pipeline.models.loading import LoadedModel
 from pipeline.models.logprobs import TargetScorer
 from pipeline.score.engine import Text, logprobs, plain_texts
@@ -17,7 +17,7 @@ from pipeline.settings import Compute, ScoreSettings
 
 
 @dataclass(frozen=True)
-class TextsJob:
+class TextsJob(TypedJob):
     """The texts (each an id for messages and the text) and `make score`'s settings."""
 
     model: ModelInput

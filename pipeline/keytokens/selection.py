@@ -13,7 +13,7 @@ from pydantic.dataclasses import dataclass as settings_dataclass
 
 from pipeline.artifact.schema import settings_fingerprint
 from pipeline.definition import KeyTokenDefinition, Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.models.loading import LoadedModel, dtype_name, resolve_head_dtype
 from pipeline.models.placement import gpu_record
 from pipeline.provenance import library_versions, text_sha256
@@ -26,6 +26,7 @@ from pipeline.text.tokenization import encode_truncated
 STAGE_COMPUTE = Compute(head_dtype="auto")
 
 
+@settings_type
 @settings_dataclass(frozen=True)
 class Documents:
     """Which documents a run scores and how the evaluator reads them."""

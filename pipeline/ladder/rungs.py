@@ -18,7 +18,7 @@ from pydantic.dataclasses import dataclass as settings_dataclass
 
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import NotBool, Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.ladder.effective import LadderSums, Rung
 from pipeline.models.loading import LoadedModel
 from pipeline.score.engine import ScoreResult, Scoring, Texts, score_texts, texts_of
@@ -45,6 +45,7 @@ def _finite(value: float) -> float:
     return value
 
 
+@settings_type
 @settings_dataclass(frozen=True)
 class LadderSettings:
     """Which context limits (rungs) to score at, and how the effective context length is read."""

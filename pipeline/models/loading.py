@@ -19,7 +19,7 @@ import pydantic.dataclasses
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.models import attention
 from pipeline.models.fast_tokenizer import load_tokenizer
 from pipeline.models.gguf import check_header, default_cache_dir
@@ -295,6 +295,7 @@ def attention_dispatches(model: Any) -> bool:
     return attention.CALLS[0] > before
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class ModelChoice:
     """A model as a Hydra ``evaluator/`` or ``model/`` group describes it (``conf/model/*.yaml``)."""

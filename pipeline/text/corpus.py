@@ -20,7 +20,7 @@ from pydantic import AfterValidator
 from tqdm.auto import tqdm
 
 from pipeline.definition import Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.files import locate_input
 from pipeline.provenance import text_sha256
 from pipeline.settings import NonNegative, parse
@@ -60,6 +60,7 @@ def distinct_tasks(tasks: Sequence[str]) -> Sequence[str]:
     return tasks
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class CorpusSpec:
     """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (a Hub id, or a local
