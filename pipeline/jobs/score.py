@@ -49,6 +49,7 @@ class ScoreJob(ArtifactInput):
             progress=bool(values["progress"]),
         )
 
+    results_kind = score_lines.KIND
     append = staticmethod(score_lines.append)
 
     def measure(
