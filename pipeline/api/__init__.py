@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from pipeline.artifact.reader import load_artifact, open_artifact
 from pipeline.artifact.schema import DOCUMENTS_SCHEMA, MANIFEST, PER_TOKEN, KeyTokenArtifact, new_manifest
-from pipeline.artifact.writer import write_artifact
+from pipeline.artifact.writer import check_output, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.jobs import recipe
@@ -194,6 +194,7 @@ def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
     """Write an artifact held in memory (``find_key_tokens``) as an artifact directory that `make score`
     reads; returns the directory."""
     root = Path(as_path(directory, "directory"))
+    check_output(root, "directory")
     if (root / MANIFEST).exists():
         raise PipelineError(f"{root} already holds an artifact: choose another directory")
     write_artifact(root, artifact)
