@@ -110,11 +110,11 @@ def non_finite_path(value: Any, path: str = "") -> str | None:
     return None
 
 
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """A Parquet file (zstd), written whole."""
+def write_table_atomic(path: Path, table: pa.Table, checked: Checked | None = None) -> None:
+    """A Parquet file (zstd), written whole (where ``checked`` found it, when given)."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
-    write_bytes_atomic(path, sink.getvalue().to_pybytes())
+    write_bytes_atomic(path, sink.getvalue().to_pybytes(), checked)
 
 
 def recorded_path(path: str | Path) -> str:
