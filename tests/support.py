@@ -861,6 +861,8 @@ LAYERS = [
             "pipeline.formats",
             "pipeline.provenance",
             "pipeline.hub",
+            "pipeline.outputs",
+            "pipeline.marks",
             "pipeline.commands.shell",
         ),
     ),

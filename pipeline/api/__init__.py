@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from pipeline.artifact.reader import load_artifact, open_artifact
 from pipeline.artifact.schema import DOCUMENTS_SCHEMA, MANIFEST, PER_TOKEN, KeyTokenArtifact, new_manifest
 from pipeline.artifact.shards import Sharding
-from pipeline.artifact.writer import write_artifact
+from pipeline.artifact.writer import check_output, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.jobs import recipe
@@ -203,6 +203,7 @@ def save_key_tokens(
     ``pipeline.artifact.shards``)."""
     sharding = parse(Sharding, {"shard_rows": shard_rows})
     root = Path(as_path(directory, "directory"))
+    check_output(root, "directory")
     if (root / MANIFEST).exists():
         raise PipelineError(f"{root} already holds an artifact: choose another directory")
     write_artifact(root, artifact, sharding.shard_rows)

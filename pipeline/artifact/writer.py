@@ -4,7 +4,9 @@ Each finished document is a part, ``parts/<index>/`` (its three tables, written 
 directory and renamed into place: a part is complete or absent); ``run.json`` holds the settings
 fingerprint that a resumed run must match. ``finalize`` concatenates the parts in document order
 into the tables of ``pipeline.artifact.schema`` and writes the manifest last. ``write_artifact`` writes an
-artifact whose tables are already whole (an imported one, or one computed in memory).
+artifact whose tables are already whole (an imported one, or one computed in memory). ``FOLDER`` is
+where a run may write one (``pipeline.outputs``): a new or empty folder, or an artifact's (finished, or
+a run's with its ``run.json`` or ``parts/``), never a folder of other files.
 """
 
 from __future__ import annotations
@@ -41,7 +43,26 @@ from pipeline.artifact.schema import (
 )
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic, write_table_atomic
+from pipeline.outputs import FolderKind, Output, check
 from pipeline.provenance import file_sha256
+
+
+def foreign_folder(folder: Path) -> str | None:
+    """Why ``folder`` is no artifact's folder: it holds files, but no manifest, run record or parts."""
+    names = sorted(p.name for p in folder.iterdir())
+    if not names or {MANIFEST, RUN_STATE, PARTS} & set(names):
+        return None
+    return f"a folder that holds no artifact ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+
+
+FOLDER = FolderKind("artifacts' folders (new, empty, or an artifact's)", "`make keytokens`", foreign_folder,
+                    is_artifact=True)  # fmt: skip
+
+
+def check_output(root: Path, setting: str = "output_dir") -> None:
+    """Where an artifact is to be written, checked before any work (``pipeline.outputs``): a new or empty
+    folder, or an artifact's, in no artifact's or model's folder, on a disk this process can write."""
+    check(Output(setting, root, FOLDER))
 
 
 class ArtifactWriter:

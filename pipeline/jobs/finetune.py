@@ -26,7 +26,7 @@ from pipeline.settings import Compute, DirectoryName, directory_name, parse, par
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
 from pipeline.training.sequences import TrainingSequence, build_sequences
-from pipeline.training.trainer import finetune, training_arguments
+from pipeline.training.trainer import check_output, finetune, training_arguments
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -87,13 +87,14 @@ def run(job: FinetuneJob) -> dict[str, Any]:
     offline_unless(*remote)
     if options.max_length:
         check_weighted(options, definition, options.max_length)
+    run_dir = Path(options.output_dir).absolute() / run_name(options, definition, corpus, choice)
+    check_output(run_dir)
     choice.check()
     # Loaded on the CPU; the Trainer puts it on its device (each process its own GPU).
     lm = choice.load(dataclasses.replace(compute, device="cpu"))
     settings = LongCESettings.for_model(options.source, definition, compute, lm.tokenizer)
     sequences, data, artifact = training_data(options, corpus, lm)
     check_weighted(options, definition, data["max_length"])
-    run_dir = Path(options.output_dir).absolute() / run_name(options, definition, corpus, choice)
     if isinstance(training.get("deepspeed"), str):
         training["deepspeed"] = str(Path(training["deepspeed"]).absolute())
     args = training_arguments(run_dir, training, compute.device, options.seed)

@@ -31,8 +31,10 @@ from pipeline.forgetting.samples import (
     special_tokens,
 )
 from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
+from pipeline.marks import folder_for
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
 from pipeline.models.logprobs import TargetScorer
+from pipeline.outputs import Output
 from pipeline.provenance import json_sha256
 from pipeline.reporting.forgetting import plot_name, write_plot
 from pipeline.results import forgetting as curve_lines
@@ -91,8 +93,8 @@ class CurveJob(TypedJob):
             progress=flag(values["progress"], "progress"),
         )
 
-    def outputs(self) -> dict[str, Path]:
-        return {}
+    def outputs(self) -> list[Output]:
+        return [Output("plot_dir", self.plot_dir, folder_for("folders of pictures", "forgetting-curve"))]
 
     def needs_hub(self) -> bool:
         return self.corpus is not None and self.corpus.needs_network
@@ -100,6 +102,7 @@ class CurveJob(TypedJob):
     def open(self) -> list[Document]:
         return load_corpus(self.corpus) if self.corpus is not None else []
 
+    results_kind = curve_lines.KIND
     append = staticmethod(curve_lines.append)
 
     def measure(

@@ -30,7 +30,7 @@ from pipeline.artifact.schema import (
     settings_fingerprint,
     table_from_columns,
 )
-from pipeline.artifact.writer import DamagedRecord, read_record, write_artifact
+from pipeline.artifact.writer import DamagedRecord, check_output, read_record, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.files import locate_input
@@ -132,6 +132,7 @@ def run(job: ImportJob) -> dict[str, Any]:
     root = Path(options.output_dir).absolute() / (
         options.name or directory_name(f"{spec.name}--official--{official.folder}")
     )
+    check_output(root)
     fingerprint = settings_fingerprint(settings, KEY_SPANS)
     if (existing := existing_same(root, fingerprint)) is not None:
         return existing

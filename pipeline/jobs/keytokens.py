@@ -26,6 +26,7 @@ from pipeline.artifact import lock
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.artifact.statistics import statistics
+from pipeline.artifact.writer import check_output
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
 from pipeline.hub import offline_unless
@@ -103,6 +104,7 @@ def run(settings: KeyTokenSettings) -> dict[str, Any]:
     directory's lock (rank 0, throughout: a second run on the same artifact stops at once), the
     evaluator and its scorer, then the stage (``pipeline.keytokens.stage``); returns the manifest."""
     started = time.time()
+    check_output(settings.artifact_dir())
     offline_unless(settings.corpus.needs_network, settings.evaluator.needs_hub)
     settings.evaluator.check()
     questions = load_loogle_corpus(settings.corpus) if settings.corpus.loogle else None  # LooGLE's

@@ -17,8 +17,10 @@ from pipeline.formats import file_slug
 from pipeline.jobs.recipe import ArtifactInput, JobResult, ModelInput, Record, TypedJob
 from pipeline.ladder.effective import effective_length
 from pipeline.ladder.rungs import LadderRun, LadderSettings, run_ladder
+from pipeline.marks import folder_for
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer
+from pipeline.outputs import Output
 from pipeline.reporting.ladder import write_plot
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_lines
@@ -61,7 +63,11 @@ class LadderJob(TypedJob, ArtifactInput):
             progress=flag(values["progress"], "progress"),
         )
 
+    results_kind = ladder_lines.KIND
     append = staticmethod(ladder_lines.append)
+
+    def outputs(self) -> list[Output]:
+        return [Output("plot_dir", self.plot_dir, folder_for("folders of pictures", "ladder"))]
 
     def measure(
         self,

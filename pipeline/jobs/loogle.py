@@ -30,16 +30,18 @@ from pipeline.loogle.generation.answering import (
     predict_task,
     prompt_limit,
 )
+from pipeline.loogle.generation.predictions import KIND as PREDICTIONS
 from pipeline.loogle.generation.predictions import resumed
 from pipeline.loogle.metrics.evaluation import evaluate
 from pipeline.loogle.metrics.reorder import check_timeline
 from pipeline.loogle.metrics.task_scores import bertscore_mode
+from pipeline.marks import folder_for
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer
+from pipeline.outputs import Output, check, kernel_filesystem, special_file
 from pipeline.provenance import json_sha256
 from pipeline.results import loogle as loogle_lines
 from pipeline.results.keys import model_identity
-from pipeline.results.lines import check_writable, kernel_filesystem, special_file
 from pipeline.results.loogle import loogle_row
 from pipeline.results.score import model_record
 from pipeline.settings import Compute, parse, parse_group
@@ -124,8 +126,11 @@ class LoogleJob(TypedJob):
     def results(self) -> Path:
         return Path(self.options.results)
 
-    def outputs(self) -> dict[str, Path]:
-        return {"predictions_dir": Path(self.options.predictions_dir) / "x.jsonl"}
+    results_kind = loogle_lines.KIND
+
+    def outputs(self) -> list[Output]:
+        folders = folder_for("folders of predictions files", "loogle")
+        return [Output("predictions_dir", Path(self.options.predictions_dir), folders)]
 
     def needs_hub(self) -> bool:
         return self.options.source.data == "hub" or bertscore_mode(self.options.bertscore) == "true"
@@ -213,8 +218,9 @@ def predictions_name(name: str, identity: str, task: str, data: str, budget: str
 
 
 def check_predictions_path(path: Path) -> None:
-    """What lies at a predictions file's path is nothing or a regular file a run can read and rewrite
-    (not a folder, a FIFO, a device, a link leading nowhere, a file of the kernel's): one line."""
+    """What lies at a predictions file's path is nothing or a predictions file a run can read and rewrite
+    (not a folder, a FIFO, a device, a link leading nowhere, a file of the kernel's, another file): one
+    line."""
     why = " is a folder" if path.is_dir() else (f" is {special}" if (special := special_file(path)) else None)
     if why is None and path.exists() and (kernel := kernel_filesystem(path)):
         why = f" is {kernel}"
@@ -223,4 +229,4 @@ def check_predictions_path(path: Path) -> None:
             f"predictions_dir={path.parent}: {path.name}{why}, not a predictions file: remove it, or pass "
             "predictions_dir=<another folder>"
         )
-    check_writable(path, "predictions_dir")
+    check(Output("predictions_dir", path, PREDICTIONS))

@@ -4,7 +4,8 @@ command line. Top to bottom:
 
 0. the job itself: each field of its type, checked when the job is made (``TypedJob``: a job built by
    hand for ``pipeline.api.run`` is refused in one line, never an AttributeError midway);
-1. the outputs: every file the job appends to or writes can be written (before anything loads);
+1. the outputs: every file and folder the job appends to or writes is checked (``pipeline.outputs.check``:
+   a place it may write, and only over its own kind of file), before anything loads;
 2. the offline rule: while no input needs the Hub, ``HF_HUB_OFFLINE=1`` (a missing file fails at once
    instead of waiting on download retries; the setting is put back after the job);
 3. the model: checked (a missing path, a file that is not GGUF, a Hub id out of reach: one line, now);
@@ -36,7 +37,7 @@ from pipeline.errors import PipelineError
 from pipeline.hub import is_hub_dataset
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer, scorer_for
-from pipeline.results.lines import check_writable
+from pipeline.outputs import Checked, FileKind, Output, check
 from pipeline.settings import Compute
 
 Record = Callable[[dict[str, Any]], None]  # appends one results line (and keeps it)
@@ -64,9 +65,10 @@ class Job(Protocol):
     compute: Compute
     results: Path | None  # where its results lines go (None: kept in memory only)
     results_setting: str  # what its user calls that file: results (a command), results_file (the API)
+    results_kind: FileKind  # what that file holds (its schema's ``KIND``: only its lines)
 
-    def outputs(self) -> dict[str, Path]:
-        """The other files it writes, by the setting that names them (a file in a folder it writes)."""
+    def outputs(self) -> list[Output]:
+        """The other files and folders it writes, each with the setting that names it and its kind."""
 
     def needs_hub(self) -> bool:
         """Whether an input other than the model is read from the Hub."""
@@ -74,8 +76,8 @@ class Job(Protocol):
     def open(self) -> Any:
         """Its inputs, opened and checked before the model loads."""
 
-    def append(self, path: Path, row: dict[str, Any]) -> None:
-        """One results line appended, checked by its schema."""
+    def append(self, target: Checked, row: dict[str, Any]) -> None:
+        """One results line appended where it was checked, checked by its schema."""
 
     def measure(
         self, lm: LoadedModel, scorer: TargetScorer, inputs: Any, record: Record, started: float
@@ -159,8 +161,8 @@ class ArtifactInput:
 
     artifact: Any
 
-    def outputs(self) -> dict[str, Path]:
-        return {}
+    def outputs(self) -> list[Output]:
+        return []
 
     def needs_hub(self) -> bool:
         return is_hub_dataset(self.artifact)
@@ -196,28 +198,33 @@ def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
             f"job is {shown(job)}: pass a job of pipeline.jobs (ScoreJob, LadderJob, CurveJob, LoogleJob)"
         )
     started = time.time()
-    path = None if job.results is None else check_writable(job.results, job.results_setting)
-    for name, output in job.outputs().items():
-        check_writable(output, name)
+    results = (
+        None if job.results is None else check(Output(job.results_setting, job.results, job.results_kind))
+    )
+    for output in job.outputs():
+        check(output)
     with offline_unless(job.needs_hub(), job.model.needs_hub):
         job.model.check()
         inputs = job.open()
         lm = job.model.load(job.compute)
         scorer = scorer_for(lm, job.compute)
         rows: list[dict[str, Any]] = []
-        result = job.measure(lm, scorer, inputs, functools.partial(record, job.append, path, rows), started)
-    result.rows, result.path = rows, path
+        result = job.measure(
+            lm, scorer, inputs, functools.partial(record, job.append, results, rows), started
+        )
+    result.rows, result.path = rows, None if results is None else results.path
     for warning in result.warnings:
         (warn or stderr_warning)(warning)
     return result
 
 
 def record(
-    append: Callable[[Path, dict[str, Any]], None], path: Path | None, rows: list[dict[str, Any]], row: dict
+    append: Callable[[Checked, dict[str, Any]], None], results: Checked | None, rows: list[dict], row: dict
 ) -> None:
-    """One results line: appended (by its schema's ``append``) where the job's results go, and kept."""
-    if path is not None:
-        append(path, row)
+    """One results line: appended (by its schema's ``append``) where the job's results go, as they were
+    checked, and kept."""
+    if results is not None:
+        append(results, row)
     rows.append(row)
 
 

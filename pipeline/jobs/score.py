@@ -57,6 +57,7 @@ class ScoreJob(TypedJob, ArtifactInput):
             progress=flag(values["progress"], "progress"),
         )
 
+    results_kind = score_lines.KIND
     append = staticmethod(score_lines.append)
 
     def measure(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.formats import fmt
+from pipeline.marks import made_by
 
 FIGSIZE = (7.0, 5.0)
 DPI = 100
@@ -120,9 +121,11 @@ def figure(size: tuple[float, float] = FIGSIZE) -> Any:
     return fig
 
 
-def png(fig: Any) -> bytes:
+def png(fig: Any, command: str | None = None) -> bytes:
+    """The figure as PNG bytes, marked as ``command``'s (its text ``Software``: ``pipeline.marks``), or
+    with no ``Software`` at all (not matplotlib's version: the same bytes on every install)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": command and made_by(command)})
     return buffer.getvalue()
 
 

@@ -125,7 +125,7 @@ def scatter_png(board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFra
         ax.set_xlabel(label)
         ax.set_ylabel(plot_text(bench))
     fig.tight_layout()
-    return png(fig)
+    return png(fig, "leaderboard")
 
 
 def files(board: pl.DataFrame, benchmarks_csv: str | Path) -> dict[str, bytes]:

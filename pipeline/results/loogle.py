@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline import __version__
 from pipeline.errors import PipelineError
+from pipeline.outputs import Checked
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per
@@ -168,11 +169,16 @@ def loogle_row(
     }
 
 
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate, then append one strict-JSON line; a line its reader would refuse (a field a predictions
-    file gave it, of the wrong type) is one line, and nothing is written."""
-    check(row, f"the line for {path}")
-    lines.append(path, row)
+# A file of these lines as an output (``pipeline.outputs``): one that holds only such lines
+KIND = lines.results_lines("LooGLE results", "loogle", LooGLELine)
+
+
+def append(target: Path | Checked, row: dict[str, Any]) -> None:
+    """Validate, then append one strict-JSON line where ``target`` was checked (a path is checked now, as
+    ``results=``); a line its reader would refuse (a field a predictions file gave it, of the wrong
+    type) is one line, and nothing is written."""
+    check(row, f"the line for {target.path if isinstance(target, Checked) else target}")
+    lines.append(target, row, KIND)
 
 
 def check(row: dict[str, Any], where: str) -> None:

@@ -34,6 +34,7 @@ from pipeline import __version__
 from pipeline.artifact.identity import Identity, check_record, differences
 from pipeline.files import recorded_path
 from pipeline.models.identity import identify_in_memory
+from pipeline.outputs import Checked
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 from pipeline.results.keys import model_key, partial
@@ -234,10 +235,15 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
     }
 
 
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate (a line its readers would refuse is never written), then append one strict-JSON line."""
+# A file of these lines as an output (``pipeline.outputs``): one that holds only such lines
+KIND = lines.results_lines("scores", "score", ScoreLine)
+
+
+def append(target: Path | Checked, row: dict[str, Any]) -> None:
+    """Validate (a line its readers would refuse is never written), then append one strict-JSON line
+    where ``target`` was checked (a path is checked now, as ``results=``)."""
     lines.validate(row, ScoreLine)
-    lines.append(path, row)
+    lines.append(target, row, KIND)
 
 
 def model_record(lm: Any, add_bos: bool) -> dict[str, Any]:

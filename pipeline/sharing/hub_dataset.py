@@ -8,6 +8,7 @@ hashes still verify) plus a dataset card whose YAML front matter declares one co
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from pipeline.artifact.shards import (
 )
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
+from pipeline.marks import marked_folder
+from pipeline.outputs import FolderKind, Output, check, make_folder
 from pipeline.reporting.common import md_code
 from pipeline.settings import Text
 
@@ -209,42 +212,42 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
     names = [*artifact_files(artifact.manifest, table_names(artifact.manifest)), MANIFEST, CARD]
-    own_folder(out, artifact.root, names)
+    folder = own_folder(out, artifact.root, names)
     for name in names[:-1]:
-        (out / name).unlink(missing_ok=True)
-        shutil.copy2(artifact.root / name, out / name)
+        (folder / name).unlink(missing_ok=True)
+        shutil.copy2(artifact.root / name, folder / name)
     card = dataset_card(artifact, repo, license_id)
     check_card(card, artifact, license_id)
-    write_bytes_atomic(out / CARD, card.encode())
+    write_bytes_atomic(folder / CARD, card.encode())
     load_artifact(out)  # the copy verifies like the original
     return out
 
 
-def own_folder(out: Path, source: Path, names: list[str]) -> None:
+def own_folder(out: Path, source: Path, names: list[str]) -> Path:
     """Make ``out`` (with ``MARKER``), or check that an earlier run made it (a failed upload's folder is
-    prepared anew): a folder this command did not make (an artifact, any other), the artifact itself,
-    or one with files it did not write is never written into."""
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise PipelineError(f"out_dir={out} is not a folder `make publish` made: choose a new out_dir")
-        if out.resolve() == source.resolve():
-            raise PipelineError(f"out_dir={out} is the artifact being published: choose a new out_dir")
-        if not (out / MARKER).is_file():
-            raise PipelineError(
-                f"out_dir={out} is a folder `make publish` did not make (nothing was written into it): "
-                "choose a new out_dir, which it makes"
-            )
-        others = sorted(p.name for p in out.iterdir() if p.name not in [*names, MARKER])
-        if others:
-            raise PipelineError(
-                f"{out} holds files that `make publish` did not write ({', '.join(others[:3])}): choose "
-                "another out_dir or delete it"
-            )
-        return
+    prepared anew): a folder this command did not make (an artifact, any other, even an empty one),
+    the artifact itself, or one with files it did not write is never written into (``pipeline.outputs``);
+    the folder, where it leads."""
+    if out.exists() and out.resolve() == source.resolve():
+        raise PipelineError(f"out_dir={out} is the artifact being published: choose a new out_dir")
     if source.resolve() in out.resolve().parents:
         raise PipelineError(f"out_dir={out} is inside the artifact being published: choose a new out_dir")
-    out.mkdir(parents=True)
-    write_bytes_atomic(out / MARKER, b"made by make publish: the folder it uploads\n")
+    return make_folder(check(Output("out_dir", out, publish_folder(names))))
+
+
+def publish_folder(names: list[str]) -> FolderKind:
+    """A folder `make publish` made (``MARKER``; an empty one is not), holding only ``names``: a copy of
+    an artifact, so an artifact's folder as far as its files go."""
+    marked = marked_folder("publish", MARKER, empty=False)
+
+    def mine(folder: Path) -> str | None:
+        if why := marked.mine(folder):
+            return why
+        others = sorted(p.name for p in folder.iterdir() if p.name not in [*names, MARKER])
+        listed = ", ".join(others[:3])
+        return f"a folder that holds files that `make publish` did not write ({listed})" if others else None
+
+    return dataclasses.replace(marked, mine=mine, is_artifact=True)
 
 
 def upload(folder: Path, repo: str, private: bool) -> str:

@@ -40,8 +40,10 @@ from pipeline.artifact.identity import Identity, differences
 from pipeline.artifact.reader import normalized_location, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.files import conf_file, locate_input, strict_json
+from pipeline.files import conf_file, locate_input, strict_json, write_bytes_atomic
+from pipeline.marks import folder_for
 from pipeline.models.loading import ModelChoice
+from pipeline.outputs import Output, check
 from pipeline.results import score as results
 from pipeline.results.keys import context_name, model_identity
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
@@ -362,20 +364,23 @@ class Refreshed:
     tolerance: float
 
 
+# The record a refresh writes whole (record=true): a file of scores lines (``pipeline.outputs``)
+RECORD = dataclasses.replace(results.KIND, appended=False)
+
+
 def refresh_leaderboard(refresh: Refresh) -> Refreshed:
     """Every pinned model rescored against the pinned artifact; the results recorded (``record``) or
     compared with the expected ones (a difference is an error naming it)."""
+    check(Output("work_dir", Path(refresh.work_dir), folder_for("folders of runs", "leaderboard-refresh")))
+    record = check(Output("recorded", Path(refresh.recorded), RECORD)) if refresh.record else None
     models = refresh.pinned()
     artifact = check_identity(refresh)
     expected = recorded_values(refresh, models, artifact)  # before the (long) scoring
     fresh_rows = score_all(refresh, models)
-    if refresh.record:
-        recorded_path = Path(refresh.recorded)
-        recorded_path.parent.mkdir(parents=True, exist_ok=True)
-        recorded_path.write_text(
-            "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
-        )
-        return Refreshed(fresh_rows, recorded_path, refresh.tolerance)
+    if record is not None:
+        data = "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows).encode()
+        write_bytes_atomic(record.path, data, record)
+        return Refreshed(fresh_rows, record.path, refresh.tolerance)
     problems = []
     recorded = {} if all(m.expected is not None for m in models) else recorded_rows(Path(refresh.recorded))
     for model, row in zip(models, fresh_rows, strict=True):

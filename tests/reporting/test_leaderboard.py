@@ -134,14 +134,15 @@ def test_second_render_is_byte_identical(scores, bench, tmp_path):
     assert sorted(first) == sorted(second) and len(first) == 8
     for name in first:
         assert first[name].read_bytes() == second[name].read_bytes(), name
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(first)  # no temp files left
+    made = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert made == sorted([*first, ".longppl-leaderboard"])  # its mark, and no temp files left
 
 
 def test_rerender_without_benchmarks_removes_stale_correlations(scores, bench, tmp_path):
     df = read_scores(scores)
     leaderboard.render(df, tmp_path / "out", bench)
     paths = leaderboard.render(df, tmp_path / "out")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(paths)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([*paths, ".longppl-leaderboard"])
 
 
 def test_newest_row_wins(tmp_path):

@@ -16,7 +16,8 @@ from pipeline.formats import file_slug
 from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions, tasks_held
-from pipeline.results.lines import check_writable
+from pipeline.marks import json_report, made_by
+from pipeline.outputs import Output, check
 from pipeline.text import locating as evidence
 
 HEAD = 80  # characters of an unlocated evidence string shown in the report
@@ -106,17 +107,18 @@ class EvidenceOptions:
 
 
 def locate_evidence(options: EvidenceOptions) -> tuple[dict[str, Any], Path]:
-    """Every task's evidence located and written as JSON (checked writable before any work); the
-    result and where it went."""
+    """Every task's evidence located and written as JSON (its path checked before any work:
+    ``pipeline.outputs``, a JSON report marked ``made_by``); the result and where it went."""
     source = options.source
     offline_unless(source.data == "hub")
     default = Path(options.results_dir) / f"loogle-evidence--{file_slug(source.label, 'data')}.json"
-    out = check_writable(Path(options.out) if options.out else default, "out")
+    out = check(Output("out", Path(options.out) if options.out else default, json_report("loogle-evidence")))
     questions = {task: load_questions(task, source) for task in tasks_of(options.task, source)}
     result = {
+        "made_by": made_by("loogle-evidence"),
         "data": source.label,
         "alignment": settings(),
         "tasks": [report(t, q) for t, q in questions.items()],
     }
-    write_json_atomic(out, result)
-    return result, out
+    write_json_atomic(out.path, result, out)
+    return result, out.path

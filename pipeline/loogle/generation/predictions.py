@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
@@ -25,6 +25,7 @@ from pipeline.loogle.data.bounds import (
     text_problem,
 )
 from pipeline.loogle.data.questions import kind_of, literal
+from pipeline.outputs import FileKind
 from pipeline.results.keys import model_key
 
 OURS = {"task", "data", "fingerprint", "qid", "prediction"}
@@ -189,6 +190,26 @@ def check_official_values(task: str, outputs: list[Any], answers: list[Any], her
         elif why := prediction_problem(output):
             raise PipelineError(f"{here}, field llm_output[{index}]: {why}")
     check_strings(answers, here, "output")
+
+
+def foreign_line(stream: IO[bytes]) -> str | None:
+    """The first line of ``stream`` that is no line of this project's predictions files, as "line N, ...";
+    None when there is none."""
+    number = 0
+    while data := stream.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        try:
+            row = json.loads(data) if data.strip() else {key: None for key in OURS}
+        except (ValueError, RecursionError):
+            row = None
+        if not isinstance(row, dict) or not set(row) >= OURS:
+            return f"line {number}, which is no line of a predictions file"
+    return None
+
+
+# This project's predictions files as an output (``pipeline.outputs``): only their lines; read again,
+# line by line, before a run resumes one (``resumed``)
+KIND = FileKind("predictions files", "`make loogle`", "predictions.jsonl", foreign_line)
 
 
 def write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
