@@ -31,6 +31,7 @@ import polars as pl
 import pydantic.dataclasses
 
 from pipeline.files import write_bytes_atomic
+from pipeline.metric_registry import RANKED_BY, metrics
 from pipeline.provenance import file_sha256
 from pipeline.reporting import correlations
 from pipeline.reporting import ladder as ladder_plot
@@ -55,15 +56,11 @@ from pipeline.results.lmeval import read_lmeval_results
 from pipeline.results.score import read_scores
 from pipeline.settings import Text
 
-# The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
+# The leaderboard's columns: CSV name -> Markdown header (None: CSV only). ``board_columns``: the entry,
+# every metric of the registry (the one it ranks by first; bits per byte n/a on results before schema
+# 2), then the others.
+ENTRY_COLUMNS: dict[str, str | None] = {"rank": "#", "model": "model"}
 COLUMNS: dict[str, str | None] = {
-    "rank": "#",
-    "model": "model",
-    "longppl": "LongPPL",
-    "ppl": "PPL",
-    "longppl_soft": "LongPPL-soft",
-    "bpb": "bits/byte",  # tokenizer-independent (pipeline.score.bpb); n/a on results before schema 2
-    "key_bpb": "key bits/byte",
     "n_key_tokens": "key tokens",
     "n_tokens": "tokens",
     "key_char_coverage": "key-char coverage",
@@ -106,19 +103,24 @@ FORGETTING_NOTE = (
 # Outputs
 
 
+def board_columns() -> dict[str, str | None]:
+    """The entry's columns, every metric of the registry (its label the header), then ``COLUMNS``."""
+    ranked = sorted(metrics(), key=lambda m: m.name != RANKED_BY)  # stable: the registry's order after it
+    return ENTRY_COLUMNS | {m.name: m.label for m in ranked} | COLUMNS
+
+
 def table(
     board: pl.DataFrame, memory: dict[str, dict] | None = None, ladder: dict[str, dict] | None = None
 ) -> list[dict[str, str | None]]:
-    """The leaderboard's cells by column (``COLUMNS``, ``MEMORY_COLUMNS`` when ``memory`` holds an
+    """The leaderboard's cells by column (``board_columns``, ``MEMORY_COLUMNS`` when ``memory`` holds an
     entry's model, ``LADDER_COLUMNS`` when ``ladder`` does): formatted numbers, None where missing."""
     rows = []
     for i, r in enumerate(board.iter_rows(named=True), start=1):
         cells: dict[str, str | None] = {
-            "rank": str(i) if r["longppl"] is not None else "",
+            "rank": str(i) if r[RANKED_BY] is not None else "",
             "model": r["entry"],
         }
-        cells |= {m: fmt(r[m], missing=None) for m in ("longppl", "ppl", "longppl_soft", "key_char_coverage")}
-        cells |= {m: fmt(r[m], missing=None) for m in ("bpb", "key_bpb")}
+        cells |= {k: fmt(r[k], missing=None) for k in (*(m.name for m in metrics()), "key_char_coverage")}
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
         cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "contents", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None
@@ -196,7 +198,7 @@ def columns(
     board: pl.DataFrame, memory: dict[str, dict] | None, ladder: dict[str, dict] | None = None
 ) -> dict[str, str | None]:
     rows = list(board.iter_rows(named=True))
-    shown = COLUMNS | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
+    shown = board_columns() | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
     return shown | (LADDER_COLUMNS if any(ladder_of(r, ladder) for r in rows) else {})
 
 

@@ -1,5 +1,6 @@
-"""The score engine: PPL, LongPPL, LongPPL-soft and bits per byte of a loaded model against key-token
-artifacts, per document and over the corpus, with one loop over documents.
+"""The score engine: every metric of the registry (``pipeline.metric_registry``: PPL, LongPPL,
+LongPPL-soft, bits per byte) of a loaded model against key-token artifacts, per document and over the
+corpus, with one loop over documents.
 
 ``texts_of`` takes the chosen documents of one or several artifacts and tokenizes each distinct text
 once, whole. ``passes`` is the one loop: for each text and each context limit, the model's log-probs
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from pipeline import metric_registry
 from pipeline.artifact.reader import ArtifactDocument, iter_documents
 from pipeline.artifact.schema import NEEDS_TOKEN_VALUES, KeyTokenArtifact
 from pipeline.errors import PipelineError
@@ -365,11 +367,14 @@ def settings_record(
     }
 
 
-def unavailable_metrics(artifact: KeyTokenArtifact) -> dict[str, str]:
-    """Why a metric is null for this artifact, by name (empty when every metric is computed)."""
+def unavailable_metrics(artifact: KeyTokenArtifact, *, grid: bool = True) -> dict[str, str]:
+    """Why a metric (and, with ``grid``, the alpha/beta grid) is null for this artifact, by name; empty
+    when every metric is computed."""
     if artifact.has_token_values:
         return {}
-    return {
-        "longppl_soft": f"LongPPL-soft {NEEDS_TOKEN_VALUES}",
-        "grid": f"the alpha/beta grid {NEEDS_TOKEN_VALUES}",
+    reasons = {
+        m.name: f"{m.label} {NEEDS_TOKEN_VALUES}"
+        for m in metric_registry.metrics()
+        if m.subset in metric_registry.NEEDS_TOKEN_VALUES
     }
+    return reasons | ({"grid": f"the alpha/beta grid {NEEDS_TOKEN_VALUES}"} if grid else {})
