@@ -866,7 +866,7 @@ LAYERS = [
             "pipeline.commands.shell",
         ),
     ),
-    ("settings", ("pipeline.definition", "pipeline.settings")),
+    ("settings", ("pipeline.definition", "pipeline.settings", "pipeline.metric_registry")),
     ("inputs", ("pipeline.text", "pipeline.models")),
     ("contract", ("pipeline.artifact", "pipeline.results")),
     ("reports", ("pipeline.reporting",)),

@@ -36,6 +36,7 @@ import pydantic.dataclasses
 
 from pipeline.files import write_bytes_atomic
 from pipeline.marks import marked_folder
+from pipeline.metric_registry import RANKED_BY, metrics
 from pipeline.outputs import Output, check, make_folder
 from pipeline.provenance import file_sha256
 from pipeline.reporting import correlations
@@ -65,15 +66,11 @@ BOARD_FOLDER = marked_folder(
     "leaderboard", older="if it is a leaderboard written before its folders were marked, delete it"
 )
 
-# The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
+# The leaderboard's columns: CSV name -> Markdown header (None: CSV only). ``board_columns``: the entry,
+# every metric of the registry (the one it ranks by first; bits per byte n/a on results before schema
+# 2), then the others.
+ENTRY_COLUMNS: dict[str, str | None] = {"rank": "#", "model": "model"}
 COLUMNS: dict[str, str | None] = {
-    "rank": "#",
-    "model": "model",
-    "longppl": "LongPPL",
-    "ppl": "PPL",
-    "longppl_soft": "LongPPL-soft",
-    "bpb": "bits/byte",  # tokenizer-independent (pipeline.score.bpb); n/a on results before schema 2
-    "key_bpb": "key bits/byte",
     "n_key_tokens": "key tokens",
     "n_tokens": "tokens",
     "key_char_coverage": "key-char coverage",
@@ -116,19 +113,24 @@ FORGETTING_NOTE = (
 # Outputs
 
 
+def board_columns() -> dict[str, str | None]:
+    """The entry's columns, every metric of the registry (its label the header), then ``COLUMNS``."""
+    ranked = sorted(metrics(), key=lambda m: m.name != RANKED_BY)  # stable: the registry's order after it
+    return ENTRY_COLUMNS | {m.name: m.label for m in ranked} | COLUMNS
+
+
 def table(
     board: pl.DataFrame, memory: dict[str, dict] | None = None, ladder: dict[str, dict] | None = None
 ) -> list[dict[str, str | None]]:
-    """The leaderboard's cells by column (``COLUMNS``, ``MEMORY_COLUMNS`` when ``memory`` holds an
+    """The leaderboard's cells by column (``board_columns``, ``MEMORY_COLUMNS`` when ``memory`` holds an
     entry's model, ``LADDER_COLUMNS`` when ``ladder`` does): formatted numbers, None where missing."""
     rows = []
     for i, r in enumerate(board.iter_rows(named=True), start=1):
         cells: dict[str, str | None] = {
-            "rank": str(i) if r["longppl"] is not None else "",
+            "rank": str(i) if r[RANKED_BY] is not None else "",
             "model": r["entry"],
         }
-        cells |= {m: fmt(r[m], missing=None) for m in ("longppl", "ppl", "longppl_soft", "key_char_coverage")}
-        cells |= {m: fmt(r[m], missing=None) for m in ("bpb", "key_bpb")}
+        cells |= {k: fmt(r[k], missing=None) for k in (*(m.name for m in metrics()), "key_char_coverage")}
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
         cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "contents", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None
@@ -206,7 +208,7 @@ def columns(
     board: pl.DataFrame, memory: dict[str, dict] | None, ladder: dict[str, dict] | None = None
 ) -> dict[str, str | None]:
     rows = list(board.iter_rows(named=True))
-    shown = COLUMNS | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
+    shown = board_columns() | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
     return shown | (LADDER_COLUMNS if any(ladder_of(r, ladder) for r in rows) else {})
 
 

@@ -42,6 +42,7 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import conf_file, locate_input, strict_json, write_bytes_atomic
 from pipeline.marks import folder_for
+from pipeline.metric_registry import perplexities
 from pipeline.models.loading import ModelChoice
 from pipeline.outputs import Output, check
 from pipeline.results import score as results
@@ -198,12 +199,13 @@ def compare(
     fresh: dict[str, Any],
     expected: dict[str, Any],
     tolerance: float,
-    metrics=results.METRICS,
+    metrics: list[str] | None = None,
     source: str = "recorded",
 ) -> list[str]:
-    """The mismatches of one model (``fresh`` and ``expected`` are corpus values), one line each."""
+    """The mismatches of one model (``fresh`` and ``expected`` are corpus values), one line each;
+    ``metrics``: those compared (default: the registry's perplexities)."""
     problems = []
-    for metric in metrics:
+    for metric in perplexities() if metrics is None else metrics:
         new, old = fresh[metric], expected[metric]
         if (new is None) != (old is None) or (new is not None and not abs(new - old) <= tolerance * abs(old)):
             problems.append(
@@ -275,7 +277,7 @@ def recorded_value(
     check_recorded_artifact(refresh, name, recorded[name].get("artifact") or {}, artifact)
     try:
         values = corpus_values(recorded[name], refresh.aggregate)
-        missing = next((f"corpus.{m}" for m in results.METRICS if m not in values), None)
+        missing = next((f"corpus.{m}" for m in perplexities() if m not in values), None)
     except (KeyError, TypeError, AttributeError) as exc:
         values, missing = {}, f"the per-document values ({type(exc).__name__}: {exc})"
     if missing:
@@ -330,7 +332,7 @@ def check_model(
     if recorded is not None:
         same_run(refresh, model.name, row, recorded)
         others = [p for p in results.differing_numbers(row, recorded, refresh.tolerance)
-                  if p.split(" ", 1)[0] not in {f"corpus.{m}" for m in results.METRICS}]  # fmt: skip
+                  if p.split(" ", 1)[0] not in {f"corpus.{m}" for m in perplexities()}]  # fmt: skip
         problems += [f"{model.name}: {p}" for p in others[:6]]
         problems += [f"{model.name}: and {len(others) - 6} more numbers"] if len(others) > 6 else []
     return problems

@@ -14,8 +14,9 @@ from scipy import stats
 
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
+from pipeline.metric_registry import perplexities
 from pipeline.reporting import correlations, leaderboard
-from pipeline.results.score import METRICS, RESULTS_VERSION, read_scores
+from pipeline.results.score import RESULTS_VERSION, read_scores
 from tests.support import BOARD_ARTIFACT as ARTIFACT
 from tests.support import BOARD_SCORES as SCORES
 from tests.support import ROOT, base_rows, write_lines
@@ -94,7 +95,7 @@ def test_correlations_match_scipy(scores, bench, tmp_path):
     table = correlations.correlations(board, correlations.load_benchmarks(bench))
     computed = {(r["metric"], r["benchmark"]): r for r in table.iter_rows(named=True)}
     assert len(written) == len(computed) == 9
-    for m, (metric, label) in enumerate(METRICS.items()):
+    for m, (metric, label) in enumerate(perplexities().items()):
         assert metric in ("ppl", "longppl", "longppl_soft")
         xs = [SCORES[name][m] for name in models]
         for b, bench_name in enumerate(("LongBench", "LongEval", "RULER")):
