@@ -67,9 +67,11 @@ def select(
     corpus: CorpusSpec,
     compute: Compute,
     questions: dict[str, Any] | None = None,
+    evaluator: dict[str, Any] | None = None,
 ) -> Selection:
     """The documents a run scores, within the evaluator's context, and the settings record (with a
-    corpus's ``questions`` identity where it has questions: ``LoogleCorpus.identity``)."""
+    corpus's ``questions`` identity where it has questions: ``LoogleCorpus.identity``; ``evaluator``: the
+    evaluator's record as the run knows it so far, default ``lm.source.provisional()``)."""
     bos = int(documents.add_bos and lm.bos_token_id is not None)
     context, max_tokens = lm.context_length, documents.max_tokens
     if max_tokens is not None and context is not None and max_tokens + bos > context:
@@ -80,7 +82,7 @@ def select(
     prepared, skipped = prepare_documents(docs, lm.tokenizer, documents, definition.K, context, bos)
     if not prepared:
         raise PipelineError(f"no document of corpus '{corpus.name}' can be scored: {skipped[:3]}")
-    record = settings_record(definition, documents, corpus, lm, compute, prepared)
+    record = settings_record(definition, documents, corpus, lm, compute, prepared, evaluator)
     record |= {"questions": questions} if questions is not None else {}
     return Selection(prepared, skipped, record, settings_fingerprint(record))
 
@@ -129,12 +131,14 @@ def settings_record(
     lm: LoadedModel,
     compute: Compute,
     prepared: list[Prepared],
+    evaluator: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest's ``settings``: what the numbers depend on, and where the inputs came from. The
     dtypes and the device type are the resolved ones (``dtype=auto`` runs in bfloat16 on CUDA and
     float32 on a CPU: a run resumed elsewhere must not mix them); the device index is not (ranks run
     on different GPUs of one kind), it is in the manifest's ``run``. A 16-bit or GPU run records what
-    else its numbers depend on (``numerics_record``)."""
+    else its numbers depend on (``numerics_record``). The evaluator as far as it is known without
+    waiting for its weights' hashes (``ModelSource.provisional``; the stage settles them at its end)."""
     head_dtype = resolve_head_dtype(compute.head_dtype, lm.dtype, lm.device)
     return {
         **numerics_record(lm, compute, head_dtype),
@@ -146,7 +150,7 @@ def settings_record(
         "dtype": dtype_name(lm.dtype),
         "device": lm.device.type,
         "head_dtype": dtype_name(head_dtype),
-        "evaluator": lm.source.to_dict(),
+        "evaluator": evaluator if evaluator is not None else lm.source.provisional(),
         "corpus": corpus.record(),
         "documents": [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared],
         "libraries": {k: v for k, v in library_versions().items() if k in ("torch", "transformers")},

@@ -173,7 +173,8 @@ def load_model(
     """Load a causal LM and its tokenizer from any supported spec, in eval mode. Top to bottom: where
     it runs and in what dtype; the source (``pipeline.models.sources``: resolved, then prepared: a GGUF
     file converted once, a Hub id pinned to its commit); its identity begun (a local folder's weights
-    hashed while they load); the load and placement; the checks of what loaded; its identity completed."""
+    hashed beside the run: ``ModelSource.to_dict`` waits for them); the load and placement; the checks of
+    what loaded; its identity completed."""
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     source = resolve_source(spec)
@@ -185,7 +186,12 @@ def load_model(
     kwargs |= {"attn_implementation": attn_implementation} if attn_implementation else {}
     kwargs |= from_pretrained_placement(torch_device, device_map, gpus)
     tokenizer, model = load_parts(source, location, kwargs, hashing, torch_device, cache)
-    check_loaded(model, tokenizer, spec, attn_implementation)
+    try:
+        check_loaded(model, tokenizer, spec, attn_implementation)
+    except BaseException:
+        if hashing is not None:
+            hashing.cancel()
+        raise
     identify(source, model, tokenizer, hashing, trust_remote_code)
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
@@ -229,10 +235,10 @@ def check_loaded(model: Any, tokenizer: Any, spec: str, attn_implementation: str
 
 
 def identify(source: ModelSource, model: Any, tokenizer: Any, hashing: Any, trust_remote_code: bool) -> None:
-    """What the record says the loaded model is: its weights' hashes, its attention implementation,
-    a Hub commit's tokenizer files, its config files (and remote code)."""
-    if hashing is not None:
-        source.weights_sha256 = hashing.result()
+    """What the record says the loaded model is: its weights' hashes (still computed beside the run:
+    ``ModelSource.to_dict`` waits for them, where a run records them), its attention implementation, a
+    Hub commit's tokenizer files, its config files (and remote code)."""
+    source.pending = hashing
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
     if source.kind == "hub" and (snapshot := cached_snapshot(source.spec, source.revision)) is not None:
         source.tokenizer_sha256 = tokenizer_sha256(snapshot)  # the files of the commit loaded
