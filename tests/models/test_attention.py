@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -16,9 +18,9 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-from pipeline.models import attention
+from pipeline.models import attention, loading
 from studies.random_models import tiny_config
-from tests.support import build_model
+from tests.support import ROOT, build_model
 
 
 def _hidden(model, impl: str, ids: torch.Tensor) -> torch.Tensor:
@@ -325,3 +327,16 @@ def test_a_prompt_after_its_cached_start_gives_the_whole_prompts_logits(arch):
         after = model(input_ids=ids[:, 200:], past_key_values=cache, use_cache=True).logits
     assert calls and set(calls) == {200}  # the full-attention layers took the two-pass path
     assert torch.allclose(after, whole[:, 200:], rtol=0, atol=1e-10)
+
+
+def test_transformers_model_code_is_imported_with_the_first_model_not_with_a_command():
+    """`longppl keytokens` and `longppl score` import neither this module nor transformers' model code
+    (its distributed tensors, sympy, dynamo, flash-attention integration) before a model loads; the
+    name the loader asks for is this module's."""
+    heavy = ["pipeline.models.attention", "transformers.modeling_utils", "torch.distributed.tensor", "sympy",
+             "torch._dynamo", "transformers.integrations.flash_attention"]  # fmt: skip
+    commands = "pipeline.commands.keytokens, pipeline.commands.score"
+    code = f"import sys, {commands}; print([m for m in {heavy} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    assert loading.ATTENTION == attention.NAME
