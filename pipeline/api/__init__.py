@@ -151,8 +151,8 @@ def find_key_tokens(
         options, definition or KeyTokenDefinition(), compute or STAGE_COMPUTE, Documents()
     )
     lm = in_memory(evaluator_model, evaluator_tokenizer, evaluator_name)
+    scorer = scorer_for(lm, compute)  # first: a compiled model's numerics are recorded
     selection = select(as_documents(texts), lm, definition, documents, CorpusSpec(name=IN_MEMORY), compute)
-    scorer = scorer_for(lm, compute)
     bos_id = lm.bos_token_id if documents.add_bos else None
     with eval_mode(evaluator_model):
         scorer.check_against_full_forward()

@@ -14,6 +14,7 @@ from pydantic.dataclasses import dataclass as settings_dataclass
 from pipeline.artifact.schema import settings_fingerprint
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
+from pipeline.models import compilation
 from pipeline.models.loading import LoadedModel, dtype_name, resolve_head_dtype
 from pipeline.models.placement import gpu_record
 from pipeline.provenance import library_versions, text_sha256
@@ -161,15 +162,16 @@ def numerics_record(lm: LoadedModel, compute: Compute, head_dtype: torch.dtype) 
     """``numerics``: what the numbers of a run in a 16-bit dtype or on a GPU depend on beyond its
     settings, so that a run resumed with other kernels stops (``ArtifactWriter``) instead of mixing
     them. In 16 bits the head's blocks and the window batches are GEMM shapes, which round
-    differently (0.06 nats per bfloat16 ulp of a logit of 8 to 16, against LSD thresholds); on a GPU
-    the GPU's name, CUDA and cuBLAS's reductions choose the kernels (``gpu_record``). A CPU run in
-    float32 or float64 records none of it (its blocks move log-probs by float32 rounding at most,
+    differently (0.06 nats per bfloat16 ulp of a logit of 8 to 16, against LSD thresholds), and a
+    compiled body (``compile``, only where it is compiled) sums in other orders; on a GPU the GPU's
+    name, CUDA and cuBLAS's reductions choose the kernels (``gpu_record``). A CPU run in float32 or
+    float64 records none of it (its blocks move log-probs by float32 rounding at most,
     tests/keytokens/test_numerics_record.py), so its fingerprint is unchanged."""
     sixteen_bit = min(lm.dtype.itemsize, head_dtype.itemsize) < 4
     gpu = gpu_record(lm.model)
     if not (sixteen_bit or gpu):
         return {}
-    return {"numerics": {**compute.record(), **gpu}}
+    return {"numerics": {**compute.record(), **compilation.record(lm.model), **gpu}}
 
 
 def document_records(prepared: list[Prepared]) -> list[dict[str, Any]]:

@@ -166,10 +166,19 @@ def runs_on_math_backend(module, query: torch.Tensor, key: torch.Tensor, value: 
     to it (grouped heads with ``enable_gqa`` or repeated), on its math backend: PyTorch's own choice,
     which honours ``sdpa_kernel``."""
     groups = getattr(module, "num_key_value_groups", 1)
+    return math_backend_choice(groups, bool(getattr(module, "is_causal", True)), query, key, value)
+
+
+@torch.compiler.assume_constant_result
+def math_backend_choice(groups: int, causal: bool, query, key, value) -> bool:
+    """``runs_on_math_backend`` of a layer with ``groups`` key/value groups. Its answer depends on the
+    tensors' dtype, device and head sizes, which a compiled layer's graph guards, so under
+    ``torch.compile`` it is a constant of the trace (``torch._fused_sdp_choice`` returns an integer,
+    which would break the graph in two); asked with the group count and causality, not the layer,
+    since a constant's arguments are guarded by identity (one graph per layer). Eager: a plain call."""
     gqa = groups > 1 and use_gqa_in_sdpa(None, key, value)
     if groups > 1 and not gqa:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    causal = bool(getattr(module, "is_causal", True))
     choice = torch._fused_sdp_choice(query, key, value, None, 0.0, causal, enable_gqa=gqa)
     return SDPBackend(choice) == SDPBackend.MATH
 
