@@ -275,6 +275,8 @@ def test_queries_after_a_cache_are_described_only_where_the_mask_is_plain_causal
     )
     after = attention.window_mask(mask_function=causal_mask_function, **common)
     assert after == attention.CausalAfterCache(300)
+    on_cuda = attention.window_mask(mask_function=causal_mask_function, device="cuda", **common)
+    assert on_cuda == after  # described there too: one fused pass (lower_right_causal)
     dense = sdpa_mask(mask_function=causal_mask_function, **common)
     assert torch.equal(after.dense(block + 1, block + 301, torch.device("cpu")), dense)
     others = [  # a window, padding, a short block of queries, another device: transformers' dense mask
@@ -304,6 +306,9 @@ def test_attention_after_a_cache_equals_the_dense_masked_computation(heads, kv_h
     )
     got = attention.attention_after_cache(query, key, value, past, 0.3)
     assert torch.allclose(got, reference.transpose(1, 2), rtol=0, atol=1e-12)
+    layer = SimpleNamespace(num_key_value_groups=heads // kv_heads)
+    lower_right = attention.lower_right_causal(layer, query, key, value, 0.3)  # CUDA's (mask built here)
+    assert torch.allclose(lower_right, reference.transpose(1, 2), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
