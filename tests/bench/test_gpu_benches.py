@@ -276,3 +276,17 @@ def test_levers_time_stage_1_and_keep_its_numbers(measured, tmp_path):
     assert "failed: RuntimeError" in "\n".join(gpu_levers.section(result))  # cuDNN: no such kernel on the CPU
     assert result["load_direct_s"] >= 0 and result["load_ours_s"] > 0 and result["text_tokens"] == 600
     assert str(work) not in out.read_text() and str(ROOT) not in out.read_text()
+
+
+def test_the_page_renders_the_h200_records_with_loogles_decoding(tmp_path):
+    """The committed H200 records (bench.loogle_decode's file names no bench), the older ones named as
+    superseded; the page as committed is this rendering."""
+    records = ROOT / "docs/reports/benchmarks-gpu"
+    files = [records / f"{name}-h200-803d062.json" for name in ("gpu-32767", "loogle-decode")]
+    files += [records / f"{name}-h100.json" for name in ("gpu-131071", "levers", "numerics")]
+    superseded = [records / "gpu-32767-h100.json", records / "gpu-32767-h200.json"]
+    text = gpu_report.report(files, tmp_path / "page.md", superseded)
+    assert "## LooGLE's decoding: 8 questions of one 32,000-token document, 129 new tokens" in text
+    assert "own half after the cached shared half (prompt cut): 1.94 s, 1.44x a whole prefill" in text
+    assert "superseded by these: `gpu-32767-h100.json`, `gpu-32767-h200.json`" in text
+    assert text == (ROOT / "docs/reports/benchmarks-gpu.md").read_text()
