@@ -192,8 +192,8 @@ def measure(args: argparse.Namespace) -> dict:
         events = read_events(events_file(args.dir, row["contender"], row["size"]))
         runs = [before_first_text(r) for r in runs_of(events)]
         record = {"stage": row["contender"], "size": row["size"], "runs": runs, "median": medians(runs)}
-        if "failed" in row:
-            record["error"] = row["failed"]
+        if "failed" in row or "skipped" in row:
+            record["error"] = row.get("failed") or row["skipped"]
         results.append(record)
     load = [round(x, 2) for x in (*load_before, *os.getloadavg())]
     return {"bench": "startup", "machine": runner.machine(), "load_average_before_after": load,

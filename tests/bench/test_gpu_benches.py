@@ -290,3 +290,13 @@ def test_the_page_renders_the_h200_records_with_loogles_decoding(tmp_path):
     assert "own half after the cached shared half (prompt cut): 1.94 s, 1.44x a whole prefill" in text
     assert "superseded by these: `gpu-32767-h100.json`, `gpu-32767-h200.json`" in text
     assert text == (ROOT / "docs/reports/benchmarks-gpu.md").read_text()
+
+
+def test_startup_keeps_within_its_budget_and_writes_what_it_measured(tmp_path):
+    """Past its --budget bench.startup starts no more runs and still writes its file, each skipped run
+    saying why (on the H200 the script killed it at its limit and nothing was written)."""
+    out = tmp_path / "startup.json"
+    startup.main(["--budget", "0", "--runs", "2", "--dir", str(tmp_path / "runs"), "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert [r["median"]["runs"] for r in result["results"]] == [0, 0]
+    assert all("out of time" in r["error"] for r in result["results"])
