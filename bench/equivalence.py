@@ -77,23 +77,10 @@ def comparison(label: str, base, other) -> dict:
     return {
         "label": label,
         **report,
-        "key_tokens_jaccard": key_jaccard(base, other),
+        "key_tokens_jaccard": shared.key_jaccard(base, other),
         "same_artifact_problems": verdict,
         "exact": base.contents == other.contents,
     }
-
-
-def key_jaccard(base, other) -> float | None:
-    """The Jaccard index of the two runs' key tokens (document, token index) over the documents ``other``
-    scored; None where neither has one."""
-    docs = set(other.tokens.column("doc_id").to_pylist())
-
-    def keys(artifact) -> set:
-        table = artifact.tokens.select(["doc_id", "token_index", "is_key"]).to_pylist()
-        return {(r["doc_id"], r["token_index"]) for r in table if r["is_key"] and r["doc_id"] in docs}
-
-    a, b = keys(base), keys(other)
-    return len(a & b) / len(a | b) if a | b else None
 
 
 def markdown(rows: list[dict]) -> str:

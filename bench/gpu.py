@@ -196,7 +196,25 @@ def measure(args: argparse.Namespace) -> dict:
         if "error" in record:
             print(record["error"], flush=True)
     return {"bench": "gpu_paper", "tokens": args.tokens, "texts": args.texts, "machine": runner.machine(),
-            "runs": results}  # fmt: skip
+            "runs": results, "compiled_against_eager": against_eager(p["keytokens"], args.tokens, args.texts)}  # fmt: skip
+
+
+def against_eager(keytokens: Path, tokens: int, texts: int) -> list[dict]:
+    """Each compiled stage-1 artifact against the eager one of the same run: the key tokens' Jaccard index
+    (None where neither has a key token: random weights rarely give one) and the largest differences."""
+    from pipeline.artifact.identity import compare_tables
+    from pipeline.artifact.reader import open_artifact
+
+    eager = keytokens / f"paper{tokens}x{texts}"
+    found = []
+    for cache in ("cold", "warm"):
+        compiled = keytokens / f"paper{tokens}x{texts}-compiled-{cache}"
+        if (eager / "manifest.json").is_file() and (compiled / "manifest.json").is_file():
+            base, other = open_artifact(eager), open_artifact(compiled)
+            columns = compare_tables(base, other)["columns"]
+            found.append({"compile cache": cache, "key_tokens_jaccard": shared.key_jaccard(base, other),
+                          **{f"max_abs_{name}": q["max"] for name, q in columns.items()}})  # fmt: skip
+    return found
 
 
 def contender_record(row: dict) -> dict:
@@ -277,6 +295,10 @@ def paper_section(result: dict) -> list[str]:
         )
     facts = [f"- {r['name']}: {json.dumps(r['compile'])}" for r in result["runs"] if r.get("compile")]
     lines += ["", "torch.compile (its options, and what it compiled):", "", *facts] if facts else []
+    versus_eager = [f"- {json.dumps(c)}" for c in result.get("compiled_against_eager", [])]
+    lines += (
+        ["", "Compiled stage 1's artifacts against the eager one:", "", *versus_eager] if versus_eager else []
+    )
     lines += ["", "Before the first text (seconds, from the process's start):", ""]
     for r in result["runs"]:
         if r.get("phases_s"):
