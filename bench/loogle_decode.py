@@ -199,12 +199,12 @@ def gpu_work(
         shared_tokens = {"fits": prompt - question, "cut": prompt // 2}
         gpu = runner.machine().get("gpu", "")
         rate = bandwidth or next((b for name, b in BANDWIDTH.items() if name in gpu), None)
-        floor = {
+        floors = {
             kind: step_floor(model, prompt, questions, n, new, rate) for kind, n in shared_tokens.items()
         }
         return lambda: {
             "warm_up_s": warm_up(model, prompt, questions, question),
-            "floor": floor if rate else None,
+            "floor": floors if rate else None,
         }
     way, kind, new = contender.rsplit(" ", 2)
     cuts = document(prompt, questions, prompt - question if kind == "fits" else prompt // 2)
@@ -239,7 +239,9 @@ def warm_up(model: Any, prompt: int, questions: int, question: int) -> dict[str,
     return seconds
 
 
-def step_floor(model: Any, prompt: int, questions: int, shared: int, new: int, bandwidth: float) -> dict:
+def step_floor(
+    model: Any, prompt: int, questions: int, shared: int, new: int, bandwidth: float | None
+) -> dict:
     """A decode step's memory-bandwidth floor at mid-answer (``prompt + new / 2`` tokens per sequence):
     the bytes every step must read (the weights, and each sequence's keys and values) over the device's
     ``bandwidth`` (bytes/s), in ms. ``together``: the batch as it is laid out (every row holds its own
@@ -251,6 +253,8 @@ def step_floor(model: Any, prompt: int, questions: int, shared: int, new: int, b
     tokens = prompt + new // 2
     reads = {"alone": tokens, "together": questions * tokens, "together, shared read once":
              shared + questions * (tokens - shared)}  # fmt: skip
+    if bandwidth is None:
+        return {}
     return {
         "weights_gb": round(weights / 1e9, 2),
         "kv_bytes_per_token": per_token,
