@@ -17,7 +17,6 @@ from typing import Any
 
 import pydantic.dataclasses
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
 from pipeline.models.fast_tokenizer import load_tokenizer
@@ -256,6 +255,8 @@ def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: 
     """The model's tokenizer (a GGUF file's converted checkpoint's in its fast form where it is known to
     be the same: ``pipeline.models.fast_tokenizer``); a folder without one is an error that says so."""
     try:
+        from transformers import AutoTokenizer  # with the model, not the command (start-up)
+
         if source.kind in ("embedded", "gguf"):  # the conversion's files were checked against its record
             return load_tokenizer(Path(location), cache)
         return AutoTokenizer.from_pretrained(location, **options)
@@ -284,6 +285,8 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
     """``from_pretrained``, a failure one PipelineError; a model that refuses sdpa (Gemma 2:
     soft-capped attention) refuses any implementation named like it, so ``blocked_sdpa`` is retried
     under its other name."""
+    from transformers import AutoModelForCausalLM
+
     from pipeline.models import attention
 
     attn = kwargs.get("attn_implementation")

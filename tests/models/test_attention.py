@@ -336,9 +336,9 @@ def test_a_prompt_after_its_cached_start_gives_the_whole_prompts_logits(arch):
 
 def test_transformers_model_code_is_imported_with_the_first_model_not_with_a_command():
     """`longppl keytokens` and `longppl score` import neither this module nor transformers' model code
-    (its distributed tensors, sympy, dynamo, flash-attention integration) before a model loads; the
-    name the loader asks for is this module's."""
-    heavy = ["pipeline.models.attention", "transformers.modeling_utils", "torch.distributed.tensor", "sympy",
+    (its distributed tensors, sympy, dynamo, flash-attention integration), nor transformers at all (its
+    auto classes, its caches), before a model loads; the name the loader asks for is this module's."""
+    heavy = ["pipeline.models.attention", "transformers", "transformers.modeling_utils", "torch.distributed.tensor", "sympy",
              "torch._dynamo", "transformers.integrations.flash_attention"]  # fmt: skip
     commands = "pipeline.commands.keytokens, pipeline.commands.score"
     code = f"import sys, {commands}; print([m for m in {heavy} if m in sys.modules])"
