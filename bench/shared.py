@@ -126,3 +126,16 @@ def existing(text: str) -> Path:
     if not Path(text).exists():
         raise argparse.ArgumentTypeError(f"{text!r} does not exist")
     return Path(text)
+
+
+def key_jaccard(base: Any, other: Any) -> float | None:
+    """The Jaccard index of two stage-1 artifacts' key tokens (document, token index) over the documents
+    ``other`` scored; None where neither has one."""
+    docs = set(other.tokens.column("doc_id").to_pylist())
+
+    def keys(artifact: Any) -> set:
+        table = artifact.tokens.select(["doc_id", "token_index", "is_key"]).to_pylist()
+        return {(r["doc_id"], r["token_index"]) for r in table if r["is_key"] and r["doc_id"] in docs}
+
+    a, b = keys(base), keys(other)
+    return len(a & b) / len(a | b) if a | b else None

@@ -3,7 +3,7 @@ and constraints, and the one way a bad value becomes an error (``parse``).
 
 - ``KeyTokenDefinition`` (``pipeline.definition``): what makes a token key.
 - ``Compute``: how a model runs (dtype, device, the output head's dtype and blocks, window
-  batches, the GGUF cache): never what it computes, up to float rounding.
+  batches, torch.compile, the cache folder): never what it computes, up to float rounding.
 - ``ScoreSettings``: what the score stage's numbers depend on besides the model and the artifact.
 
 Commands take these from their Hydra config (flat keys: ``K=2048 dtype=bfloat16``), the Python API
@@ -63,6 +63,15 @@ HEAD_DTYPES = ("auto", "model", "float32")
 DEFAULT_HEAD_CHUNK = 2048
 DEFAULT_VOCAB_TILE = 16384
 DEFAULT_WINDOW_BATCH_TOKENS = 16384
+COMPILE_CHOICES = ("auto", "on", "off")
+
+
+def _switch(value: Any) -> Any:
+    """A YAML or Hydra boolean (``on``/``off`` in a YAML file, ``true``/``false``) as ``on``/``off``."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+Switch = Annotated[Literal[COMPILE_CHOICES], BeforeValidator(_switch)]
 
 
 @settings_type
@@ -76,7 +85,8 @@ class Compute:
     head_chunk: Positive = DEFAULT_HEAD_CHUNK  # the head in blocks of head_chunk positions ...
     vocab_tile: Positive | None = DEFAULT_VOCAB_TILE  # ... x vocab_tile entries (None: whole vocabulary)
     window_batch_tokens: Positive = DEFAULT_WINDOW_BATCH_TOKENS  # short windows batched up to this size
-    cache_dir: str | None = None  # converted GGUF checkpoints; None: $LONGPPL_CACHE or ~/.cache/longppl
+    cache_dir: str | None = None  # GGUF conversions, kernels; None: $LONGPPL_CACHE or ~/.cache/longppl
+    compile: Switch = "auto"  # each decoder layer under torch.compile; auto: pipeline.models.compilation
 
     def record(self) -> dict[str, Any]:
         """The head's blocks and the window batches, as results files record them."""

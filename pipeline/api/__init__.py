@@ -28,7 +28,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from tqdm.auto import tqdm
@@ -44,14 +44,15 @@ from pipeline.jobs.recipe import Job, JobResult
 from pipeline.jobs.score import ScoreJob
 from pipeline.keytokens.selection import STAGE_COMPUTE, Documents, Selection, document_records, select
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.loogle.evidence import answer_gain
-from pipeline.loogle.evidence.answer_gain import AnswerGain
 from pipeline.models.loading import HeldModel, eval_mode, in_memory, load_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
 from pipeline.score.engine import ScoreResult
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
 from pipeline.text.corpus import CorpusSpec, Document, check_unicode
+
+if TYPE_CHECKING:
+    from pipeline.loogle.evidence.answer_gain import AnswerGain
 
 __all__ = [
     "AnswerGain",
@@ -72,7 +73,11 @@ __all__ = [
 ]
 KeyTokens = str | Path | KeyTokenArtifact
 IN_MEMORY = "in-memory"
-LAZY = {"compute_longppl": "pipeline.api.dropin", "LongPPLCallback": "pipeline.api.callback"}
+LAZY = {  # imported on first use: they import transformers' Trainer or caches, which no command's start needs
+    "compute_longppl": "pipeline.api.dropin",
+    "LongPPLCallback": "pipeline.api.callback",
+    "AnswerGain": "pipeline.loogle.evidence.answer_gain",
+}
 # A model in memory is already loaded: these compute settings are its own, not options.
 LOADED = ("dtype", "device", "cache_dir")
 
@@ -155,8 +160,8 @@ def find_key_tokens(
         Documents(),
     )
     lm = in_memory(evaluator_model, evaluator_tokenizer, evaluator_name)
+    scorer = scorer_for(lm, compute)  # first: a compiled model's numerics are recorded
     selection = select(as_documents(texts), lm, definition, documents, CorpusSpec(name=IN_MEMORY), compute)
-    scorer = scorer_for(lm, compute)
     bos_id = lm.bos_token_id if documents.add_bos else None
     with eval_mode(evaluator_model):
         scorer.check_against_full_forward()
@@ -184,6 +189,8 @@ def answer_gains(
     - log P(answer | question), a question counted only with its located evidence inside the kept
     context. ``answer_gain.summary`` of the list gives the means per limit and question type.
     ``options``: fields of ``Compute``."""
+    from pipeline.loogle.evidence import answer_gain  # LooGLE's decoding code only where it is used
+
     (compute,) = with_options(options, given(compute, Compute(), "compute"))
     lm = in_memory(model, tokenizer, model_name)
     artifact = opened(keytokens)

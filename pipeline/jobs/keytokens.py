@@ -122,7 +122,8 @@ def run(settings: KeyTokenSettings) -> dict[str, Any]:
         )
         with distributed.rank_zero_first(ranks, is_gguf(settings.evaluator.spec)):  # a GGUF conversion, once
             lm = settings.evaluator.load(compute, gpus=gpus)
-        return write_keytokens(settings, docs, questions, lm, scorer_for(lm, compute), ranks, started)
+        texts = min(len(docs), settings.documents.num_documents or len(docs))  # compile=auto: enough?
+        return write_keytokens(settings, docs, questions, lm, scorer_for(lm, compute, texts), ranks, started)
 
 
 def wants_cuda(device: str) -> bool:

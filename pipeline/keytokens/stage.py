@@ -1,19 +1,23 @@
 """The keytokens stage on its inputs (the corpus's documents, the evaluator loaded on this rank and its
 scorer; ``pipeline.jobs.keytokens`` resolves them): the documents chosen and tokenized, the settings
 fingerprinted (a finished artifact with the same fingerprint is left untouched; an unfinished one is
-resumed), this rank's documents scored one part at a time, then (rank 0) the tables and the manifest
-written, with a LooGLE corpus's questions beside them."""
+resumed), this rank's documents scored one part at a time, the evaluator's weight hashes (computed
+beside the texts) settled, then (rank 0) the tables and the manifest written, with a LooGLE corpus's
+questions beside them."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from pipeline.artifact.qa import kept_records
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.writer import ArtifactWriter, OtherSettings
+from pipeline.artifact.schema import MANIFEST, RUN_STATE, settings_fingerprint
+from pipeline.artifact.writer import ArtifactWriter, DamagedRecord, OtherSettings, read_record
 from pipeline.errors import PipelineError
 from pipeline.keytokens import ranks as distributed
 from pipeline.keytokens.selection import Prepared, Selection, document_records, select
@@ -40,12 +44,21 @@ def write_keytokens(
     run that fails before its first document is written leaves nothing behind. The questions of a
     corpus that has them go beside the tables, for the documents scored. Returns the manifest."""
     identity = questions.identity() if questions is not None else None
+    evaluator = lm.source.provisional(*recorded_weights(settings.artifact_dir()))  # not waiting for them
     selection = select(
-        docs, lm, settings.definition, settings.documents, settings.corpus, settings.compute, identity
+        docs,
+        lm,
+        settings.definition,
+        settings.documents,
+        settings.corpus,
+        settings.compute,
+        identity,
+        evaluator,
     )
     writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
     finished = finished_artifact(writer, ranks.is_main)
     if finished is not None:
+        lm.source.settle()  # the weights' hashes: those the finished artifact records, or an error
         if ranks.is_main:
             print(f"{writer.root} is complete with these settings: nothing to do")
         distributed.shutdown(ranks)
@@ -58,6 +71,7 @@ def write_keytokens(
         if ranks.is_main:
             writer.discard_if_empty()
         raise
+    settle_evaluator(writer, lm)
     devices = ranks.gather(lm.placement)
     manifest = None
     if ranks.is_main:
@@ -70,6 +84,28 @@ def write_keytokens(
     ranks.barrier()  # rank 0 has finalized
     distributed.shutdown(ranks)
     return manifest or load_artifact(writer.root).manifest
+
+
+def recorded_weights(root: Path) -> tuple[dict[str, str] | None, str]:
+    """The evaluator's weight hashes an earlier run on this artifact recorded (its ``run.json``, else its
+    manifest), and which file says so; (None, "") where none did."""
+    for name in (RUN_STATE, MANIFEST):
+        with contextlib.suppress(DamagedRecord):
+            evaluator = ((read_record(root / name) or {}).get("settings") or {}).get("evaluator")
+            if isinstance(evaluator, dict) and isinstance(evaluator.get("weights_sha256"), dict):
+                return evaluator["weights_sha256"], str(root / name)
+    return None, ""
+
+
+def settle_evaluator(writer: ArtifactWriter, lm: LoadedModel) -> None:
+    """The evaluator's weights' hashes, waited for only now that the texts are computed, into the
+    settings and fingerprint the manifest records; weights other than those the run computed with
+    (changed since the load, or not those an earlier run on this artifact recorded) stop it here,
+    before the manifest (``WeightsChanged``)."""
+    evaluator = lm.source.to_dict()
+    if evaluator != writer.settings.get("evaluator"):
+        writer.settings = {**writer.settings, "evaluator": evaluator}
+        writer.fingerprint = settings_fingerprint(writer.settings)
 
 
 def finished_artifact(writer: ArtifactWriter, is_main: bool) -> dict[str, Any] | None:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
 from pipeline.files import nearest_existing, umask
@@ -124,6 +123,8 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
         raise PipelineError(f"{damaged(target)}: it has no {SOURCE_RECORD}")
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"converting {gguf.name} to a cached checkpoint in {target} (once; about a minute)", flush=True)
+    from transformers import AutoModelForCausalLM  # with the model, not the command (start-up)
+
     tokenizer, loaded = read_gguf(gguf)
     settings = loaded.config.to_dict()
     settings.pop("quantization_config", None)  # the weights we save are dequantised
@@ -314,6 +315,8 @@ def damaged(target: Path) -> str:
 
 def read_gguf(gguf: Path) -> tuple[Any, Any]:
     """The tokenizer and the (dequantised, float32) model of a GGUF file, through transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(

@@ -17,10 +17,8 @@ from typing import Any
 
 import pydantic.dataclasses
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError, settings_type
-from pipeline.models import attention
 from pipeline.models.fast_tokenizer import load_tokenizer
 from pipeline.models.gguf import check_header, default_cache_dir
 from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
@@ -31,6 +29,12 @@ from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
 __all__ = ["HeldModel", "LoadedModel", "ModelChoice", "ModelSource", "load_model"]
+
+# The pipeline's attention, ``pipeline.models.attention.NAME``. That module is imported with the first
+# model a run loads, not with this one: it brings transformers' model code (its distributed tensors,
+# sympy, its dynamo and flash-attention integrations: 1.9 s of 5.4 s of a command's imports on this
+# project's CPU machine), which nothing before the load needs.
+ATTENTION = "blocked_sdpa"
 
 
 @dataclass
@@ -167,13 +171,16 @@ def load_model(
     gpus: list[int] | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
-    attn_implementation: str | None = attention.NAME,
+    attn_implementation: str | None = ATTENTION,
     cache_dir: str | Path | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from any supported spec, in eval mode. Top to bottom: where
     it runs and in what dtype; the source (``pipeline.models.sources``: resolved, then prepared: a GGUF
     file converted once, a Hub id pinned to its commit); its identity begun (a local folder's weights
-    hashed while they load); the load and placement; the checks of what loaded; its identity completed."""
+    hashed beside the run: ``ModelSource.to_dict`` waits for them); the load and placement; the checks of
+    what loaded; its identity completed."""
+    from pipeline.models import attention  # noqa: F401  (registers blocked_sdpa with transformers)
+
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     source = resolve_source(spec)
@@ -185,7 +192,12 @@ def load_model(
     kwargs |= {"attn_implementation": attn_implementation} if attn_implementation else {}
     kwargs |= from_pretrained_placement(torch_device, device_map, gpus)
     tokenizer, model = load_parts(source, location, kwargs, hashing, torch_device, cache)
-    check_loaded(model, tokenizer, spec, attn_implementation)
+    try:
+        check_loaded(model, tokenizer, spec, attn_implementation)
+    except BaseException:
+        if hashing is not None:
+            hashing.cancel()
+        raise
     identify(source, model, tokenizer, hashing, trust_remote_code)
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
@@ -221,19 +233,19 @@ def load_parts(
 def check_loaded(model: Any, tokenizer: Any, spec: str, attn_implementation: str | None) -> None:
     """The tokenizer is the model's, and the model's forward calls the attention asked for."""
     check_pairing(model, tokenizer, spec)
-    if attn_implementation == attention.NAME and not attention_dispatches(model):
+    if attn_implementation == ATTENTION and not attention_dispatches(model):
         raise PipelineError(
             f"'{spec}' does not call transformers' attention interface (custom modelling code?), so "
-            f"attn_implementation={attention.NAME} would be ignored: pass attn_implementation=sdpa (or "
+            f"attn_implementation={ATTENTION} would be ignored: pass attn_implementation=sdpa (or "
             "another implementation its code supports) in its evaluator/model group"
         )
 
 
 def identify(source: ModelSource, model: Any, tokenizer: Any, hashing: Any, trust_remote_code: bool) -> None:
-    """What the record says the loaded model is: its weights' hashes, its attention implementation,
-    a Hub commit's tokenizer files, its config files (and remote code)."""
-    if hashing is not None:
-        source.weights_sha256 = hashing.result()
+    """What the record says the loaded model is: its weights' hashes (still computed beside the run:
+    ``ModelSource.to_dict`` waits for them, where a run records them), its attention implementation, a
+    Hub commit's tokenizer files, its config files (and remote code)."""
+    source.pending = hashing
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
     if source.kind == "hub" and (snapshot := cached_snapshot(source.spec, source.revision)) is not None:
         source.tokenizer_sha256 = tokenizer_sha256(snapshot)  # the files of the commit loaded
@@ -246,6 +258,10 @@ def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: 
     if source.kind in ("embedded", "gguf"):  # checked against its record: a failure names the conversion
         return load_tokenizer(Path(location), cache)
     try:
+        from transformers import AutoTokenizer  # with the model, not the command (start-up)
+
+        if source.kind in ("embedded", "gguf"):  # the conversion's files were checked against its record
+            return load_tokenizer(Path(location), cache)
         return AutoTokenizer.from_pretrained(location, **options)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if (
@@ -272,12 +288,16 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
     """``from_pretrained``, a failure one PipelineError; a model that refuses sdpa (Gemma 2:
     soft-capped attention) refuses any implementation named like it, so ``blocked_sdpa`` is retried
     under its other name."""
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.models import attention
+
     attn = kwargs.get("attn_implementation")
     try:
         try:
             return AutoModelForCausalLM.from_pretrained(location, **kwargs)
         except ValueError as exc:
-            if attn != attention.NAME or "scaled_dot_product" not in str(exc):
+            if attn != ATTENTION or "scaled_dot_product" not in str(exc):
                 raise
         return AutoModelForCausalLM.from_pretrained(
             location, **{**kwargs, "attn_implementation": attention.ALIAS}
@@ -288,6 +308,8 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
 
 def attention_dispatches(model: Any) -> bool:
     """Whether a forward pass of ``model`` calls ``blocked_sdpa`` (remote code may ignore it)."""
+    from pipeline.models import attention
+
     before = attention.CALLS[0]
     device = execution_device(model.get_input_embeddings())
     with torch.inference_mode(), one_thread_on_cpu(device):
@@ -304,7 +326,7 @@ class ModelChoice:
     revision: Text | None = None
     device_map: str | dict[str, Any] | None = None
     trust_remote_code: bool = False
-    attn_implementation: str | None = attention.NAME
+    attn_implementation: str | None = ATTENTION
     name: Text | None = None  # the leaderboard's name for it; None: derived from the spec
 
     @classmethod

@@ -28,6 +28,7 @@ from pipeline import metric_registry
 from pipeline.artifact.reader import ArtifactDocument, iter_documents
 from pipeline.artifact.schema import NEEDS_TOKEN_VALUES, KeyTokenArtifact
 from pipeline.errors import PipelineError
+from pipeline.models import compilation
 from pipeline.models.loading import LoadedModel, dtype_name, eval_mode
 from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.models.pairing import worse_than_uniform
@@ -345,7 +346,8 @@ def settings_record(
     settings: ScoreSettings, compute: Compute | None, lm: LoadedModel, scorer: TargetScorer
 ) -> dict[str, Any]:
     """What a result records of how it was computed: the score settings, the head blocks and window
-    batches, the resolved dtypes and where the model ran (on a GPU: which, ``gpu_record``)."""
+    batches, the resolved dtypes, a compiled body (``compilation.record``) and where the model ran (on
+    a GPU: which, ``gpu_record``)."""
     names = ("head_chunk", "vocab_tile", "window_batch_tokens")  # a scorer made without scorer_for: its own
     blocks = compute.record() if compute is not None else {name: getattr(scorer, name) for name in names}
     return {
@@ -354,6 +356,7 @@ def settings_record(
         "dtype": dtype_name(lm.dtype),
         "head_dtype": dtype_name(scorer.head_dtype),
         "device": lm.placement,
+        **compilation.record(lm.model),
         **gpu_record(lm.model),
     }
 

@@ -75,3 +75,23 @@ def test_the_argument_types(tmp_path):
     assert shared.existing(str(tmp_path)) == tmp_path
     with pytest.raises(argparse.ArgumentTypeError, match="does not exist"):
         shared.existing(str(tmp_path / "none"))
+
+
+def test_a_decode_steps_floor_is_the_bytes_it_reads_over_the_bandwidth():
+    """Weights and each sequence's keys and values at mid-answer, in bfloat16; the shared prompt tokens
+    read by every row as laid out, or once; no floor without a bandwidth."""
+    import torch
+
+    model = loogle_decode.random_model("tiny", "sdpa", "cpu")
+    config = model.config
+    weights = sum(p.numel() * 2 for p in model.parameters())
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_token = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * 2
+    floor = loogle_decode.step_floor(model, 1000, 4, 600, 10, 1e9)
+    assert next(model.parameters()).dtype == torch.bfloat16 and floor["kv_bytes_per_token"] == per_token
+    assert floor["alone_ms"] == round(1e3 * (weights + 1005 * per_token) / 1e9, 2)
+    assert floor["together_ms"] == round(1e3 * (weights + 4 * 1005 * per_token) / 1e9, 2)
+    assert floor["together, shared read once_ms"] == round(
+        1e3 * (weights + (600 + 4 * 405) * per_token) / 1e9, 2
+    )
+    assert loogle_decode.step_floor(model, 1000, 4, 600, 10, None) == {}

@@ -1,15 +1,25 @@
-"""A local checkpoint's weight hashes: computed beside the load, reused in a process only for an
-unchanged file, never taken from a record on disk (they are the checkpoint's identity)."""
+"""A local checkpoint's weight hashes: computed beside the run, reused in a process only for an
+unchanged file, never taken from a record on disk (they are the checkpoint's identity), checked when
+the run records them."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+
+import pytest
 
 from pipeline.models import weight_hashes
 from pipeline.models.identity import ModelSource
 from pipeline.models.loading import load_model
-from pipeline.models.weight_hashes import FileHashing, WeightHashing, file_version, local_weight_hashing
+from pipeline.models.weight_hashes import (
+    FileHashing,
+    WeightHashing,
+    WeightsChanged,
+    file_version,
+    local_weight_hashing,
+)
 from pipeline.provenance import file_sha256
 from tests.support import save_tiny_model
 
@@ -91,4 +101,62 @@ def test_a_forged_record_in_the_cache_folder_is_never_taken(tmp_path, tokenizer,
     (cache / "weight-hashes.json").write_text(json.dumps(forged))
     monkeypatch.setattr(weight_hashes, "HASHED", {}, raising=False)  # a new process
     loaded = load_model(str(folder), dtype="float64", device="cpu", cache_dir=cache)
-    assert loaded.source.weights_sha256 == {"model.safetensors": file_sha256(weights)}
+    assert loaded.source.to_dict()["weights_sha256"] == {"model.safetensors": file_sha256(weights)}
+
+
+def gated(monkeypatch, gate, timeout: float = 5.0) -> list:
+    """``file_sha256`` held until ``gate`` is set (at most ``timeout`` s); each file's end appended."""
+    ended = []
+
+    def held(path, *args):
+        gate.wait(timeout)
+        ended.append(path)
+        return file_sha256(path, *args)
+
+    monkeypatch.setattr(weight_hashes, "file_sha256", held)
+    return ended
+
+
+def test_a_run_names_its_weights_by_version_until_they_are_hashed(tmp_path, monkeypatch):
+    """``provisional`` answers at once (a file being hashed by its version), ``confirmed`` waits for the
+    hashes and keeps them for the process; a later run in it knows them without a read."""
+    folder, gate = checkpoint(tmp_path), threading.Event()
+    ended = gated(monkeypatch, gate)
+    hashing = WeightHashing(folder)
+    now = hashing.provisional()
+    assert not ended and all(v.startswith(weight_hashes.UNHASHED) for v in now.values())
+    gate.set()
+    expected = {p.name: file_sha256(p) for p in sorted(folder.glob("*.safetensors"))}
+    assert hashing.confirmed() == expected
+    assert WeightHashing(folder).provisional() == expected  # known: hashed in this process
+
+
+def test_weights_other_than_an_earlier_run_recorded_stop_the_run_when_hashed(tmp_path, monkeypatch):
+    folder = checkpoint(tmp_path)
+    monkeypatch.setattr(weight_hashes, "file_sha256", lambda path, *args: "0" * 64)
+    hashing = WeightHashing(folder)
+    earlier = {p.name: "a" * 64 for p in folder.glob("*.safetensors")}
+    assert hashing.provisional(earlier, "out/run.json") == earlier  # taken as said, checked later
+    with pytest.raises(
+        WeightsChanged, match=r"sha256 000000000000\.\.\., not the aaaaaaaaaaaa\.\.\. that out/run\.json"
+    ):
+        hashing.confirmed()
+
+
+def test_a_weight_file_changed_after_the_load_stops_the_run(tmp_path):
+    folder = checkpoint(tmp_path)
+    hashing = WeightHashing(folder)
+    shard = folder / "model-00001-of-00002.safetensors"
+    shard.write_bytes(b"c" * 5000)
+    with pytest.raises(WeightsChanged, match="changed while the run used it"):
+        hashing.confirmed()
+    assert str(shard.resolve()) not in weight_hashes.HASHED  # nothing kept
+
+
+def test_a_marker_an_earlier_run_recorded_is_the_same_file_while_its_version_stays(tmp_path):
+    folder = checkpoint(tmp_path)
+    first = WeightHashing(folder).provisional()
+    assert WeightHashing(folder).provisional(first) == first
+    shard = folder / "model-00001-of-00002.safetensors"
+    shard.write_bytes(b"c" * 5000)
+    assert WeightHashing(folder).provisional(first)[shard.name] != first[shard.name]
