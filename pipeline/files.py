@@ -1,15 +1,17 @@
 """Where the shipped configs and data are (``CONF_DIR``, ``DATA_DIR``; ``locate_input`` for a relative
 path a config names), atomic file writes (a file appears complete or not at all, even when a run is
-killed mid-write), where a file or folder could be made (``nearest_existing``), paths as records keep
-them (``recorded_path``), and the configuration directory's files read as plain data (``conf_file``:
-no Hydra outside the commands)."""
+killed mid-write; ``write_json_new``: only where no file is), where a file or folder could be made
+(``nearest_existing``), paths as records keep them (``recorded_path``), and the configuration
+directory's files read as plain data (``conf_file``: no Hydra outside the commands)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,26 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file beside ``path``, flush it to disk, then rename it into place. The file
     gets the mode of any new file (0666 less the umask: readable by others on a shared filesystem),
     not the temporary file's private 0600."""
+    with staged(path, data) as tmp:
+        os.replace(tmp, path)
+
+
+def write_json_new(path: Path, value: Any) -> bool:
+    """``value`` written whole at ``path`` only if no file is there, atomically (a hard link of a staged
+    file: of several processes, one wins); False when a file was already there."""
+    data = strict_json(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    with staged(path, data.encode()) as tmp:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def staged(path: Path, data: bytes) -> Iterator[str]:
+    """A temporary file beside ``path`` holding ``data``, flushed to disk, with the mode of any new file
+    (0666 less the umask), for the block to put in place; removed after, if it is still there."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -57,10 +79,9 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        yield tmp
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def umask() -> int:

@@ -1,16 +1,24 @@
 """The one recipe every job goes through (`make score`, `make ladder`, `make forgetting-curve`, `make
-loogle`, the Python API, lm-eval's model), as lm-eval's ``simple_evaluate`` is the one path of its
-command line. Top to bottom:
+loogle`, `make keytokens`, `make finetune`, `make import-official`, the Python API, lm-eval's model),
+as lm-eval's ``simple_evaluate`` is the one path of its command line. Top to bottom:
 
-1. the outputs: every file the job appends to or writes can be written (before anything loads);
-2. the offline rule: while no input needs the Hub, ``HF_HUB_OFFLINE=1`` (a missing file fails at once
-   instead of waiting on download retries; the setting is put back after the job);
-3. the model: checked (a missing path, a file that is not GGUF, a Hub id out of reach: one line, now);
-4. the inputs: opened and checked (an artifact, a corpus, LooGLE's questions);
-5. the model: loaded, with its scorer (``scorer_for``: the compute settings' head blocks and batches);
-6. the measurement: the job's own computation, each results line appended as soon as it is made;
-7. the warnings: what looks wrong with the numbers, said once the lines are written; an error the
+1. the offline rule: while no input needs the Hub, ``HF_HUB_OFFLINE=1`` (a missing file fails at once
+   instead of waiting on download retries; the setting is put back after the job: ``offline_unless``,
+   the project's one);
+2. the outputs: every file the job appends to or writes can be written (before anything loads);
+3. the lock: a folder the job writes whole (an artifact, a run's checkpoints: its ``folder``) is held
+   for the run, so that a second run on it stops at once naming the holder (``pipeline.artifact.lock``);
+4. the model: checked (a missing path, a file that is not GGUF, a Hub id out of reach: one line, now);
+5. the inputs: opened and checked (an artifact, a corpus, LooGLE's questions);
+6. the model: loaded, with its scorer (``scorer_for``: the compute settings' head blocks and batches);
+7. the measurement: the job's own computation, each results line appended as soon as it is made;
+8. the warnings: what looks wrong with the numbers, said once the lines are written; an error the
    lines record (lengths of a curve that failed) comes back with the result (``JobResult.check``).
+
+A job that loads no model here declares ``model = None`` (steps 4 and 6 are skipped; its ``measure``
+gets None for both): one that loads none (``make import-official``), or whose model loads elsewhere
+(stage 1's evaluator, in each of its tasks: ``pipeline.keytokens.step``; ``make finetune``'s, which
+the Trainer places, loaded once the job has its data).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pipeline.artifact import lock
 from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
@@ -52,9 +61,11 @@ class ModelInput(Protocol):
 
 
 class Job(Protocol):
-    """What a kind of job declares; ``run`` does the rest."""
+    """What a kind of job declares; ``run`` does the rest. A job that writes a folder whole also
+    declares ``folder`` (locked for the run) and ``folder_use`` (the lock's words: what runs, and how
+    to write elsewhere, as ``lock.exclusive`` takes them)."""
 
-    model: ModelInput
+    model: ModelInput | None  # None: no model loaded by the recipe (module docstring)
     compute: Compute
     results: Path | None  # where its results lines go (None: kept in memory only)
     results_setting: str  # what its user calls that file: results (a command), results_file (the API)
@@ -72,7 +83,7 @@ class Job(Protocol):
         """One results line appended, checked by its schema."""
 
     def measure(
-        self, lm: LoadedModel, scorer: TargetScorer, inputs: Any, record: Record, started: float
+        self, lm: LoadedModel | None, scorer: TargetScorer | None, inputs: Any, record: Record, started: float
     ) -> JobResult:
         """The job's computation; ``record`` appends each results line it makes."""
 
@@ -116,15 +127,22 @@ class JobResult:
 def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
     """The job, top to bottom (module docstring); ``warn`` says each warning (default: ``warning:``
     lines on stderr)."""
-    started = time.time()
+    with offline_unless(job.needs_hub(), job.model is not None and job.model.needs_hub):
+        return measured(job, time.time(), warn)
+
+
+def measured(job: Job, started: float, warn: Callable[[str], None] | None) -> JobResult:
+    """Steps 2 to 8 (module docstring), within the offline rule."""
     path = None if job.results is None else check_writable(job.results, job.results_setting)
     for name, output in job.outputs().items():
         check_writable(output, name)
-    with offline_unless(job.needs_hub(), job.model.needs_hub):
-        job.model.check()
+    folder = getattr(job, "folder", None)
+    with lock.exclusive(folder, *job.folder_use) if folder is not None else contextlib.nullcontext():
+        if job.model is not None:
+            job.model.check()
         inputs = job.open()
-        lm = job.model.load(job.compute)
-        scorer = scorer_for(lm, job.compute)
+        lm = None if job.model is None else job.model.load(job.compute)
+        scorer = None if lm is None else scorer_for(lm, job.compute)
         rows: list[dict[str, Any]] = []
         result = job.measure(lm, scorer, inputs, functools.partial(record, job.append, path, rows), started)
     result.rows, result.path = rows, path
@@ -144,8 +162,9 @@ def record(
 
 @contextlib.contextmanager
 def offline_unless(*remote: bool) -> Iterator[None]:
-    """While no input needs the Hub (every ``remote`` is False), ``HF_HUB_OFFLINE=1``; an explicit
-    setting is kept, and the environment is as it was after the block."""
+    """While no input needs the Hub (every ``remote`` is False), ``HF_HUB_OFFLINE=1``: a missing file
+    then fails at once instead of waiting on download retries. An explicit setting is kept, and the
+    environment is as it was after the block."""
     before = os.environ.get("HF_HUB_OFFLINE")
     if not any(remote):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

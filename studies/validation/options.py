@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pydantic.dataclasses
 
 from pipeline.definition import KeyTokenDefinition, Positive
-from pipeline.jobs.keytokens import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokensJob
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, NonNegative
 
@@ -71,7 +71,7 @@ class ValidateSettings:
     grid: list[tuple[float, float]]
     evaluator: ModelChoice
     progress: bool
-    keytokens_for: Callable[[list[str]], KeyTokenSettings]
+    keytokens_for: Callable[[list[str]], KeyTokensJob]
     model_for: Callable[[list[str]], ModelChoice]
 
     def overrides(self, keys: Iterable[str]) -> list[str]:
