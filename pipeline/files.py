@@ -1,15 +1,18 @@
 """Where the shipped configs and data are (``CONF_DIR``, ``DATA_DIR``; ``locate_input`` for a relative
 path a config names), atomic file writes (a file appears complete or not at all, even when a run is
 killed mid-write; only over a regular file or nothing, and, for an output its user named, where
-``pipeline.outputs`` checked it), paths as records keep them (``recorded_path``), and the configuration
+``pipeline.outputs`` checked it; ``write_json_new``: only where no file is), paths as records keep them
+(``recorded_path``), and the configuration
 directory's files read as plain data (``conf_file``: no Hydra outside the commands)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,27 @@ def write_bytes_atomic(path: Path, data: bytes, checked: Checked | None = None) 
     found then or one of its kind). The file gets the mode of any new file (0666 less the umask:
     readable by others on a shared filesystem), not the temporary file's private 0600."""
     path = Path(path) if checked is None else unchanged(checked)
+    with staged(path, data) as tmp:
+        check_replace(path, checked)
+        os.replace(tmp, path)
+
+
+def write_json_new(path: Path, value: Any) -> bool:
+    """``value`` written whole at ``path`` only if no file is there, atomically (a hard link of a staged
+    file: of several processes, one wins); False when a file was already there."""
+    data = strict_json(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    with staged(path, data.encode()) as tmp:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def staged(path: Path, data: bytes) -> Iterator[str]:
+    """A temporary file beside ``path`` holding ``data``, flushed to disk, with the mode of any new file
+    (0666 less the umask), for the block to put in place; removed after, if it is still there."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -63,11 +87,9 @@ def write_bytes_atomic(path: Path, data: bytes, checked: Checked | None = None) 
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        check_replace(path, checked)
-        os.replace(tmp, path)
-    except BaseException:
+        yield tmp
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def umask() -> int:

@@ -1,4 +1,5 @@
-"""The Hugging Face Hub as a source of inputs: which locations need it, and staying offline when none does."""
+"""The Hugging Face Hub as a source of inputs: which locations need it, whether it is off limits, and
+whether a Hub model can be loaded (staying offline when no input needs it: ``pipeline.jobs.recipe``)."""
 
 from __future__ import annotations
 
@@ -36,13 +37,6 @@ def hub_model_hint(spec: str) -> str:
         return "pass a checkpoint directory, a .gguf file or a Hub model id (org/name)"
     revision = f" with revision={found[2]}" if found[2] else ""
     return f"a Hub model is given by its id: model.spec={found[1]}{revision}"
-
-
-def offline_unless(*remote: bool) -> None:
-    """When no input needs the Hub (every ``remote`` is False), set ``HF_HUB_OFFLINE=1``: a missing
-    file then fails at once instead of waiting on download retries. An explicit setting is kept."""
-    if not any(remote):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def hub_offline() -> bool:

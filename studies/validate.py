@@ -9,7 +9,7 @@ from typing import Any
 
 from pipeline.commands.shell import compose, hydra_main, plain
 from pipeline.definition import KeyTokenDefinition
-from pipeline.jobs.keytokens import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokensJob
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, ScoreSettings, parse
 from studies.validation.claims import run as validate
@@ -25,7 +25,7 @@ def settings(values: dict[str, Any]) -> ValidateSettings:
         grid=list(parse(ScoreSettings, {"grid": values["grid"]}).grid),
         evaluator=ModelChoice.parse(values["evaluator"], "evaluator."),
         progress=bool(values["progress"]),
-        keytokens_for=lambda overrides: KeyTokenSettings.from_config(plain(compose("keytokens", overrides))),
+        keytokens_for=lambda overrides: KeyTokensJob.from_config(plain(compose("keytokens", overrides))),
         model_for=lambda overrides: ModelChoice.parse(plain(compose("score", overrides))["model"]),
     )
 

@@ -317,23 +317,14 @@ def table_bytes(root) -> dict[str, bytes]:
     return {name: (root / f"{name}.parquet").read_bytes() for name in schema.TABLES}
 
 
-def keytokens_command(model_dir, corpus, out, nproc: int = 1) -> list[str]:
+def keytokens_command(model_dir, corpus, out, *extra: str) -> list[str]:
+    """`make keytokens` on the tiny model as a user runs it (its own process); ``extra``: more overrides
+    (``tasks=4``, ``workers=2``, ``executor=slurm``, ...)."""
     args = [
-        *keytokens_overrides(model_dir, corpus, out, "max_tokens=400"),
+        *keytokens_overrides(model_dir, corpus, out, "max_tokens=400", *extra),
         "hydra.run.dir=" + str(out / "logs"),
     ]
-    if nproc == 1:
-        return [sys.executable, "-m", "pipeline.commands.keytokens", *args]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "pipeline.commands.keytokens",
-        *args,
-    ]
+    return [sys.executable, "-m", "pipeline.commands.keytokens", *args]
 
 
 def run_cmd(cmd, **kwargs):

@@ -221,7 +221,7 @@ def source_texts(settings: dict[str, Any]) -> dict[str, str] | str:
     field = corpus.get("text_field")
     spec = CorpusSpec(name=corpus["name"], path=path, text_field=field if isinstance(field, str) else "text")
     try:
-        docs = load_corpus(dataclasses.replace(spec, id_field=None))  # texts are found by their hash
+        docs = load_corpus(dataclasses.replace(spec, id_field=None), [])  # texts found by their hash
     except (PipelineError, OSError, ValueError) as exc:
         return f"{UNAVAILABLE}: {path} does not read ({type(exc).__name__})"
     return {doc.sha256: doc.text for doc in docs}

@@ -73,6 +73,7 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 RUN_STATE = "run.json"
 PARTS = "parts"
+ENGINE = ".datatrove"  # the engine's folder inside the artifact while it runs (removed once it is written)
 
 DOCUMENTS_SCHEMA = pa.schema(
     [

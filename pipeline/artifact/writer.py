@@ -29,6 +29,7 @@ from pipeline.artifact.reader import read_parquet
 from pipeline.artifact.schema import (
     ALL_TABLES,
     DOCUMENTS_SCHEMA,
+    ENGINE,
     KINDS,
     MANIFEST,
     PARTS,
@@ -42,15 +43,16 @@ from pipeline.artifact.schema import (
     new_manifest,
 )
 from pipeline.errors import PipelineError
-from pipeline.files import write_json_atomic, write_table_atomic
+from pipeline.files import write_json_atomic, write_json_new, write_table_atomic
 from pipeline.outputs import FolderKind, Output, check
 from pipeline.provenance import file_sha256
 
 
 def foreign_folder(folder: Path) -> str | None:
-    """Why ``folder`` is no artifact's folder: it holds files, but no manifest, run record or parts."""
+    """Why ``folder`` is no artifact's folder: it holds files, but no manifest, run record, parts or the
+    engine's folder of a run under way."""
     names = sorted(p.name for p in folder.iterdir())
-    if not names or {MANIFEST, RUN_STATE, PARTS} & set(names):
+    if not names or {MANIFEST, RUN_STATE, PARTS, ENGINE} & set(names):
         return None
     return f"a folder that holds no artifact ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
 
@@ -87,25 +89,51 @@ class ArtifactWriter:
         return True
 
     def start(self) -> None:
-        """Record the settings in ``run.json``, or check that a resumed run has the recorded ones. A
-        damaged ``run.json`` is written anew when no document is finished; otherwise the finished
-        ones cannot be matched to settings, and the error says so."""
+        """Record the settings in ``run.json``, or check that a resumed run has the recorded ones. Tasks
+        that start together record them once (the first to write ``run.json`` wins; the others check
+        theirs against it). With no ``run.json``, a manifest here (an artifact computed anew) must
+        hold these settings too. A damaged ``run.json`` is written anew when no document is finished;
+        otherwise the finished ones cannot be matched to settings, and the error says so."""
         state = self.root / RUN_STATE
+        recorded = self.recorded_state()
+        with self.writing("run.json"):
+            self.parts.mkdir(parents=True, exist_ok=True)
+            if recorded is None:
+                with contextlib.suppress(DamagedRecord):
+                    if (finished := read_record(self.root / MANIFEST)) is not None:
+                        self._check_same(finished.get("fingerprint"), finished.get("settings"))
+                record = {"fingerprint": self.fingerprint, "settings": self.settings}
+                if state.is_file():  # damaged, and no document is finished
+                    write_json_atomic(state, record)
+                elif not write_json_new(state, record):
+                    recorded = self.recorded_state()  # another task wrote it first
+        if recorded is not None:
+            self._check_same(recorded.get("fingerprint"), recorded.get("settings"))
+
+    def recorded_state(self) -> dict[str, Any] | None:
+        """``run.json``'s record (None: none, or a damaged one while no document is finished)."""
         try:
-            recorded = read_record(state)
+            return read_record(self.root / RUN_STATE)
         except DamagedRecord as exc:
             if self.finished():
                 raise PipelineError(
                     f"{exc}: the {len(self.finished())} finished documents in {self.parts} cannot be matched "
                     "to settings; delete that directory to start over, or pass name=<new name>"
                 ) from None
-            recorded = None
-        with self.writing("run.json"):
-            if recorded is None:
-                write_json_atomic(state, {"fingerprint": self.fingerprint, "settings": self.settings})
-            self.parts.mkdir(parents=True, exist_ok=True)
-        if recorded is not None:
-            self._check_same(recorded.get("fingerprint"), recorded.get("settings"))
+            return None
+
+    @classmethod
+    def resumed(cls, root: Path) -> ArtifactWriter:
+        """The writer of the run recorded in ``root``'s ``run.json`` (its settings, from the tasks that
+        ran): what ``finalize`` needs once every document is finished."""
+        writer = cls(root, {}, "")
+        recorded = writer.recorded_state()
+        if recorded is None:
+            raise PipelineError(
+                f"{root} holds no run.json, so no task has recorded its settings: run it again"
+            )
+        writer.settings, writer.fingerprint = recorded.get("settings"), recorded.get("fingerprint")
+        return writer
 
     @contextlib.contextmanager
     def writing(self, what: str) -> Iterator[None]:
@@ -163,6 +191,13 @@ class ArtifactWriter:
                 write_table_atomic(staging / "spans.parquet", spans.cast(SPANS_SCHEMA))
                 os.chmod(staging, 0o777 & ~files.umask())  # mkdtemp makes it private
                 os.replace(staging, self.parts / f"{index:06d}")
+            except OSError as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                if (
+                    exc.errno not in (errno.ENOTEMPTY, errno.EEXIST)
+                    or not (self.parts / f"{index:06d}").is_dir()
+                ):
+                    raise  # else a task run twice at once (a Slurm job resubmitted) wrote it first
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise

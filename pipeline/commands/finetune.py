@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline import api
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.jobs.finetune import FinetuneJob
-from pipeline.jobs.finetune import run as finetune
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    return finetune(FinetuneJob.from_config(plain(cfg)))
+    return api.run(FinetuneJob.from_config(plain(cfg))).value
 
 
 def main() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline import api
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.jobs.import_official import ImportJob
-from pipeline.jobs.import_official import run as import_spans
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    return import_spans(ImportJob.from_config(plain(cfg)))
+    return api.run(ImportJob.from_config(plain(cfg))).value
 
 
 def main() -> None:

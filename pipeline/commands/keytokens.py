@@ -1,19 +1,19 @@
 """Stage 1: an evaluator's key tokens of a corpus, as an artifact with a page per document.
-`make keytokens` (``conf/keytokens.yaml``): the job ``pipeline.jobs.keytokens``."""
+`make keytokens` (``conf/keytokens.yaml``): the job ``pipeline.jobs.keytokens``, its tasks on datatrove."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pipeline import api
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.jobs.keytokens import KeyTokenSettings, make_keytokens
+from pipeline.jobs.keytokens import KeyTokensJob
 from pipeline.reporting.keytokens import summary
 
 
-def run(cfg: Any) -> dict[str, Any]:
-    done = make_keytokens(KeyTokenSettings.from_config(plain(cfg)))
-    if done.artifact is not None:  # rank 0 of a data-parallel run
-        print(summary(done))
+def run(cfg: Any) -> dict[str, Any] | None:
+    done = api.run(KeyTokensJob.from_config(plain(cfg))).value
+    print(summary(done))
     return done.manifest
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.loogle.metrics.evaluation import MetricsOptions, evaluate_file
+from pipeline.jobs.recipe import offline_unless
+from pipeline.loogle.metrics.evaluation import MetricsOptions, evaluate_file, needs_hub
 from pipeline.reporting.loogle import metrics_summary
 from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    result = evaluate_file(parse(MetricsOptions, plain(cfg)))
+    options = parse(MetricsOptions, plain(cfg))
+    with offline_unless(needs_hub(options)):
+        result = evaluate_file(options)
     print(metrics_summary(result))
     return result
 

@@ -1,6 +1,7 @@
-"""The fine-tuning job (`make finetune`): its settings typed (``FinetuneJob``), the corpus as training
-sequences (with an artifact's weights for ``source=artifact``), the LongCE settings for the model, then
-``pipeline.training.trainer.finetune``; the run's record is written beside its checkpoints."""
+"""The fine-tuning job (`make finetune`), run by the recipe as every job is: its settings typed
+(``FinetuneJob``), the corpus (with an artifact's weights for ``source=artifact``) opened before the
+model loads (on the CPU: ``OnTheCPU``), the corpus as training sequences, the LongCE settings for the
+model, then ``pipeline.training.trainer.finetune``; the run's record is written beside its checkpoints."""
 
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ from pipeline import __version__
 from pipeline.artifact.reader import open_artifact
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
-from pipeline.hub import is_hub_dataset, offline_unless
+from pipeline.hub import is_hub_dataset
+from pipeline.jobs.recipe import JobResult
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
-from pipeline.models.sources import is_local_model
+from pipeline.outputs import Output
 from pipeline.provenance import library_versions
 from pipeline.reporting.finetune import finish_line, start_line
 from pipeline.settings import Compute, DirectoryName, directory_name, parse, parse_group
-from pipeline.text.corpus import CorpusSpec, load_corpus
+from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
 from pipeline.training.sequences import TrainingSequence, build_sequences
-from pipeline.training.trainer import check_output, finetune, training_arguments
+from pipeline.training.trainer import RUN_FOLDER, finetune, training_arguments
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -46,24 +48,50 @@ class Finetune:
 
 
 @dataclass(frozen=True)
+class OnTheCPU:
+    """The model to fine-tune, as the recipe loads it: on the CPU, in the compute settings' dtype; the
+    Trainer puts it on its device (each process its own GPU)."""
+
+    choice: ModelChoice
+
+    @property
+    def needs_hub(self) -> bool:
+        return self.choice.needs_hub
+
+    @property
+    def display_name(self) -> str:
+        return self.choice.display_name
+
+    def check(self) -> None:
+        self.choice.check()
+
+    def load(self, compute: Compute) -> LoadedModel:
+        return self.choice.load(dataclasses.replace(compute, device="cpu"))
+
+
+@dataclass(frozen=True)
 class FinetuneJob:
     """`make finetune`'s settings, typed: the model, the run's own settings, the loss's definition, the
     compute settings, the corpus, the ``TrainingArguments`` fields (``training``: Hugging Face's own,
-    checked by ``TrainingArguments``) and the whole configuration as given (recorded with the run)."""
+    checked by ``TrainingArguments``) and the whole configuration as given (recorded with the run). Run
+    by the recipe; its run folder and resume are the Trainer's (``resume=``)."""
 
-    model: ModelChoice
+    choice: ModelChoice
     options: Finetune
     definition: KeyTokenDefinition
     compute: Compute
     corpus: CorpusSpec
     training: Mapping[str, Any]
     config: Mapping[str, Any]
+    results = None  # the run's record is written beside its checkpoints
+    results_setting = "output_dir"
+    results_kind = None
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> FinetuneJob:
         """``conf/finetune.yaml`` as plain data, typed and checked."""
         return cls(
-            model=parse_group(ModelChoice, values, "model"),
+            choice=parse_group(ModelChoice, values, "model"),
             options=parse(Finetune, values),
             definition=parse(KeyTokenDefinition, values),
             compute=parse(Compute, values),
@@ -72,29 +100,61 @@ class FinetuneJob:
             config=dict(values),
         )
 
+    @property
+    def model(self) -> OnTheCPU:
+        return OnTheCPU(self.choice)
 
-def run(job: FinetuneJob) -> dict[str, Any]:
-    """One fine-tuning run: the training sequences, the loss, the Trainer; returns the run's record."""
+    @property
+    def run_dir(self) -> Path:
+        """The run's folder: its checkpoints and record (``output_dir``/``run_name``)."""
+        return Path(self.options.output_dir).absolute() / run_name(
+            self.options, self.definition, self.corpus, self.choice
+        )
+
+    def outputs(self) -> list[Output]:
+        return [Output("output_dir", self.run_dir, RUN_FOLDER)]
+
+    def needs_hub(self) -> bool:
+        return self.corpus.needs_network or is_hub_dataset(self.options.artifact or "")
+
+    def open(self) -> tuple[list[Document], ArtifactWeights | None, dict[str, Any] | None]:
+        """The training documents, and an artifact's weights for ``source=artifact``, before the model
+        loads; a ``max_length`` that would make LongCE plain CE is refused first."""
+        if self.options.max_length:
+            check_weighted(self.options, self.definition, self.options.max_length)
+        docs = load_corpus(self.corpus)[: self.options.num_documents]
+        weights, artifact = (
+            artifact_weights(self.options) if self.options.source == "artifact" else (None, None)
+        )
+        return docs, weights, artifact
+
+    @staticmethod
+    def append(path: Path, row: dict[str, Any]) -> None:
+        raise NotImplementedError("the finetune job writes no results lines")
+
+    def measure(self, lm: LoadedModel, scorer: Any, inputs: tuple, record: Any, started: float) -> JobResult:
+        """One fine-tuning run: the training sequences, the loss, the Trainer; its value is the run's
+        record."""
+        return JobResult(train(self, lm, *inputs))
+
+
+def train(
+    job: FinetuneJob, lm: LoadedModel, docs: list[Document], weights: ArtifactWeights | None, artifact: Any
+) -> dict[str, Any]:
+    """The sequences of ``docs`` for ``lm``, the LongCE settings for it, the Trainer's run; the run's
+    record."""
     choice, options, definition, compute, corpus = (
-        job.model,
+        job.choice,
         job.options,
         job.definition,
         job.compute,
         job.corpus,
     )
     training, config = dict(job.training), dict(job.config)
-    remote = (not is_local_model(choice.spec), corpus.needs_network, is_hub_dataset(options.artifact or ""))
-    offline_unless(*remote)
-    if options.max_length:
-        check_weighted(options, definition, options.max_length)
-    run_dir = Path(options.output_dir).absolute() / run_name(options, definition, corpus, choice)
-    check_output(run_dir)
-    choice.check()
-    # Loaded on the CPU; the Trainer puts it on its device (each process its own GPU).
-    lm = choice.load(dataclasses.replace(compute, device="cpu"))
     settings = LongCESettings.for_model(options.source, definition, compute, lm.tokenizer)
-    sequences, data, artifact = training_data(options, corpus, lm)
+    sequences, data = training_data(options, corpus, lm, docs, weights)
     check_weighted(options, definition, data["max_length"])
+    run_dir = job.run_dir
     if isinstance(training.get("deepspeed"), str):
         training["deepspeed"] = str(Path(training["deepspeed"]).absolute())
     args = training_arguments(run_dir, training, compute.device, options.seed)
@@ -141,11 +201,14 @@ def run_name(
 
 
 def training_data(
-    options: Finetune, corpus: CorpusSpec, lm: LoadedModel
-) -> tuple[list[TrainingSequence], dict[str, Any], dict[str, Any] | None]:
-    """The training sequences, what the run record says of them, and of the artifact's weights."""
-    docs = load_corpus(corpus)[: options.num_documents]
-    weights, artifact = artifact_weights(options) if options.source == "artifact" else (None, None)
+    options: Finetune,
+    corpus: CorpusSpec,
+    lm: LoadedModel,
+    docs: list[Document],
+    weights: ArtifactWeights | None,
+) -> tuple[list[TrainingSequence], dict[str, Any]]:
+    """The training sequences of ``docs`` (with an artifact's ``weights``), and what the run record
+    says of them."""
     max_length = options.max_length or lm.context_length
     if max_length is None:
         raise PipelineError(f"{lm.source.spec} does not state its context length: set max_length=<tokens>")
@@ -168,7 +231,7 @@ def training_data(
         "max_length": max_length,
         "tokens": sum(len(s.input_ids) for s in sequences),
     }
-    return sequences, data, artifact
+    return sequences, data
 
 
 def artifact_weights(options: Finetune) -> tuple[ArtifactWeights, dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The import job (`make import-official EVALUATOR=<name>`): the paper's key spans as an artifact.
+"""The import job (`make import-official EVALUATOR=<name>`): the paper's key spans as an artifact, run
+by the recipe as every job is (its folder locked, offline unless a source is on the Hub; no model).
 
 Steps: read the span files (numbers only), pin the sources (Hub commits, or local copies by hash),
 rebuild the texts with the corpus the spans index (``conf/corpus/govreport_paper.yaml``: the official
@@ -30,11 +31,11 @@ from pipeline.artifact.schema import (
     settings_fingerprint,
     table_from_columns,
 )
-from pipeline.artifact.writer import DamagedRecord, check_output, read_record, write_artifact
+from pipeline.artifact.writer import FOLDER, DamagedRecord, read_record, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.files import locate_input
-from pipeline.hub import offline_unless
+from pipeline.jobs.recipe import JobResult
 from pipeline.official.boundaries import (
     BoundaryReport,
     add_document,
@@ -44,6 +45,7 @@ from pipeline.official.boundaries import (
 )
 from pipeline.official.pinned_inputs import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
+from pipeline.outputs import Output
 from pipeline.provenance import file_sha256, json_sha256, library_versions
 from pipeline.reporting.import_official import import_summary
 from pipeline.settings import DirectoryName, Text, directory_name, parse, parse_group
@@ -77,11 +79,18 @@ class ImportOptions:
 @dataclasses.dataclass(frozen=True)
 class ImportJob:
     """`make import-official`'s settings, typed: its own, the key-token definition (the official
-    package's: no BOS before the short windows) and the corpus the spans index."""
+    package's: no BOS before the short windows) and the corpus the spans index. Run by the recipe, which
+    loads no model for it (the spans are read, not computed) and locks the artifact's folder."""
 
     options: ImportOptions
     definition: KeyTokenDefinition
     corpus: CorpusSpec
+    model = None
+    compute = None
+    results = None  # the artifact is its output
+    results_setting = "output_dir"
+    results_kind = None
+    folder_use = ("import run", "pass name=<other name>")
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> ImportJob:
@@ -92,30 +101,77 @@ class ImportJob:
         definition = parse(KeyTokenDefinition, {**values, "short_window_bos": False})
         return cls(options, definition, parse_group(CorpusSpec, values, "corpus"))
 
-
-def run(job: ImportJob) -> dict[str, Any]:
-    """The whole import; returns the artifact's manifest."""
-    options, definition, corpus = job.options, job.definition, job.corpus
-    started = time.time()
-    official, spans_dir = options.official, locate_input(options.spans_dir)
-    spans = read_span_folder(spans_dir)
-    corpus_pin, decoder_pin, spec = pinned_corpus(corpus)
-    tokenizer_pin = pin(official.tokenizer, official.tokenizer_revision, "model", "official.tokenizer")
-    offline_unless(*("path" not in p.record for p in (corpus_pin, decoder_pin, tokenizer_pin)))
-    docs = load_corpus(spec)
-    if len(docs) != len(spans):
-        raise PipelineError(
-            f"{spans_dir} has span files for {len(spans)} documents, corpus '{spec.name}' gives {len(docs)}: "
-            "the spans index the first documents of the official selection, one file per document"
+    @property
+    def folder(self) -> Path:
+        """The artifact's folder: ``name``, or ``<corpus>--official--<evaluator folder>``."""
+        name = self.options.name or directory_name(
+            f"{self.corpus.name}--official--{self.options.official.folder}"
         )
-    tokenizer = load_tokenizer(tokenizer_pin, "the evaluator tokenizer", "official.tokenizer")
+        return Path(self.options.output_dir).absolute() / name
+
+    def outputs(self) -> list[Output]:
+        return [Output("output_dir", self.folder, FOLDER)]
+
+    def needs_hub(self) -> bool:
+        """Whether a source is on the Hub: the corpus's dataset or decoder, or the evaluator's tokenizer."""
+        return self.corpus.needs_network or not Path(self.options.official.tokenizer).expanduser().exists()
+
+    def open(self) -> Sources:
+        """The span files (numbers only), the sources pinned (Hub commits, or local copies by hash), the
+        texts rebuilt with the corpus the spans index, one per span file, and the evaluator's tokenizer."""
+        official, spans_dir = self.options.official, locate_input(self.options.spans_dir)
+        spans = read_span_folder(spans_dir)
+        corpus_pin, decoder_pin, spec = pinned_corpus(self.corpus)
+        tokenizer_pin = pin(official.tokenizer, official.tokenizer_revision, "model", "official.tokenizer")
+        docs = load_corpus(spec)
+        if len(docs) != len(spans):
+            raise PipelineError(
+                f"{spans_dir} has span files for {len(spans)} documents, corpus '{spec.name}' gives "
+                f"{len(docs)}: the spans index the first documents of the official selection, one file per "
+                "document"
+            )
+        tokenizer = load_tokenizer(tokenizer_pin, "the evaluator tokenizer", "official.tokenizer")
+        pins = {"corpus": corpus_pin.record, "decoder": decoder_pin.record, "tokenizer": tokenizer_pin.record}
+        return Sources(spans_dir, spans, spec, docs, tokenizer, pins)
+
+    @staticmethod
+    def append(path: Path, row: dict[str, Any]) -> None:
+        raise NotImplementedError("the import job writes no results lines")
+
+    def measure(self, lm: None, scorer: None, sources: Sources, record: Any, started: float) -> JobResult:
+        """The spans checked against their texts and the evaluator's token boundaries, then written as
+        a ``key_spans`` artifact (left as it is when this exact one is there); its manifest."""
+        return JobResult(import_spans(self, sources, started))
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """What an import reads, opened: the span files, the corpus pinned and its texts, the tokenizer."""
+
+    spans_dir: Path
+    spans: list[np.ndarray]
+    spec: CorpusSpec
+    docs: list[Document]
+    tokenizer: Any
+    pins: dict[str, Any]
+
+
+def import_spans(job: ImportJob, sources: Sources, started: float) -> dict[str, Any]:
+    """The whole import of the opened ``sources``; returns the artifact's manifest."""
+    options, definition, official = job.options, job.definition, job.options.official
+    spans_dir, spec, docs = sources.spans_dir, sources.spec, sources.docs
     report = BoundaryReport(tokenizer=official.tokenizer, threshold=options.min_boundary_share)
     rows, span_tables, merged = [], [], 0
     for index, (doc, doc_spans) in enumerate(
-        tqdm(list(zip(docs, spans, strict=True)), desc="documents", unit="doc", disable=not options.progress)
+        tqdm(
+            list(zip(docs, sources.spans, strict=True)),
+            desc="documents",
+            unit="doc",
+            disable=not options.progress,
+        )
     ):
         check_inside(doc, doc_spans, spans_dir / f"slice_{index}.txt")
-        found = check_document(evaluator_offsets(tokenizer, doc.text), doc_spans)
+        found = check_document(evaluator_offsets(sources.tokenizer, doc.text), doc_spans)
         add_document(report, doc.id, doc.text, doc_spans, found)
         disjoint, n_merged = merge_overlaps(doc_spans)
         merged += n_merged
@@ -123,16 +179,12 @@ def run(job: ImportJob) -> dict[str, Any]:
         rows.append(row)
         span_tables.append(table)
     require(report, f"the key spans of {spans_dir}")
-    sources = {"corpus": corpus_pin.record, "decoder": decoder_pin.record, "tokenizer": tokenizer_pin.record}
-    settings = settings_record(options, definition, spec, docs, sources)
+    settings = settings_record(options, definition, spec, docs, sources.pins)
     tables = {
         "documents": pa.Table.from_pylist(rows, DOCUMENTS_SCHEMA),
         "spans": pa.concat_tables(span_tables) if span_tables else SPANS_SCHEMA.empty_table(),
     }
-    root = Path(options.output_dir).absolute() / (
-        options.name or directory_name(f"{spec.name}--official--{official.folder}")
-    )
-    check_output(root)
+    root = job.folder
     fingerprint = settings_fingerprint(settings, KEY_SPANS)
     if (existing := existing_same(root, fingerprint)) is not None:
         return existing

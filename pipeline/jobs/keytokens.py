@@ -1,20 +1,23 @@
-"""The keytokens job (`make keytokens`): an evaluator reads a corpus and writes the key-token artifact.
-Its settings are typed and checked once from the Hydra config (``KeyTokenSettings``: evaluator, corpus,
-definition, compute, documents and output), before any model loads.
+"""The keytokens job (`make keytokens`): an evaluator reads a corpus and writes the key-token artifact,
+run by the recipe as every job is (``pipeline.jobs.recipe``: its folder locked, the offline rule, its
+inputs opened before any model loads). Its settings are typed and checked once from the Hydra config
+(``KeyTokensJob``: evaluator, corpus, definition, compute, documents, output, and where its tasks run).
 
-Steps: load the corpus and the evaluator, choose and tokenize the documents, fingerprint the settings
-(a finished artifact with the same fingerprint is left untouched; an unfinished one is resumed), score
-this rank's documents one part at a time, then (rank 0) write the tables and the manifest. The
-command (``python -m pipeline.commands.keytokens``) adds the summary and the key-token pages.
+The recipe loads no model for it (``model = None``): its ``open`` makes the plan (the documents, with
+the evaluator's tokenizer only; ``pipeline.keytokens.plan``) and the executor of its tasks
+(``pipeline.keytokens.executors``), and its ``measure`` runs them, each loading the evaluator in its own
+process (``pipeline.keytokens.step``), and writes the artifact (``pipeline.keytokens.stage``); then the
+artifact is loaded with every check, counted, and given its key-token pages. The command
+(``pipeline.commands.keytokens``) prints the summary.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import resource
+import sys
 import time
 from collections.abc import Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass as dataclass_plain
 from pathlib import Path
 from typing import Any
@@ -22,28 +25,30 @@ from typing import Any
 import torch
 from pydantic.dataclasses import dataclass
 
-from pipeline.artifact import lock
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.artifact.statistics import statistics
-from pipeline.artifact.writer import check_output
+from pipeline.artifact.writer import FOLDER
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
-from pipeline.hub import offline_unless
-from pipeline.keytokens import ranks as distributed
+from pipeline.jobs.recipe import JobResult, Record
+from pipeline.keytokens.executors import ENGINE_GROUPS, Engine
+from pipeline.keytokens.plan import plan_tasks
 from pipeline.keytokens.selection import Documents
-from pipeline.keytokens.stage import write_keytokens
+from pipeline.keytokens.stage import Launch, run_stage, task_steps
+from pipeline.keytokens.step import KeyTokenScorer
 from pipeline.loogle.data.keytoken_corpus import load_loogle_corpus
 from pipeline.models.loading import ModelChoice
-from pipeline.models.logprobs import scorer_for
-from pipeline.models.sources import is_gguf
+from pipeline.outputs import Output
 from pipeline.reporting.keytoken_page import write_views
 from pipeline.settings import Compute, DirectoryName, directory_name, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, load_corpus
 
 
 @dataclass(frozen=True)
-class Output:
+class ArtifactOutput:
+    """Where the artifact goes and how its tables are laid out (one file per table, or shards)."""
+
     name: DirectoryName | None = None  # the artifact's directory name; None: derived
     output_dir: str = "artifacts/keytokens"
     progress: bool = True
@@ -51,39 +56,50 @@ class Output:
 
 
 @dataclass(frozen=True)
-class KeyTokenSettings:
+class KeyTokensJob:
     evaluator: ModelChoice
     corpus: CorpusSpec
     definition: KeyTokenDefinition
     compute: Compute
     documents: Documents
-    output: Output
+    output: ArtifactOutput
+    engine: Engine = dataclasses.field(default_factory=Engine)
+
+    model = None  # the evaluator loads in each task (``pipeline.keytokens.step``), never in the launcher
+    results = None  # no results lines: the artifact is its output
+    results_setting = "output_dir"
+    results_kind = None
+    folder_use = ("keytokens run", "pass name=<other name>")  # the lock's words (``recipe.held``)
 
     @classmethod
-    def from_config(cls, plain: Mapping[str, Any]) -> KeyTokenSettings:
+    def from_config(cls, plain: Mapping[str, Any]) -> KeyTokensJob:
         """The settings of ``conf/keytokens.yaml`` (composed, overrides applied, as plain data), typed and
         checked."""
-        settings = cls(
+        job = cls(
             evaluator=parse_group(ModelChoice, plain, "evaluator"),
             corpus=parse_group(CorpusSpec, plain, "corpus"),
             definition=parse(KeyTokenDefinition, plain),
             compute=parse(Compute, plain),
             documents=parse(Documents, plain),
-            output=parse(Output, plain),
+            output=parse(ArtifactOutput, plain),
+            engine=parse(
+                Engine, {**plain, **{g: parse_group(o, plain, g) for g, o in ENGINE_GROUPS.items()}}
+            ),
         )
-        if settings.compute.device.startswith("cuda") and not torch.cuda.is_available():
+        device, local = job.compute.device, job.engine.executor == "local"
+        if local and device.startswith("cuda") and not torch.cuda.is_available():
             raise PipelineError(
-                f"device={settings.compute.device} but no CUDA GPU is visible (preset=paper and preset=long "
-                f"ask for one): pass device=cpu to run on the CPU anyway (in dtype={settings.compute.dtype}: "
-                "slow, and its rounding is not a GPU's)"
+                f"device={device} but no CUDA GPU is visible (preset=paper and preset=long ask for one): "
+                f"pass device=cpu to run on the CPU anyway (in dtype={job.compute.dtype}: slow, and its "
+                "rounding is not a GPU's)"
             )
-        max_tokens, K = settings.documents.max_tokens, settings.definition.K
+        max_tokens, K = job.documents.max_tokens, job.definition.K
         if max_tokens is not None and max_tokens < K:
             raise PipelineError(
                 f"setting max_tokens={max_tokens} is below K={K}: no token would have a short "
                 "context; raise max_tokens or lower K"
             )
-        return settings
+        return job
 
     def artifact_name(self) -> str:
         """``name``, or ``<corpus>--<evaluator>--K<K>-d<d>[-max<max_tokens>]``."""
@@ -98,62 +114,89 @@ class KeyTokenSettings:
     def artifact_dir(self) -> Path:
         return Path(self.output.output_dir).absolute() / self.artifact_name()
 
+    @property
+    def folder(self) -> Path:
+        """The artifact's folder, which the recipe locks for the run."""
+        return self.artifact_dir()
 
-def run(settings: KeyTokenSettings) -> dict[str, Any]:
-    """The whole run, top to bottom: the corpus's documents, this process's rank, the artifact
-    directory's lock (rank 0, throughout: a second run on the same artifact stops at once), the
-    evaluator and its scorer, then the stage (``pipeline.keytokens.stage``); returns the manifest."""
-    started = time.time()
-    check_output(settings.artifact_dir())
-    offline_unless(settings.corpus.needs_network, settings.evaluator.needs_hub)
-    settings.evaluator.check()
-    questions = load_loogle_corpus(settings.corpus) if settings.corpus.loogle else None  # LooGLE's
-    docs = load_corpus(settings.corpus) if questions is None else questions.documents
-    if not docs:
-        raise PipelineError(f"corpus '{settings.corpus.name}' has no documents: nothing to score")
-    ranks = distributed.init_ranks(use_cuda=wants_cuda(settings.compute.device))
-    with ExitStack() as stack:
-        if ranks.is_main:
-            stack.enter_context(lock.exclusive(settings.artifact_dir(), "keytokens run"))
-        gpus = list(ranks.gpus) if ranks.gpus else None
-        bound = gpus is not None and not settings.evaluator.device_map  # each rank its own GPU
-        compute = (
-            dataclasses.replace(settings.compute, device=f"cuda:{gpus[0]}") if bound else settings.compute
+    def outputs(self) -> list[Output]:
+        return [Output("output_dir", self.artifact_dir(), FOLDER)]
+
+    def needs_hub(self) -> bool:
+        return self.corpus.needs_network or self.evaluator.needs_hub
+
+    def open(self) -> Launch:
+        """Before any model loads: where its tasks run (checked: ``Engine.check``) and the step each
+        runs, then the plan: the evaluator checked, the corpus read (a row that cannot be read is
+        skipped, named by its file and row), the documents chosen with the evaluator's tokenizer alone
+        (its source prepared once: a GGUF file converted, a Hub id pinned), split into tasks."""
+        gpus = self.engine.check(self.compute.device)
+        scorer = KeyTokenScorer(self, gpus)
+        self.evaluator.check()
+        questions = load_loogle_corpus(self.corpus) if self.corpus.loogle else None
+        unreadable: list[dict[str, str]] = []
+        docs = questions.documents if questions is not None else load_corpus(self.corpus, unreadable)
+        for row in unreadable:
+            print(f"warning: skipped {row['doc_id']}: {row['reason']}", file=sys.stderr)
+        if not docs:
+            raise PipelineError(f"corpus '{self.corpus.name}' has no documents: nothing to score")
+        tokens = self.evaluator.tokenizer(self.compute)
+        chosen = self.documents.choose(
+            docs, tokens.tokenizer, tokens.context_length, self.definition.K, self.corpus.name
         )
-        with distributed.rank_zero_first(ranks, is_gguf(settings.evaluator.spec)):  # a GGUF conversion, once
-            lm = settings.evaluator.load(compute, gpus=gpus)
-        texts = min(len(docs), settings.documents.num_documents or len(docs))  # compile=auto: enough?
-        return write_keytokens(settings, docs, questions, lm, scorer_for(lm, compute, texts), ranks, started)
+        plan = plan_tasks(
+            self.artifact_dir(), chosen[0], unreadable + chosen[1], self.engine.tasks, tokens, questions
+        )
+        engine = dataclasses.replace(self.engine, tasks=1, workers=None) if plan.finished else self.engine
+        executor = engine.datatrove(task_steps(plan, scorer), plan.engine, gpus)
+        run = {**self.compute.record(), **self.engine.record(gpus)}
+        return Launch(plan, executor, gpus, run, self.launch_record(), self.output.shard_rows)
 
+    def launch_record(self) -> dict[str, Any]:
+        """The settings a plan's completion markers hold for: all but where the tasks run and the
+        progress bar."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "engine"}
+        record = {name: dataclasses.asdict(value) for name, value in fields.items()}
+        record["output"].pop("progress")
+        record["output"].pop("shard_rows")  # how the tables are laid out, not what they hold
+        return record
 
-def wants_cuda(device: str) -> bool:
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    @staticmethod
+    def append(path: Path, row: dict[str, Any]) -> None:
+        raise NotImplementedError("the keytokens job writes no results lines")
+
+    def measure(self, lm: None, scorer: None, launch: Launch, record: Record, started: float) -> JobResult:
+        """The tasks run and the artifact written (``pipeline.keytokens.stage``); then, once it is
+        written, loaded with every check (later loads recall the inputs checks), counted, and given
+        every document's key-token page."""
+        launched = run_stage(launch, started)
+        done = KeyTokensRun(
+            launched.manifest, launch.plan.root, time.time() - started, 0.0, launched.submitted
+        )
+        done.pending = launched.pending
+        if launched.manifest is not None:
+            done.artifact = load_artifact(done.root)
+            done.statistics = statistics(done.artifact)
+            peak = max(
+                resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            )
+            done.peak_gb = peak / 1024**2  # this process's, or its largest worker's
+            done.views = write_views(done.root)
+        return JobResult(done)
 
 
 @dataclass_plain
 class KeyTokensRun:
-    """A finished keytokens run as `make keytokens` shows it (``pipeline.reporting.keytokens``): the
-    artifact's manifest and location, the run's wall time and peak memory, the artifact checked and
-    counted (rank 0 only; other ranks: None), and the index of its key-token pages."""
+    """A keytokens run as `make keytokens` shows it (``pipeline.reporting.keytokens``): the artifact's
+    manifest and location, the run's wall time and peak memory, the artifact checked and counted, and
+    the index of its key-token pages; or, while a Slurm job array runs, the job and its tasks left."""
 
-    manifest: dict[str, Any]
+    manifest: dict[str, Any] | None
     root: Path
     seconds: float
     peak_gb: float
+    submitted: str | None = None
+    pending: int = 0
     artifact: KeyTokenArtifact | None = None
     statistics: dict[str, Any] | None = None
     views: Path | None = None
-
-
-def make_keytokens(settings: KeyTokenSettings) -> KeyTokensRun:
-    """The run; then, on rank 0, the artifact loaded with every check (later loads recall the inputs
-    checks), its counts, and every document's key-token page."""
-    started = time.time()
-    manifest = run(settings)
-    done = KeyTokensRun(manifest, settings.artifact_dir(), time.time() - started, 0.0)
-    if distributed.is_main_process():
-        done.artifact = load_artifact(done.root)
-        done.statistics = statistics(done.artifact)
-        done.peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-        done.views = write_views(done.root)
-    return done

@@ -1,19 +1,27 @@
 """The one recipe every job goes through (`make score`, `make ladder`, `make forgetting-curve`, `make
-loogle`, the Python API, lm-eval's model), as lm-eval's ``simple_evaluate`` is the one path of its
-command line. Top to bottom:
+loogle`, `make keytokens`, `make finetune`, `make import-official`, the Python API, lm-eval's model),
+as lm-eval's ``simple_evaluate`` is the one path of its command line. Top to bottom:
 
 0. the job itself: each field of its type, checked when the job is made (``TypedJob``: a job built by
    hand for ``pipeline.api.run`` is refused in one line, never an AttributeError midway);
 1. the outputs: every file and folder the job appends to or writes is checked (``pipeline.outputs.check``:
    a place it may write, and only over its own kind of file), before anything loads;
 2. the offline rule: while no input needs the Hub, ``HF_HUB_OFFLINE=1`` (a missing file fails at once
-   instead of waiting on download retries; the setting is put back after the job);
-3. the model: checked (a missing path, a file that is not GGUF, a Hub id out of reach: one line, now);
-4. the inputs: opened and checked (an artifact, a corpus, LooGLE's questions);
-5. the model: loaded, with its scorer (``scorer_for``: the compute settings' head blocks and batches);
-6. the measurement: the job's own computation, each results line appended as soon as it is made;
-7. the warnings: what looks wrong with the numbers, said once the lines are written; an error the
+   instead of waiting on download retries; the setting is put back after the job: ``offline_unless``,
+   the project's one);
+3. the lock: a folder the job writes whole (an artifact, a run's checkpoints: its ``folder``) is held
+   for the run, so that a second run on it stops at once naming the holder (``pipeline.artifact.lock``);
+4. the model: checked (a missing path, a file that is not GGUF, a Hub id out of reach: one line, now);
+5. the inputs: opened and checked (an artifact, a corpus, LooGLE's questions);
+6. the model: loaded, with its scorer (``scorer_for``: the compute settings' head blocks and batches);
+7. the measurement: the job's own computation, each results line appended as soon as it is made;
+8. the warnings: what looks wrong with the numbers, said once the lines are written; an error the
    lines record (lengths of a curve that failed) comes back with the result (``JobResult.check``).
+
+A job that loads no model here declares ``model = None`` (steps 4 and 6 are skipped; its ``measure``
+gets None for both): one that loads none (``make import-official``), or whose model loads elsewhere
+(stage 1's evaluator, in each of its tasks: ``pipeline.keytokens.step``; ``make finetune``'s, which
+the Trainer places, loaded once the job has its data).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from pipeline.artifact import lock
 from pipeline.artifact.reader import open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
@@ -59,9 +68,11 @@ class ModelInput(Protocol):
 
 @runtime_checkable
 class Job(Protocol):
-    """What a kind of job declares; ``run`` does the rest."""
+    """What a kind of job declares; ``run`` does the rest. A job that writes a folder whole also
+    declares ``folder`` (locked for the run) and ``folder_use`` (the lock's words: what runs, and how
+    to write elsewhere, as ``lock.exclusive`` takes them)."""
 
-    model: ModelInput
+    model: ModelInput | None  # None: no model loaded by the recipe (module docstring)
     compute: Compute
     results: Path | None  # where its results lines go (None: kept in memory only)
     results_setting: str  # what its user calls that file: results (a command), results_file (the API)
@@ -80,7 +91,7 @@ class Job(Protocol):
         """One results line appended where it was checked, checked by its schema."""
 
     def measure(
-        self, lm: LoadedModel, scorer: TargetScorer, inputs: Any, record: Record, started: float
+        self, lm: LoadedModel | None, scorer: TargetScorer | None, inputs: Any, record: Record, started: float
     ) -> JobResult:
         """The job's computation; ``record`` appends each results line it makes."""
 
@@ -195,7 +206,8 @@ def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
     lines on stderr)."""
     if not isinstance(job, Job):
         raise PipelineError(
-            f"job is {shown(job)}: pass a job of pipeline.jobs (ScoreJob, LadderJob, CurveJob, LoogleJob)"
+            f"job is {shown(job)}: pass a job of pipeline.jobs (ScoreJob, LadderJob, CurveJob, LoogleJob, "
+            "KeyTokensJob, FinetuneJob, ImportJob)"
         )
     started = time.time()
     results = (
@@ -203,11 +215,21 @@ def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
     )
     for output in job.outputs():
         check(output)
-    with offline_unless(job.needs_hub(), job.model.needs_hub):
-        job.model.check()
+    with offline_unless(job.needs_hub(), job.model is not None and job.model.needs_hub):
+        return measured(job, results, started, warn)
+
+
+def measured(
+    job: Job, results: Checked | None, started: float, warn: Callable[[str], None] | None
+) -> JobResult:
+    """Steps 3 to 8 (module docstring), within the offline rule, the outputs checked."""
+    folder = getattr(job, "folder", None)
+    with lock.exclusive(folder, *job.folder_use) if folder is not None else contextlib.nullcontext():
+        if job.model is not None:
+            job.model.check()
         inputs = job.open()
-        lm = job.model.load(job.compute)
-        scorer = scorer_for(lm, job.compute)
+        lm = None if job.model is None else job.model.load(job.compute)
+        scorer = None if lm is None else scorer_for(lm, job.compute)
         rows: list[dict[str, Any]] = []
         result = job.measure(
             lm, scorer, inputs, functools.partial(record, job.append, results, rows), started
@@ -230,8 +252,9 @@ def record(
 
 @contextlib.contextmanager
 def offline_unless(*remote: bool) -> Iterator[None]:
-    """While no input needs the Hub (every ``remote`` is False), ``HF_HUB_OFFLINE=1``; an explicit
-    setting is kept, and the environment is as it was after the block."""
+    """While no input needs the Hub (every ``remote`` is False), ``HF_HUB_OFFLINE=1``: a missing file
+    then fails at once instead of waiting on download retries. An explicit setting is kept, and the
+    environment is as it was after the block."""
     before = os.environ.get("HF_HUB_OFFLINE")
     if not any(remote):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

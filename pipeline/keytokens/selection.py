@@ -37,6 +37,53 @@ class Documents:
     num_documents: Positive | None = None  # the first N eligible documents; None: all
     add_bos: bool = True  # BOS before the long pass
 
+    def choose(
+        self, docs: list[Document], tokenizer: Any, context: int | None, K: int, corpus: str
+    ) -> tuple[list[Prepared], list[dict[str, str]]]:
+        """The documents a run scores, tokenized and truncated by the evaluator's ``tokenizer`` within
+        its ``context`` (None: unknown), and the documents it skips with their reasons. Only the
+        tokenizer is needed: stage 1's plan chooses them before any task loads the evaluator's weights."""
+        bos = int(self.add_bos and tokenizer.bos_token_id is not None)
+        if self.max_tokens is not None and context is not None and self.max_tokens + bos > context:
+            raise PipelineError(
+                f"max_tokens={self.max_tokens} exceeds the evaluator's context of {context} tokens: "
+                f"set max_tokens<={context - bos}"
+            )
+        prepared, skipped = self.prepare(docs, tokenizer, K, context, bos)
+        if not prepared:
+            raise PipelineError(f"no document of corpus '{corpus}' can be scored: {skipped[:3]}")
+        return prepared, skipped
+
+    def prepare(
+        self, docs: list[Document], tokenizer: Any, K: int, context: int | None, n_bos: int
+    ) -> tuple[list[Prepared], list[dict[str, str]]]:
+        """Tokenize and truncate; return (documents to score, skipped documents with reasons).
+
+        ``context`` is the evaluator's context length (None: unknown) and ``n_bos`` the number of
+        tokens put before each document (0 or 1)."""
+        prepared: list[Prepared] = []
+        skipped: list[dict[str, str]] = []
+        for doc in docs:
+            if self.num_documents is not None and len(prepared) >= self.num_documents:
+                break
+            if not doc.text.strip():
+                skipped.append({"doc_id": doc.id, "reason": "empty or whitespace-only text"})
+                continue
+            text, enc, truncated = encode_truncated(tokenizer, doc.text, self.max_tokens)
+            reason = _skip_reason(len(enc.ids), len(enc.ids) + n_bos, self.min_tokens, K)
+            if reason:
+                skipped.append({"doc_id": doc.id, "reason": reason})
+                continue
+            if context is not None and len(enc.ids) + n_bos > context:
+                raise PipelineError(
+                    f"document '{doc.id}' has {len(enc.ids) + n_bos} tokens, more than the evaluator's "
+                    f"context of {context}: set max_tokens<={context - n_bos} to truncate (recorded per "
+                    "document)"
+                )
+            index = len(prepared)
+            prepared.append(Prepared(index, doc, text, enc.ids, enc.offsets, enc.offsets_from, truncated))
+        return prepared, skipped
+
 
 @dataclass
 class Prepared:
@@ -74,48 +121,11 @@ def select(
     """The documents a run scores, within the evaluator's context, and the settings record (with a
     corpus's ``questions`` identity where it has questions: ``LoogleCorpus.identity``; ``evaluator``: the
     evaluator's record as the run knows it so far, default ``lm.source.provisional()``)."""
-    bos = int(documents.add_bos and lm.bos_token_id is not None)
-    context, max_tokens = lm.context_length, documents.max_tokens
-    if max_tokens is not None and context is not None and max_tokens + bos > context:
-        raise PipelineError(
-            f"max_tokens={max_tokens} exceeds the evaluator's context of {context} tokens: "
-            f"set max_tokens<={context - bos}"
-        )
-    prepared, skipped = prepare_documents(docs, lm.tokenizer, documents, definition.K, context, bos)
-    if not prepared:
-        raise PipelineError(f"no document of corpus '{corpus.name}' can be scored: {skipped[:3]}")
-    record = settings_record(definition, documents, corpus, lm, compute, prepared, evaluator)
+    prepared, skipped = documents.choose(docs, lm.tokenizer, lm.context_length, definition.K, corpus.name)
+    sources = document_sources(prepared)
+    record = settings_record(definition, documents, corpus, lm, compute, sources, evaluator)
     record |= {"questions": questions} if questions is not None else {}
     return Selection(prepared, skipped, record, settings_fingerprint(record))
-
-
-def prepare_documents(
-    docs: list[Document], tokenizer: Any, documents: Documents, K: int, context: int | None, n_bos: int
-) -> tuple[list[Prepared], list[dict[str, str]]]:
-    """Tokenize and truncate; return (documents to score, skipped documents with reasons).
-
-    ``context`` is the evaluator's context length (None: unknown) and ``n_bos`` the number of
-    tokens put before each document (0 or 1)."""
-    prepared: list[Prepared] = []
-    skipped: list[dict[str, str]] = []
-    for doc in docs:
-        if documents.num_documents is not None and len(prepared) >= documents.num_documents:
-            break
-        if not doc.text.strip():
-            skipped.append({"doc_id": doc.id, "reason": "empty or whitespace-only text"})
-            continue
-        text, enc, truncated = encode_truncated(tokenizer, doc.text, documents.max_tokens)
-        reason = _skip_reason(len(enc.ids), len(enc.ids) + n_bos, documents.min_tokens, K)
-        if reason:
-            skipped.append({"doc_id": doc.id, "reason": reason})
-            continue
-        if context is not None and len(enc.ids) + n_bos > context:
-            raise PipelineError(
-                f"document '{doc.id}' has {len(enc.ids) + n_bos} tokens, more than the evaluator's context "
-                f"of {context}: set max_tokens<={context - n_bos} to truncate (recorded per document)"
-            )
-        prepared.append(Prepared(len(prepared), doc, text, enc.ids, enc.offsets, enc.offsets_from, truncated))
-    return prepared, skipped
 
 
 def _skip_reason(n_tokens: int, n_seq: int, min_tokens: int, K: int) -> str | None:
@@ -132,12 +142,12 @@ def settings_record(
     corpus: CorpusSpec,
     lm: LoadedModel,
     compute: Compute,
-    prepared: list[Prepared],
+    sources: list[dict[str, str]],
     evaluator: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest's ``settings``: what the numbers depend on, and where the inputs came from. The
     dtypes and the device type are the resolved ones (``dtype=auto`` runs in bfloat16 on CUDA and
-    float32 on a CPU: a run resumed elsewhere must not mix them); the device index is not (ranks run
+    float32 on a CPU: a run resumed elsewhere must not mix them); the device index is not (tasks run
     on different GPUs of one kind), it is in the manifest's ``run``. A 16-bit or GPU run records what
     else its numbers depend on (``numerics_record``). The evaluator as far as it is known without
     waiting for its weights' hashes (``ModelSource.provisional``; the stage settles them at its end)."""
@@ -154,9 +164,14 @@ def settings_record(
         "head_dtype": dtype_name(head_dtype),
         "evaluator": evaluator if evaluator is not None else lm.source.provisional(),
         "corpus": corpus.record(),
-        "documents": [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared],
+        "documents": sources,
         "libraries": {k: v for k, v in library_versions().items() if k in ("torch", "transformers")},
     }
+
+
+def document_sources(prepared: list[Prepared]) -> list[dict[str, str]]:
+    """The settings record's ``documents``: each document's id and its source text's sha256."""
+    return [{"doc_id": p.doc.id, "source_sha256": p.doc.sha256} for p in prepared]
 
 
 def numerics_record(lm: LoadedModel, compute: Compute, head_dtype: torch.dtype) -> dict[str, Any]:

@@ -1,138 +1,225 @@
-"""The keytokens stage on its inputs (the corpus's documents, the evaluator loaded on this rank and its
-scorer; ``pipeline.jobs.keytokens`` resolves them): the documents chosen and tokenized, the settings
-fingerprinted (a finished artifact with the same fingerprint is left untouched; an unfinished one is
-resumed), this rank's documents scored one part at a time, the evaluator's weight hashes (computed
-beside the texts) settled, then (rank 0) the tables and the manifest written, with a LooGLE corpus's
-questions beside them."""
+"""Stage 1 from its plan to its artifact, in the launching process: each task's pipeline (datatrove's
+``ParquetReader`` of its shard, then ``KeyTokenScorer``), the executor run (or, on Slurm, its job array
+submitted: run the command again once it is done), the tasks that did not finish named with why, and,
+once every task is complete, their parts merged in document order into the artifact with the settings
+the tasks recorded (``ArtifactWriter.finalize``) and the engine's folder removed: the finished
+artifact is its files alone, and its manifest's ``run`` says how it ran. A run that fails before its
+first document is written leaves nothing behind; one that fails later keeps its parts and the engine's
+folder (completion markers, logs), and the next run resumes them. With a finished artifact there, one
+task checks that it was made with these settings (else ``OtherSettings``) and nothing is computed.
+"""
 
 from __future__ import annotations
 
-import contextlib
+import json
+import shutil
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
+from datatrove.executor.base import PipelineExecutor
+from datatrove.pipeline.readers import ParquetReader
 
 from pipeline.artifact.qa import kept_records
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.schema import MANIFEST, RUN_STATE, settings_fingerprint
-from pipeline.artifact.writer import ArtifactWriter, DamagedRecord, OtherSettings, read_record
+from pipeline.artifact.schema import settings_fingerprint
+from pipeline.artifact.writer import ArtifactWriter
 from pipeline.errors import PipelineError
-from pipeline.keytokens import ranks as distributed
-from pipeline.keytokens.selection import Prepared, Selection, document_records, select
-from pipeline.keytokens.tables import keytoken_tables
+from pipeline.files import write_json_atomic
+from pipeline.keytokens.executors import launch as launch_tasks
+from pipeline.keytokens.plan import Plan, write_shards
+from pipeline.keytokens.selection import Prepared, document_records
+from pipeline.keytokens.step import KeyTokenScorer
 from pipeline.loogle.data.keytoken_corpus import LoogleCorpus
-from pipeline.models.loading import LoadedModel
-from pipeline.models.logprobs import TargetScorer
 from pipeline.provenance import library_versions
-from pipeline.text.corpus import Document
 from pipeline.text.tokenization import encode_with_offsets
 
 
-def write_keytokens(
-    settings: Any,
-    docs: list[Document],
-    questions: LoogleCorpus | None,
-    lm: LoadedModel,
-    scorer: TargetScorer,
-    ranks: distributed.Ranks,
-    started: float,
-) -> dict[str, Any]:
-    """The stage on its inputs (``settings``: a ``pipeline.jobs.keytokens.KeyTokenSettings``), the
-    artifact directory's lock held: a finished artifact is left as it is, an unfinished one resumed; a
-    run that fails before its first document is written leaves nothing behind. The questions of a
-    corpus that has them go beside the tables, for the documents scored. Returns the manifest."""
-    identity = questions.identity() if questions is not None else None
-    evaluator = lm.source.provisional(*recorded_weights(settings.artifact_dir()))  # not waiting for them
-    selection = select(
-        docs,
-        lm,
-        settings.definition,
-        settings.documents,
-        settings.corpus,
-        settings.compute,
-        identity,
-        evaluator,
-    )
-    writer = ArtifactWriter(settings.artifact_dir(), selection.record, selection.fingerprint)
-    finished = finished_artifact(writer, ranks.is_main)
-    if finished is not None:
-        lm.source.settle()  # the weights' hashes: those the finished artifact records, or an error
-        if ranks.is_main:
-            print(f"{writer.root} is complete with these settings: nothing to do")
-        distributed.shutdown(ranks)
-        return finished
-    writer.start()
-    resumed = len(writer.finished())
+@dataclass
+class Launch:
+    """What ``KeyTokensJob.open`` makes before any model loads: the plan, the executor of its tasks (each
+    task's GPUs: ``gpus``), and what the manifest's ``run`` and the engine's ``plan.json`` record of the
+    settings (``run``, ``settings``)."""
+
+    plan: Plan
+    executor: PipelineExecutor
+    gpus: int
+    run: dict[str, Any]
+    settings: dict[str, Any]
+    shard_rows: int | None = None  # the tables in shards of at most this many rows (None: one file each)
+
+
+@dataclass
+class Launched:
+    """What a launch did: the artifact's manifest (None while a Slurm job array runs), the Slurm job
+    submitted, and the tasks it left to run."""
+
+    manifest: dict[str, Any] | None
+    submitted: str | None = None
+    pending: int = 0
+
+
+def run_stage(launch: Launch, started: float) -> Launched:
+    """The tasks of the plan run, then the artifact written (module docstring)."""
+    plan, executor = launch.plan, launch.executor
+    resumed = len(ArtifactWriter(plan.root, {}, "").finished())
+    slurm_job_running(plan)
     try:
-        score_documents(lm, scorer, selection.prepared, settings, writer, ranks)
+        earlier_failures(plan)
+        write_shards(plan, launch.settings)
+        launch_tasks(executor, launch.gpus)
+        pending = executor.get_incomplete_ranks()
+        if pending and getattr(executor, "job_id", None) not in (None, -1):
+            write_json_atomic(plan.engine / "slurm.json", {"job": str(executor.job_id)})
+            return Launched(None, str(executor.job_id), len(pending))
+        if pending:
+            raise not_finished(plan, pending, getattr(executor, "failures", {}))
+        if plan.finished:
+            print(f"{plan.root} is complete with these settings: nothing to do")
+            manifest = load_artifact(plan.root).manifest
+        else:
+            manifest = finalize(launch, resumed, started)
     except BaseException:
-        if ranks.is_main:
-            writer.discard_if_empty()
+        give_up(plan)
         raise
-    settle_evaluator(writer, lm)
-    devices = ranks.gather(lm.placement)
-    manifest = None
-    if ranks.is_main:
-        extra = manifest_extra(selection, devices, settings, resumed, time.time() - started)
-        qa = None
-        if questions is not None:
-            qa = questions.tables([p.doc.id for p in selection.prepared])
-            extra["questions"] = question_record(questions, qa, selection.prepared, lm)
-        manifest = writer.finalize(range(len(selection.prepared)), extra, qa, settings.output.shard_rows)
-    ranks.barrier()  # rank 0 has finalized
-    distributed.shutdown(ranks)
-    return manifest or load_artifact(writer.root).manifest
+    shutil.rmtree(plan.engine, ignore_errors=True)
+    return Launched(manifest)
 
 
-def recorded_weights(root: Path) -> tuple[dict[str, str] | None, str]:
-    """The evaluator's weight hashes an earlier run on this artifact recorded (its ``run.json``, else its
-    manifest), and which file says so; (None, "") where none did."""
-    for name in (RUN_STATE, MANIFEST):
-        with contextlib.suppress(DamagedRecord):
-            evaluator = ((read_record(root / name) or {}).get("settings") or {}).get("evaluator")
-            if isinstance(evaluator, dict) and isinstance(evaluator.get("weights_sha256"), dict):
-                return evaluator["weights_sha256"], str(root / name)
-    return None, ""
+def task_steps(plan: Plan, scorer: KeyTokenScorer) -> list:
+    """Each task's steps: its shard read (``[0-9]*.parquet``: never a file being written), then scored."""
+    scorer.planned(plan)
+    return [ParquetReader(str(plan.engine / "documents"), glob_pattern="[0-9]*.parquet"), scorer]
 
 
-def settle_evaluator(writer: ArtifactWriter, lm: LoadedModel) -> None:
-    """The evaluator's weights' hashes, waited for only now that the texts are computed, into the
-    settings and fingerprint the manifest records; weights other than those the run computed with
-    (changed since the load, or not those an earlier run on this artifact recorded) stop it here,
-    before the manifest (``WeightsChanged``)."""
-    evaluator = lm.source.to_dict()
-    if evaluator != writer.settings.get("evaluator"):
+def not_finished(plan: Plan, pending: list[int], failures: dict[int, BaseException]) -> BaseException:
+    """Why tasks did not finish: the one task's own error when it ran in this process, else a
+    PipelineError naming the first task, why it stopped and where its log is."""
+    first = pending[0]
+    if plan.tasks == 1 and first in failures:
+        return failures[first]
+    why = task_error(plan.engine, first) or (
+        f"its process{running_process(plan.engine, first)} ended before it finished (killed by a signal, "
+        "or out of memory?)"
+    )
+    if plan.tasks == 1:
+        return PipelineError(why)
+    return PipelineError(
+        f"{len(pending)} of {plan.tasks} tasks did not finish (the others are complete and kept): task "
+        f"{first}: {why}; its log: {plan.engine / 'logs' / f'task_{first:05d}.log'}; run the same command "
+        "again to run them (each resumes from its last finished document)"
+    )
+
+
+def task_error(engine: Path, task: int) -> str | None:
+    try:
+        return json.loads((engine / "errors" / f"{task:05d}.json").read_text(encoding="utf-8"))["error"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def running_process(engine: Path, task: int) -> str:
+    try:
+        record = json.loads((engine / "running" / f"{task:05d}.json").read_text(encoding="utf-8"))
+        return f" (pid {record['pid']} on {record['host']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def slurm_job_running(plan: Plan) -> None:
+    """A Slurm job array an earlier launch submitted that is still queued or running (``squeue`` says)
+    holds the artifact: launching its tasks again would run them twice."""
+    try:
+        job = json.loads((plan.engine / "slurm.json").read_text(encoding="utf-8"))["job"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if shutil.which("squeue") is None:
+        return
+    found = subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True, text=True, check=False
+    )
+    if found.returncode == 0 and found.stdout.strip():
+        raise PipelineError(
+            f"Slurm job {job} of a keytokens run is still queued or running on {plan.root} (squeue -j "
+            f"{job}): wait for it to finish, or cancel it (scancel {job}), then run this again"
+        )
+
+
+def earlier_failures(plan: Plan) -> None:
+    """A warning for each task that failed in the run before this one (run again now)."""
+    for path in sorted((plan.engine / "errors").glob("*.json")):
+        error = task_error(plan.engine, int(path.stem))
+        print(f"warning: task {int(path.stem)} failed before ({error}): it runs again", file=sys.stderr)
+
+
+def give_up(plan: Plan) -> None:
+    """After a failure: with no document finished (or a finished artifact checked), nothing is left
+    behind but what was there; otherwise the parts and the engine's folder stay for the rerun."""
+    writer = ArtifactWriter(plan.root, {}, "")
+    if plan.finished or not writer.finished():
+        shutil.rmtree(plan.engine, ignore_errors=True)
+    if not plan.finished:
+        writer.discard_if_empty()
+
+
+def finalize(launch: Launch, resumed: int, started: float) -> dict[str, Any]:
+    """The parts merged into the artifact with the settings the tasks recorded, and the manifest's
+    records beside them: documents, skipped ones, libraries, how the run ran, a LooGLE corpus's
+    questions."""
+    plan = launch.plan
+    tasks = [
+        json.loads(p.read_text(encoding="utf-8")) for p in sorted((plan.engine / "tasks").glob("*.json"))
+    ]
+    devices = [task["placement"] for task in tasks]
+    extra: dict[str, Any] = {
+        "documents": document_records(plan.prepared),
+        "skipped": plan.skipped,
+        "libraries": library_versions(),
+        "run": {
+            "device": devices[0] if devices else None,
+            "devices": devices,  # each task's that ran, with indices
+            **launch.run,
+            "wall_seconds": round(time.time() - started, 1),
+            "task_seconds": round(sum(task["seconds"] for task in tasks), 1),
+            "resumed_documents": resumed,
+        },
+    }
+    qa = None
+    if plan.questions is not None:
+        qa = plan.questions.tables([p.doc.id for p in plan.prepared])
+        extra["questions"] = question_record(plan.questions, qa, plan.prepared, plan.tokens.tokenizer)
+    writer = settled(ArtifactWriter.resumed(plan.root), tasks)
+    return writer.finalize(range(len(plan.prepared)), extra, qa, launch.shard_rows)
+
+
+def settled(writer: ArtifactWriter, tasks: list[dict[str, Any]]) -> ArtifactWriter:
+    """The writer with the evaluator's record its tasks settled (its weights' hashes, waited for by each
+    task after its texts: ``pipeline.keytokens.step``) in the settings and fingerprint the manifest
+    records, where the run recorded it by its files' versions until then; tasks that found other
+    weights stop the run here, before the manifest."""
+    found = {json.dumps(task["evaluator"], sort_keys=True) for task in tasks if "evaluator" in task}
+    if len(found) > 1:
+        raise PipelineError(
+            f"the tasks of {writer.root} loaded evaluators with different weights: nothing is recorded; "
+            "delete that directory and run again with one checkpoint"
+        )
+    if found and (evaluator := json.loads(found.pop())) != writer.settings.get("evaluator"):
         writer.settings = {**writer.settings, "evaluator": evaluator}
         writer.fingerprint = settings_fingerprint(writer.settings)
+    return writer
 
 
-def finished_artifact(writer: ArtifactWriter, is_main: bool) -> dict[str, Any] | None:
-    """The manifest of the finished artifact with these settings already there, if it loads with every
-    check. One that does not (a damaged manifest, an edited table) is computed anew, as its error
-    advises; one with other settings is an error (``ArtifactWriter.is_complete``)."""
-    problem = None
-    try:
-        if writer.is_complete():
-            return load_artifact(writer.root).manifest
-    except PipelineError as exc:
-        if isinstance(exc, OtherSettings):
-            raise
-        problem = exc
-    if problem is not None and is_main:
-        print(f"note: the artifact there does not load, so it is computed anew ({problem})")
-    return None
-
-
-def question_record(questions: LoogleCorpus, qa: dict, prepared: list[Prepared], lm: LoadedModel) -> dict:
+def question_record(questions: LoogleCorpus, qa: dict, prepared: list[Prepared], tokenizer: Any) -> dict:
     """The manifest's ``questions`` record: where they came from, and what the cut keeps of each
     document and its evidence (a truncated text's source tokenized whole, as stage 1 first does)."""
     documents = [
         {
             "doc_id": p.doc.id,
             "n_tokens": len(p.ids),
-            "n_source_tokens": len(encode_with_offsets(lm.tokenizer, p.doc.text).ids)
+            "n_source_tokens": len(encode_with_offsets(tokenizer, p.doc.text).ids)
             if p.truncated
             else len(p.ids),
             "n_chars": len(p.text),
@@ -141,55 +228,3 @@ def question_record(questions: LoogleCorpus, qa: dict, prepared: list[Prepared],
         for p in prepared
     ]
     return {**questions.record, "documents": kept_records(qa, documents)}
-
-
-def score_documents(
-    lm: LoadedModel,
-    scorer: TargetScorer,
-    prepared: list[Prepared],
-    settings: Any,
-    writer: ArtifactWriter,
-    ranks: distributed.Ranks,
-) -> None:
-    """Score and write this rank's unfinished documents; progress is counted in tokens, for an
-    honest ETA (one set of bars: rank 0's, since ranks are balanced)."""
-    scorer.check_against_full_forward()
-    bos_id = lm.bos_token_id if settings.documents.add_bos else None
-    owners = distributed.assign([len(p.ids) for p in prepared], ranks.world)
-    mine = [p for p in prepared if owners[p.index] == ranks.rank]
-    done = writer.finished()
-    show = settings.output.progress and ranks.is_main
-
-    def windows(batches):
-        return tqdm(batches, desc="  short windows", unit="batch", leave=False, disable=not show)
-
-    total = sum(len(p.ids) for p in mine)
-    initial = sum(len(p.ids) for p in mine if p.index in done)
-    with tqdm(
-        total=total, initial=initial, desc="documents", unit="tok", unit_scale=True, disable=not show
-    ) as bar:
-        for item in (p for p in mine if p.index not in done):
-            bar.set_postfix_str(item.doc.id)
-            tables = keytoken_tables(scorer, item, settings.definition, bos_id, progress=windows)
-            writer.write_part(item.index, *tables)
-            bar.update(len(item.ids))
-    ranks.barrier()  # every rank's parts are written
-
-
-def manifest_extra(
-    selection: Selection, devices: list[str], settings: Any, resumed: int, seconds: float
-) -> dict[str, Any]:
-    """The manifest beside the settings: documents, skipped documents, libraries, how the run ran."""
-    return {
-        "documents": document_records(selection.prepared),
-        "skipped": selection.skipped,
-        "libraries": library_versions(),
-        "run": {
-            "device": devices[0],
-            "devices": devices,  # each rank's, with indices
-            **settings.compute.record(),
-            "wall_seconds": round(seconds, 1),
-            "resumed_documents": resumed,
-            "processes": len(devices),
-        },
-    }

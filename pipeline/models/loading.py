@@ -28,7 +28,7 @@ from pipeline.models.sources import hub_error_message, is_local_model, loadable,
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
-__all__ = ["HeldModel", "LoadedModel", "ModelChoice", "ModelSource", "load_model"]
+__all__ = ["HeldModel", "LoadedModel", "LoadedTokenizer", "ModelChoice", "ModelSource", "load_model"]
 
 # The pipeline's attention, ``pipeline.models.attention.NAME``. That module is imported with the first
 # model a run loads, not with this one: it brings transformers' model code (its distributed tensors,
@@ -48,12 +48,7 @@ class LoadedModel:
     @property
     def context_length(self) -> int | None:
         """The longest sequence the model was trained for, from its config, if it says."""
-        config = self.model.config
-        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            value = getattr(config, name, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+        return context_length(self.model.config)
 
     @property
     def bos_token_id(self) -> int | None:
@@ -77,6 +72,24 @@ class LoadedModel:
     def load(self, compute: Compute) -> LoadedModel:
         """Itself: a loaded model keeps its own dtype and device."""
         return self
+
+
+def context_length(config: Any) -> int | None:
+    """The longest sequence a model's ``config`` says it was trained for, if it says."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A model's tokenizer and context length, without its weights (``ModelChoice.tokenizer``)."""
+
+    tokenizer: Any
+    context_length: int | None
+    source: ModelSource  # resolved and prepared: a GGUF file converted, a Hub id pinned to its commit
 
 
 @dataclass(frozen=True)
@@ -356,6 +369,24 @@ class ModelChoice:
             return str(self.name)
         path = Path(self.spec)
         return path.stem if self.spec.endswith(".gguf") else path.name if path.is_dir() else self.spec
+
+    def tokenizer(self, compute: Compute) -> LoadedTokenizer:
+        """Its tokenizer and context length without its weights, the source prepared as ``load``
+        prepares it (a GGUF file converted once into the compute settings' cache, a Hub id pinned)."""
+        from transformers import AutoConfig  # with the model, not the command (start-up)
+
+        source = resolve_source(self.spec)
+        location, hub_options = prepare(source, self.revision, compute.cache_dir)
+        cache = Path(compute.cache_dir) if compute.cache_dir else default_cache_dir()
+        options = {k: hub_options[k] for k in ("revision", "local_files_only") if k in hub_options}
+        tokenizer = _load_tokenizer(
+            source, location, cache, trust_remote_code=self.trust_remote_code, **options
+        )
+        try:
+            config = AutoConfig.from_pretrained(location, trust_remote_code=self.trust_remote_code, **options)
+        except (OSError, ValueError, KeyError) as exc:
+            raise PipelineError(_load_error_message(source, exc, None)) from exc
+        return LoadedTokenizer(tokenizer, context_length(config), source)
 
     def load(self, compute: Compute, gpus: list[int] | None = None) -> LoadedModel:
         """The model with the compute settings' dtype, device and GGUF cache."""

@@ -1,6 +1,7 @@
 """`make keytokens`'s summary: the documents, tokens and key tokens the run wrote, the LSD distribution,
 time and memory, the artifact's location and identity, what was checked, the skipped documents, what
-the cut kept of a LooGLE document and its evidence, why no token is key when none is, and the pages."""
+the cut kept of a LooGLE document and its evidence, why no token is key when none is, and the pages;
+or, while its Slurm job array runs, the job and what to do once it is done."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pipeline.definition import no_key_reason
 
 
 def summary(done: Any) -> str:
-    """The lines for a ``pipeline.jobs.keytokens.KeyTokensRun`` (rank 0's)."""
+    """The lines for a ``pipeline.jobs.keytokens.KeyTokensRun``."""
+    if done.manifest is None:
+        return submitted(done)
     art, stats, manifest = done.artifact, done.statistics, done.manifest
     q = list(stats["lsd_quantiles"].values())
     n_key, short = stats["key_tokens"], stats["with_short_context"]
@@ -48,3 +51,15 @@ def question_lines(manifest: dict[str, Any]) -> list[str]:
             f"{doc['located']} located, {doc['inside_kept']} inside the kept text"
         )
     return out
+
+
+def submitted(done: Any) -> str:
+    """A Slurm job array submitted: its job, its tasks, where its logs go, and what writes the artifact."""
+    return "\n".join(
+        [
+            f"submitted   Slurm job {done.submitted}: {done.pending} task(s) of stage 1",
+            f"logs        {done.root / '.datatrove' / 'slurm_logs'} and {done.root / '.datatrove' / 'logs'}",
+            f"then        once the job is done (squeue -j {done.submitted}), run the same command again: it "
+            f"writes {done.root} (and submits again any task that failed)",
+        ]
+    )

@@ -126,8 +126,14 @@ class CorpusSpec:
         return any(not Path(x).exists() for x in remote)
 
 
-def load_corpus(spec: CorpusSpec) -> list[Document]:
-    """All documents of a corpus, in order, with unique ids."""
+Unreadable = list[dict[str, str]]  # rows that cannot be read: {"doc_id": "<file>:<row>", "reason": ...}
+
+
+def load_corpus(spec: CorpusSpec, unreadable: Unreadable | None = None) -> list[Document]:
+    """All documents of a corpus, in order, with unique ids. A row that cannot be read (a JSONL line
+    that is not UTF-8, not JSON or not an object; a row whose text is missing or not text) is an
+    error, or, given ``unreadable``, recorded there with its file and row, and left out (stage 1 skips
+    it and goes on: its manifest records it as a skipped document)."""
     if spec.loogle:
         raise PipelineError(
             f"corpus '{spec.name}' holds LooGLE's documents with their questions: stage 1 reads it "
@@ -142,7 +148,7 @@ def load_corpus(spec: CorpusSpec) -> list[Document]:
         if path.suffix == ".parquet":
             rows = _parquet_rows(path)
         elif path.suffix in (".jsonl", ".json"):
-            rows = _jsonl_rows(path)
+            rows = _jsonl_rows(path, unreadable)
         else:
             raise PipelineError(f"corpus file {spec.path}: expected .jsonl or .parquet")
         where = str(path)
@@ -150,14 +156,14 @@ def load_corpus(spec: CorpusSpec) -> list[Document]:
         rows = _dataset_rows(spec)
         where = f"{spec.dataset} ({spec.split})"
         if spec.tokenized_with:
-            return _documents(decoded_rows(rows, spec, where), spec, where, selected=True)
+            return _documents(decoded_rows(rows, spec, where), spec, where, True, unreadable)
     else:
         raise PipelineError(f"corpus '{spec.name}' names neither corpus.path nor corpus.dataset")
-    return _documents(rows, spec, where)
+    return _documents(rows, spec, where, False, unreadable)
 
 
 def _documents(
-    rows: list[dict[str, Any]], spec: CorpusSpec, where: str, selected: bool = False
+    rows: list[dict[str, Any]], spec: CorpusSpec, where: str, selected: bool, unreadable: Unreadable | None
 ) -> list[Document]:
     """The rows as documents; ``selected``: rows of a selection in reference tokens (``decoded_rows``),
     whose ``tokenized_len`` each document records."""
@@ -166,7 +172,7 @@ def _documents(
             f"corpus {where}: no row is selected (none has {spec.min_tokenized_len} reference tokens or more)"
         )
     if rows and spec.text_field not in rows[0]:
-        columns = ", ".join(sorted(rows[0]))
+        columns = ", ".join(sorted(k for k in rows[0] if k != LINE))
         raise PipelineError(
             f"corpus {where} has no '{spec.text_field}' column (columns: {columns}): "
             "set corpus.text_field=<column>"
@@ -176,9 +182,11 @@ def _documents(
     for i, row in enumerate(rows):
         text = row.get(spec.text_field)
         if not isinstance(text, str):
-            raise PipelineError(
-                f"corpus {where}, row {i}: '{spec.text_field}' is {type(text).__name__}, not text"
-            )
+            at = f"line {row[LINE]}" if LINE in row else f"row {i}"
+            problem = f"corpus {where}, {at}: '{spec.text_field}' is {type(text).__name__}, not text"
+            cannot_read(unreadable, f"{Path(where).name}:{row.get(LINE, i)}", problem)
+            continue
+        row.pop(LINE, None)
         doc_id = document_id(row, spec, i, where)
         if doc_id in seen:
             raise PipelineError(
@@ -208,25 +216,38 @@ def document_id(row: dict[str, Any], spec: CorpusSpec, i: int, where: str) -> st
     return str(value)
 
 
-def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
+def cannot_read(unreadable: Unreadable | None, row: str, problem: str) -> None:
+    """A row that cannot be read: an error, or recorded in ``unreadable`` (``load_corpus``)."""
+    if unreadable is None:
+        raise PipelineError(problem)
+    unreadable.append({"doc_id": row, "reason": f"cannot be read: {problem}"})
+
+
+LINE = "\0line"  # a JSONL row's line number while it is read (``cannot_read`` names it)
+
+
+def _jsonl_rows(path: Path, unreadable: Unreadable | None = None) -> list[dict[str, Any]]:
     rows = []
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            where = f"{path.name}:{number}"
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise PipelineError(
-                    f"{path}, line {number}: invalid UTF-8 at byte {exc.start}; fix the file's encoding"
-                ) from exc
+                problem = f"{path}, line {number}: invalid UTF-8 at byte {exc.start}; fix the file's encoding"
+                cannot_read(unreadable, where, problem)
+                continue
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise PipelineError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
+                cannot_read(unreadable, where, f"{path}, line {number}: not valid JSON ({exc.msg})")
+                continue
             if not isinstance(row, dict):
-                raise PipelineError(f"{path}, line {number}: expected a JSON object per line")
-            rows.append(row)
+                cannot_read(unreadable, where, f"{path}, line {number}: expected a JSON object per line")
+                continue
+            rows.append({**row, LINE: number} if unreadable is not None else row)
     return rows
 
 

@@ -30,7 +30,7 @@ from pipeline.artifact.reader import iter_documents, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.files import write_bytes_atomic, write_json_atomic
-from pipeline.hub import offline_unless
+from pipeline.jobs.recipe import offline_unless
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.models.sources import is_local_model
@@ -173,9 +173,14 @@ class Phase:
 
 
 def run_demo(settings: DemoSettings) -> dict[str, Any]:
-    """Both runs, evaluated before and after; writes results.json, the curves and the report."""
+    """Both runs, evaluated before and after, offline unless the model needs the Hub; writes
+    results.json, the curves and the report."""
+    with offline_unless(not is_local_model(settings.model.spec)):
+        return both_runs(settings)
+
+
+def both_runs(settings: DemoSettings) -> dict[str, Any]:
     started, o = time.time(), settings.options
-    offline_unless(not is_local_model(settings.model.spec))
     work, out = Path(o.work_dir), Path(o.docs_dir)
     govreport = open_artifact(o.govreport)
     govreport_docs = list(iter_documents(govreport))[: o.govreport_documents]

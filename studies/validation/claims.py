@@ -29,7 +29,7 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import DEFINITION_FIELDS
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic, write_json_atomic
-from pipeline.hub import offline_unless
+from pipeline.jobs.recipe import offline_unless
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.models.sources import is_local_model
@@ -46,14 +46,17 @@ STAGE1_KEYS = (*DEFINITION_FIELDS, *field_names(Compute), "progress")
 
 
 def run(v: ValidateSettings) -> dict[str, Any]:
-    """The whole study (or with ``loogle.only`` its LooGLE target alone); returns the results written to
-    ``<docs_dir>/results.json``."""
-    if v.options.loogle.only:
-        return loogle_only(v)
+    """The whole study (or with ``loogle.only`` its LooGLE target alone), offline unless a member needs
+    the Hub; returns the results written to ``<docs_dir>/results.json``."""
+    members = family.members(v)  # the family and its evaluators first: a wrong one fails at once
+    with offline_unless(*(not is_local_model(m.choice.spec) for m in members)):
+        return loogle_only(v, members) if v.options.loogle.only else whole_study(v, members)
+
+
+def whole_study(v: ValidateSettings, members: list[family.Member]) -> dict[str, Any]:
+    """Every part of the study with the family ``members``."""
     started, timing, o = time.time(), {}, v.options
     work, out = Path(o.work_dir), Path(o.docs_dir)
-    members = family.members(v)  # the family and its evaluators first: a wrong one fails at once
-    offline_unless(*(not is_local_model(m.choice.spec) for m in members))
     t = time.time()
     evals = family.evaluators(v, work)
     timing["evaluator artifacts"] = time.time() - t
@@ -106,7 +109,7 @@ def run(v: ValidateSettings) -> dict[str, Any]:
     return write_results(v, json.loads(json.dumps(results)), timing, started, docs[0].id)
 
 
-def loogle_only(v: ValidateSettings) -> dict[str, Any]:
+def loogle_only(v: ValidateSettings, members: list[family.Member]) -> dict[str, Any]:
     """The LooGLE target recomputed alone (``loogle.only=true``): the previous run's results.json with
     its ``loogle`` parts replaced (the artifact, each member's part, the statistics), the report rendered
     again; the other sections' numbers stay that run's. The family must be the previous run's."""
@@ -117,10 +120,8 @@ def loogle_only(v: ValidateSettings) -> dict[str, Any]:
             f"loogle.only=true recomputes the LooGLE section of {previous}: run make validate first"
         )
     results = json.loads(previous.read_text())
-    members = family.members(v)
     if [m.label for m in members] != [r["label"] for r in results["family"]]:
         raise PipelineError(f"loogle.only=true: the family differs from {previous}'s: run the whole study")
-    offline_unless(*(not is_local_model(m.choice.spec) for m in members))
     t = time.time()
     loogle = loogle_target.target(v, Path(o.work_dir))
     timing["LooGLE artifact"] = time.time() - t

@@ -26,8 +26,8 @@ from pipeline.artifact.reader import ArtifactDocument, iter_documents, open_arti
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
-from pipeline.jobs.keytokens import KeyTokenSettings
-from pipeline.jobs.keytokens import run as find_key_tokens
+from pipeline.jobs.keytokens import KeyTokensJob
+from pipeline.jobs.recipe import run as run_job
 from pipeline.models.loading import ModelChoice
 from pipeline.models.logprobs import TargetScorer
 from pipeline.settings import Compute, ScoreSettings
@@ -184,12 +184,12 @@ def build_artifact(
     return build_keytokens(v.keytokens_for(overrides), v.options.fresh)
 
 
-def build_keytokens(settings: KeyTokenSettings, fresh: bool) -> Path:
+def build_keytokens(settings: KeyTokensJob, fresh: bool) -> Path:
     """The keytokens stage's artifact for ``settings`` (computed again when ``fresh``); its directory."""
     root = settings.artifact_dir()
     if fresh and root.exists():
         shutil.rmtree(root)
-    find_key_tokens(settings)
+    run_job(settings)
     return root
 
 

@@ -13,7 +13,7 @@ import pydantic.dataclasses
 from pydantic import AfterValidator
 
 from pipeline.definition import KeyTokenDefinition, Positive
-from pipeline.jobs.keytokens import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokensJob
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, NonNegative
 from pipeline.text.corpus import distinct_tasks
@@ -75,7 +75,7 @@ class ValidateSettings:
     grid: list[tuple[float, float]]
     evaluator: ModelChoice
     progress: bool
-    keytokens_for: Callable[[list[str]], KeyTokenSettings]
+    keytokens_for: Callable[[list[str]], KeyTokensJob]
     model_for: Callable[[list[str]], ModelChoice]
 
     def overrides(self, keys: Iterable[str]) -> list[str]:

@@ -9,8 +9,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from pipeline.commands.shell import plain
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
+from pipeline.keytokens.executors import Engine
 from pipeline.keytokens.selection import STAGE_COMPUTE
 from pipeline.settings import Compute, ScoreSettings, parse
 from tests.support import (
@@ -34,6 +36,7 @@ def test_yaml_defaults_are_the_types_defaults():
     paper = parse(KeyTokenDefinition, stage)
     assert dataclasses.replace(paper, short_window_bos=True) == KeyTokenDefinition()  # the paper's values
     assert parse(ScoreSettings, compose_config("score", [])) == ScoreSettings()
+    assert parse(Engine, plain(compose_config("keytokens", []))) == Engine()
 
 
 def test_parse_names_the_setting_and_the_problem():

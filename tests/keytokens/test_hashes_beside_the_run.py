@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from pipeline.artifact.schema import settings_fingerprint
-from pipeline.keytokens import stage
+from pipeline.keytokens import stage, step
 from pipeline.models import weight_hashes
 from pipeline.models.weight_hashes import WeightHashing, WeightsChanged
 from pipeline.provenance import file_sha256
@@ -61,7 +61,7 @@ def test_stage1_computes_its_first_text_before_the_hashes_end_and_records_them(
     model = copied(tiny_model_dir, tmp_path)
     order, gate = [], threading.Event()
     held_hashes(monkeypatch, order, gate)
-    watched(monkeypatch, stage, "keytoken_tables", order, gate)
+    watched(monkeypatch, step, "keytoken_tables", order, gate)
     corpus = tiny_artifact.parent / "corpus.jsonl"
     manifest = run_keytokens(stage1(model, corpus, tmp_path / "out", tmp_path / "c"))
     assert order[0] == "text" and "hashed" in order
@@ -73,12 +73,12 @@ def test_stage1_computes_its_first_text_before_the_hashes_end_and_records_them(
 def test_stage1_resumed_with_other_weights_computes_then_refuses_to_finish(
     tiny_model_dir, tiny_artifact, tmp_path, monkeypatch
 ):
-    """A run interrupted after one document recorded the weights' hashes (known from the record); the
-    rerun hashes them anew beside its texts (another cache folder), finds other weights after it computed
-    the rest, and stops without a manifest, saying why."""
+    """A run interrupted after one document recorded the weights' hashes (known: this process hashed
+    them before); the rerun (another process: nothing known) hashes them anew beside its texts, finds
+    other weights after it computed the rest, and stops without a manifest, saying why."""
     model, out = copied(tiny_model_dir, tmp_path), tmp_path / "out"
     corpus = tiny_artifact.parent / "corpus.jsonl"
-    WeightHashing(model, tmp_path / "a").result()  # known to the first run
+    WeightHashing(model).result()  # known to the first run
     writes = []
 
     def one_part_then_stop(self, index, *tables):
@@ -95,7 +95,8 @@ def test_stage1_resumed_with_other_weights_computes_then_refuses_to_finish(
     recorded = json.loads((out / "test" / "run.json").read_text())["settings"]["evaluator"]["weights_sha256"]
     assert recorded == {WEIGHTS: file_sha256(model / WEIGHTS)}
     computed = []
-    watched(monkeypatch, stage, "keytoken_tables", computed, threading.Event())
+    monkeypatch.setattr(weight_hashes, "HASHED", {})  # another process
+    watched(monkeypatch, step, "keytoken_tables", computed, threading.Event())
     monkeypatch.setattr(weight_hashes, "file_sha256", lambda path, *args: "0" * 64)  # other weights
     with pytest.raises(
         WeightsChanged,

@@ -162,11 +162,28 @@ def test_bad_corpus(run_stage1, write_corpus, rows, message):
         run_stage1(corpus_path=write_corpus(rows, name="bad.jsonl"))
 
 
-def test_invalid_utf8_names_the_line(run_stage1, tmp_path):
-    path = tmp_path / "latin1.jsonl"
-    path.write_bytes(b'{"id": "a", "text": "fine"}\n{"id": "b", "text": "caf\xe9"}\n')
-    with pytest.raises(PipelineError, match=r"line 2: invalid UTF-8"):
-        run_stage1(corpus_path=path)
+def test_unreadable_rows_are_skipped_naming_their_file_and_line(run_stage1, tmp_path, capsys):
+    """A line that is not UTF-8, not JSON or not an object, and a row without its text: each skipped,
+    named by its file and line in a warning and in the manifest's skipped documents; the other
+    documents are scored, as without those rows (the same fingerprint)."""
+    path = tmp_path / "rows.jsonl"
+    good = [json.dumps({"id": f"doc-{i}", "text": t}).encode() for i, t in enumerate(TEXTS)]
+    bad = [b'{"id": "b", "text": "caf\xe9"}', b"{not json", b"[1, 2]", b'{"id": "c", "text": null}']
+    path.write_bytes(b"\n".join([good[0], *bad, *good[1:]]) + b"\n")
+    _, manifest = run_stage1(corpus_path=path)
+    skipped = {s["doc_id"]: s["reason"] for s in manifest["skipped"]}
+    assert list(skipped) == ["rows.jsonl:2", "rows.jsonl:3", "rows.jsonl:4", "rows.jsonl:5"]
+    assert (
+        skipped["rows.jsonl:2"]
+        == f"cannot be read: {path}, line 2: invalid UTF-8 at byte 24; fix the file's encoding"
+    )
+    assert "line 3: not valid JSON" in skipped["rows.jsonl:3"] and "JSON object" in skipped["rows.jsonl:4"]
+    assert "line 5: 'text' is NoneType, not text" in skipped["rows.jsonl:5"]
+    err = capsys.readouterr().err
+    assert all(f"warning: skipped rows.jsonl:{n}: cannot be read: " in err for n in (2, 3, 4, 5))
+    assert [d["doc_id"] for d in manifest["documents"]] == ["doc-0", "doc-1", "doc-2"]
+    clean = run_stage1("name=clean")[1]
+    assert clean["fingerprint"] == manifest["fingerprint"]
 
 
 def test_document_longer_than_context(run_stage1, write_corpus):
@@ -280,7 +297,7 @@ def test_a_failed_run_leaves_nothing_a_rerun_trips_over(run_stage1, tmp_path, mo
         raise RuntimeError("out of memory")
 
     with monkeypatch.context() as patch:
-        patch.setattr("pipeline.keytokens.stage.keytoken_tables", out_of_memory)
+        patch.setattr("pipeline.keytokens.step.keytoken_tables", out_of_memory)
         with pytest.raises(RuntimeError, match="out of memory"):
             run_stage1()
     assert not (tmp_path / "out" / "test").exists()

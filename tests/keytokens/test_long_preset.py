@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import PipelineError
-from pipeline.jobs.keytokens import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokensJob
 from pipeline.text.corpus import CorpusSpec, load_corpus
 from studies.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure
 from tests.support import compose_keytokens
@@ -27,7 +27,7 @@ def test_the_long_preset_composes_pg19_at_128k():
     assert (cfg.K, cfg.d, cfg.alpha, cfg.beta, cfg.gamma) == (4096, 1024, 2.0, -2.0, 5.0)
     assert (cfg.max_tokens, cfg.short_window_bos, cfg.add_bos, cfg.device) == (None, False, True, "cuda")
     assert cfg.evaluator.spec == "meta-llama/Llama-3.1-8B"
-    settings = KeyTokenSettings.from_config(compose_keytokens(["preset=long", "device=cpu"]))
+    settings = KeyTokensJob.from_config(compose_keytokens(["preset=long", "device=cpu"]))
     assert settings.corpus.record()["too_few"] == "longest"
 
 

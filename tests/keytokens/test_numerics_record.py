@@ -89,11 +89,11 @@ def test_a_gpu_run_records_its_gpus(monkeypatch):
 def test_the_default_artifacts_fingerprint_is_unchanged():
     """The settings record of `make keytokens` (the embedded evaluator on the shipped sample, CPU,
     float32) gives the fingerprint conf/refresh/embedded.yaml pins, without scoring a token."""
-    from pipeline.jobs.keytokens import KeyTokenSettings
+    from pipeline.jobs.keytokens import KeyTokensJob
     from pipeline.keytokens.selection import select
     from pipeline.text.corpus import load_corpus
 
-    settings = KeyTokenSettings.from_config(compose_keytokens([]))
+    settings = KeyTokensJob.from_config(compose_keytokens([]))
     lm = settings.evaluator.load(settings.compute)
     selection = select(
         load_corpus(settings.corpus),

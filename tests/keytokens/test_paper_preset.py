@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipeline.jobs.keytokens import KeyTokenSettings
+from pipeline.jobs.keytokens import KeyTokensJob
 from tests.support import compose_keytokens, run_keytokens
 
 TEXTS = [
@@ -29,7 +29,7 @@ def test_paper_preset_composes_the_official_setup():
     # the selection is the corpus's, in reference-tokenizer tokens: none per evaluator
     assert (cfg.max_tokens, cfg.min_tokens, cfg.num_documents) == (None, 0, None)
     assert (cfg.dtype, cfg.device) == ("bfloat16", "cuda")
-    settings = KeyTokenSettings.from_config(compose_keytokens(["preset=paper", "device=cpu"]))
+    settings = KeyTokensJob.from_config(compose_keytokens(["preset=paper", "device=cpu"]))
     assert (
         settings.corpus.tokenized_with == "NousResearch/Llama-2-7b-hf"
         and settings.compute.head_dtype == "auto"
@@ -120,5 +120,5 @@ def test_the_paper_preset_without_a_gpu_stops_at_once_unless_the_cpu_is_chosen()
         "error: device=cuda but no CUDA GPU is visible (preset=paper and preset=long ask for one): "
         "pass device=cpu to run on the CPU anyway (in dtype=bfloat16: slow, and its rounding is not a GPU's)"
     ], proc.stderr
-    settings = KeyTokenSettings.from_config(compose_keytokens(["preset=paper", "device=cpu"]))
+    settings = KeyTokensJob.from_config(compose_keytokens(["preset=paper", "device=cpu"]))
     assert (settings.compute.device, settings.compute.dtype) == ("cpu", "bfloat16")

@@ -1,7 +1,7 @@
 """What only a CUDA GPU can show (`make test-gpu`, which fails without one; `make test` skips these): a
 device map split across the GPU and the CPU, the bfloat16 self-check with GPU kernels on a model wide
 enough to round differently (and a wrong head that fails it), the float32 head as one GEMM with
-float32 output, the attention's memory, NCCL with two ranks."""
+float32 output, the attention's memory, two workers on two GPUs."""
 
 from __future__ import annotations
 
@@ -216,7 +216,9 @@ def test_sliding_window_attention_memory_on_gpu(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-def test_two_nccl_ranks_bind_their_own_gpus(tiny_model_dir, tmp_path):
+def test_two_workers_bind_their_own_gpus(tiny_model_dir, tmp_path):
+    """Two tasks on two workers of this machine, each worker its own GPU (gpus_per_task=1): the same
+    tables as one task."""
     from tests.support import DISTRIBUTED_WORDS as WORDS
     from tests.support import keytokens_command, run_cmd
     from tests.support import table_bytes as tables
@@ -227,7 +229,8 @@ def test_two_nccl_ranks_bind_their_own_gpus(tiny_model_dir, tmp_path):
     )
     out = {}
     for nproc in (1, 2):
-        cmd = keytokens_command(tiny_model_dir, corpus, tmp_path / f"n{nproc}", nproc=nproc)
+        engine = [f"tasks={nproc}", f"workers={nproc}", "gpus_per_task=1"]
+        cmd = keytokens_command(tiny_model_dir, corpus, tmp_path / f"n{nproc}", *engine)
         done = run_cmd([*[c for c in cmd if c != "device=cpu"], "device=cuda"])
         assert done.returncode == 0, done.stderr[-3000:]
         out[nproc] = tables(tmp_path / f"n{nproc}" / "test")

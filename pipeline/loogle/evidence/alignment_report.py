@@ -13,7 +13,6 @@ import pydantic.dataclasses
 
 from pipeline.files import write_json_atomic
 from pipeline.formats import file_slug
-from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import Question, check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions, tasks_held
 from pipeline.marks import json_report, made_by
@@ -108,9 +107,9 @@ class EvidenceOptions:
 
 def locate_evidence(options: EvidenceOptions) -> tuple[dict[str, Any], Path]:
     """Every task's evidence located and written as JSON (its path checked before any work:
-    ``pipeline.outputs``, a JSON report marked ``made_by``); the result and where it went."""
+    ``pipeline.outputs``, a JSON report marked ``made_by``); the result and where it went. Its command
+    stays offline unless the data is the Hub's."""
     source = options.source
-    offline_unless(source.data == "hub")
     default = Path(options.results_dir) / f"loogle-evidence--{file_slug(source.label, 'data')}.json"
     out = check(Output("out", Path(options.out) if options.out else default, json_report("loogle-evidence")))
     questions = {task: load_questions(task, source) for task in tasks_of(options.task, source)}

@@ -14,7 +14,6 @@ import pydantic.dataclasses
 
 from pipeline.errors import PipelineError
 from pipeline.files import recorded_path
-from pipeline.hub import offline_unless
 from pipeline.loogle.data.questions import check_task
 from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
 from pipeline.loogle.generation.predictions import (
@@ -54,13 +53,16 @@ class MetricsOptions:
         return DataSource(self.data, self.dataset, self.revision)
 
 
+def needs_hub(options: MetricsOptions) -> bool:
+    """Whether the file's metrics need the Hub: its data there, or a BERTScore download asked for."""
+    return options.source.data == "hub" or bertscore_mode(options.bertscore) == "true"
+
+
 def evaluate_file(options: MetricsOptions) -> dict[str, Any]:
-    """The file's metrics (offline unless the Hub's data or a BERTScore download is asked for), its
-    results line appended to ``options.results`` (checked first: ``pipeline.outputs``): the result, with
-    ``appended_to``."""
+    """The file's metrics (its command stays offline unless ``needs_hub``), its results line appended
+    to ``options.results`` (checked first: ``pipeline.outputs``): the result, with ``appended_to``."""
     mode = bertscore_mode(options.bertscore)
     results = check(Output("results", Path(options.results), loogle_lines.KIND))
-    offline_unless(options.source.data == "hub", mode == "true")
     wall, cpu = time.perf_counter(), time.process_time()
     path = Path(options.predictions)
     pairs, kind = scored_pairs(path, check_task(options.task), options.source)

@@ -1,0 +1,1 @@
+"""Tests of ``pipeline.jobs``: the one recipe every job goes through."""
