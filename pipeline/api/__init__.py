@@ -23,12 +23,13 @@ layer (``api``, ``lmeval``); never a report.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from tqdm.auto import tqdm
@@ -39,9 +40,11 @@ from pipeline.artifact.shards import Sharding
 from pipeline.artifact.writer import check_output, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
+from pipeline.hub import is_hub_dataset
 from pipeline.jobs import recipe
 from pipeline.jobs.recipe import Job, JobResult
 from pipeline.jobs.score import ScoreJob
+from pipeline.jobs.work import WorkJob
 from pipeline.keytokens.selection import STAGE_COMPUTE, Documents, Selection, document_records, select
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.models.loading import HeldModel, eval_mode, in_memory, load_model
@@ -68,11 +71,13 @@ __all__ = [
     "find_key_tokens",
     "load_model",
     "run",
+    "run_work",
     "save_key_tokens",
     "score",
 ]
 KeyTokens = str | Path | KeyTokenArtifact
 IN_MEMORY = "in-memory"
+T = TypeVar("T")
 LAZY = {  # imported on first use: they import transformers' Trainer or caches, which no command's start needs
     "compute_longppl": "pipeline.api.dropin",
     "LongPPLCallback": "pipeline.api.callback",
@@ -89,10 +94,23 @@ def __getattr__(name: str) -> Any:
 
 
 def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
-    """Run a job (``pipeline.jobs``: ``ScoreJob``, ``LadderJob``, ``CurveJob``, ``LoogleJob``), as every
-    command does: the project's ``simple_evaluate``. ``warn`` says each warning (default: a
+    """Run a job (``pipeline.jobs``: ``ScoreJob``, ``LadderJob``, ``CurveJob``, ``LoogleJob``,
+    ``KeyTokensJob``, ``FinetuneJob``, ``ImportJob``, or ``WorkJob``: a command's work without a model), as
+    every command does: the project's ``simple_evaluate``. ``warn`` says each warning (default: a
     ``warning:`` line on stderr)."""
     return recipe.run(job, warn)
+
+
+def run_work(work: Callable[[Any], T], kind: type, values: Mapping[str, Any]) -> T:
+    """A command's work without a model, ``work(options)`` (``options``: ``values`` parsed as ``kind``),
+    run by the recipe as a ``WorkJob``: offline unless ``options.needs_hub()`` says otherwise, or, where
+    the options have no such method, unless a setting names a Hub dataset (``hf://datasets/...``)."""
+    options = parse(kind, values)
+    if callable(getattr(options, "needs_hub", None)):
+        hub = bool(options.needs_hub())
+    else:
+        hub = any(isinstance(v, str) and is_hub_dataset(v) for v in dataclasses.asdict(options).values())
+    return run(WorkJob(functools.partial(work, options), hub)).value
 
 
 def score(

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.artifact.comparison import CompareOptions, compare_artifacts
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.reporting.compare_artifacts import summary
-from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    comparison = compare_artifacts(parse(CompareOptions, plain(cfg)))
+    comparison = run_work(compare_artifacts, CompareOptions, plain(cfg))
     print(summary(comparison))
     return comparison.check().outcome
 

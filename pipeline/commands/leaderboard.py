@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.reporting.leaderboard import LeaderboardOptions, write_leaderboard
-from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Path]:
-    board = write_leaderboard(parse(LeaderboardOptions, plain(cfg)))
+    board = run_work(write_leaderboard, LeaderboardOptions, plain(cfg))
     print("\n".join([*board.markdown, *board.notes, *(f"wrote {path}" for path in board.paths.values())]))
     return board.paths
 

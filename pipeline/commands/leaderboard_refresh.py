@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.reporting.refresh import summary
-from pipeline.settings import parse
 from pipeline.sharing.refresh import Refresh, refresh_leaderboard
 
 
 def run(cfg: Any) -> list[dict[str, Any]]:
-    refreshed = refresh_leaderboard(parse(Refresh, plain(cfg)))
+    refreshed = run_work(refresh_leaderboard, Refresh, plain(cfg))
     print(summary(refreshed))
     return refreshed.rows
 

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.jobs.recipe import offline_unless
 from pipeline.loogle.evidence.alignment_report import EvidenceOptions, locate_evidence
 from pipeline.reporting.loogle_evidence import summary
-from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    options = parse(EvidenceOptions, plain(cfg))
-    with offline_unless(options.source.data == "hub"):
-        result, out = locate_evidence(options)
+    result, out = run_work(locate_evidence, EvidenceOptions, plain(cfg))
     print(summary(result, out))
     return result
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.loogle.evidence.keytoken_rates import RatesOptions, rates_report
 from pipeline.reporting.loogle_keytokens import summary
-from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    result, out, plot = rates_report(parse(RatesOptions, plain(cfg)))
+    result, out, plot = run_work(rates_report, RatesOptions, plain(cfg))
     print(summary(result, out, plot))
     return result
 

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
-from pipeline.jobs.recipe import offline_unless
-from pipeline.loogle.metrics.evaluation import MetricsOptions, evaluate_file, needs_hub
+from pipeline.loogle.metrics.evaluation import MetricsOptions, evaluate_file
 from pipeline.reporting.loogle import metrics_summary
-from pipeline.settings import parse
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    options = parse(MetricsOptions, plain(cfg))
-    with offline_unless(needs_hub(options)):
-        result = evaluate_file(options)
+    result = run_work(evaluate_file, MetricsOptions, plain(cfg))
     print(metrics_summary(result))
     return result
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.reporting.publish import summary
-from pipeline.settings import parse
 from pipeline.sharing.hub_dataset import PublishOptions, publish
 
 
 def run(cfg: Any) -> Any:
-    done = publish(parse(PublishOptions, plain(cfg)))
+    done = run_work(publish, PublishOptions, plain(cfg))
     print(summary(done))
     return done.folder
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.reporting.keytoken_page import ShowOptions, show
-from pipeline.settings import parse
 
 
 def run(cfg: Any) -> Path:
-    written = show(parse(ShowOptions, plain(cfg)))
+    written = run_work(show, ShowOptions, plain(cfg))
     print("\n".join(f"wrote {path}" for path in written))
     return written[-1]
 

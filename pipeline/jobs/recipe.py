@@ -207,7 +207,7 @@ def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
     if not isinstance(job, Job):
         raise PipelineError(
             f"job is {shown(job)}: pass a job of pipeline.jobs (ScoreJob, LadderJob, CurveJob, LoogleJob, "
-            "KeyTokensJob, FinetuneJob, ImportJob)"
+            "KeyTokensJob, FinetuneJob, ImportJob, WorkJob)"
         )
     started = time.time()
     results = (

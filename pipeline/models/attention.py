@@ -39,12 +39,15 @@ loads such models with that name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward, use_gqa_in_sdpa
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from pipeline.models.placement import execution_device, one_thread_on_cpu
 
 NAME = "blocked_sdpa"
 ALIAS = "blocked_attention"  # the same, for models that refuse any name with "sdpa" in it (Gemma 2)
@@ -300,3 +303,12 @@ def blocked_sdpa_forward(module, query, key, value, attention_mask, **kwargs) ->
 for _name in (NAME, ALIAS):
     AttentionInterface.register(_name, blocked_sdpa_forward)
     AttentionMaskInterface.register(_name, window_mask)
+
+
+def attention_dispatches(model: Any) -> bool:
+    """Whether a forward pass of ``model`` calls ``blocked_sdpa`` (remote code may ignore it)."""
+    before = CALLS[0]
+    device = execution_device(model.get_input_embeddings())
+    with torch.inference_mode(), one_thread_on_cpu(device):
+        model(input_ids=torch.zeros(1, 2, dtype=torch.long).to(device), use_cache=False)
+    return CALLS[0] > before

@@ -23,8 +23,15 @@ from pipeline.models.fast_tokenizer import load_tokenizer
 from pipeline.models.gguf import check_header, default_cache_dir
 from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.pairing import check_held, check_pairing
-from pipeline.models.placement import describe, execution_device, from_pretrained_placement, one_thread_on_cpu
-from pipeline.models.sources import hub_error_message, is_local_model, loadable, prepare, resolve_source
+from pipeline.models.placement import describe, from_pretrained_placement
+from pipeline.models.sources import (
+    is_local_model,
+    load_error_message,
+    loadable,
+    one_line,
+    prepare,
+    resolve_source,
+)
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
@@ -245,6 +252,8 @@ def load_parts(
 
 def check_loaded(model: Any, tokenizer: Any, spec: str, attn_implementation: str | None) -> None:
     """The tokenizer is the model's, and the model's forward calls the attention asked for."""
+    from pipeline.models.attention import attention_dispatches
+
     check_pairing(model, tokenizer, spec)
     if attn_implementation == ATTENTION and not attention_dispatches(model):
         raise PipelineError(
@@ -291,12 +300,6 @@ def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: 
         ) from exc
 
 
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception's message on one line (a multi-line message joined), at most ``limit`` characters."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any]) -> Any:
     """``from_pretrained``, a failure one PipelineError; a model that refuses sdpa (Gemma 2:
     soft-capped attention) refuses any implementation named like it, so ``blocked_sdpa`` is retried
@@ -316,18 +319,7 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
             location, **{**kwargs, "attn_implementation": attention.ALIAS}
         )
     except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
-        raise PipelineError(_load_error_message(source, exc, attn)) from exc
-
-
-def attention_dispatches(model: Any) -> bool:
-    """Whether a forward pass of ``model`` calls ``blocked_sdpa`` (remote code may ignore it)."""
-    from pipeline.models import attention
-
-    before = attention.CALLS[0]
-    device = execution_device(model.get_input_embeddings())
-    with torch.inference_mode(), one_thread_on_cpu(device):
-        model(input_ids=torch.zeros(1, 2, dtype=torch.long).to(device), use_cache=False)
-    return attention.CALLS[0] > before
+        raise PipelineError(load_error_message(source, exc, attn)) from exc
 
 
 @settings_type
@@ -385,7 +377,7 @@ class ModelChoice:
         try:
             config = AutoConfig.from_pretrained(location, trust_remote_code=self.trust_remote_code, **options)
         except (OSError, ValueError, KeyError) as exc:
-            raise PipelineError(_load_error_message(source, exc, None)) from exc
+            raise PipelineError(load_error_message(source, exc, None)) from exc
         return LoadedTokenizer(tokenizer, context_length(config), source)
 
     def load(self, compute: Compute, gpus: list[int] | None = None) -> LoadedModel:
@@ -401,23 +393,3 @@ class ModelChoice:
             attn_implementation=self.attn_implementation,
             cache_dir=compute.cache_dir,
         )
-
-
-def _load_error_message(source: ModelSource, exc: Exception, attn_implementation: str | None) -> str:
-    detail = one_line(exc)
-    if attn_implementation and attn_implementation in str(exc):
-        return (
-            f"'{source.spec}' does not support attn_implementation={attn_implementation} ({detail}): "
-            "pass attn_implementation=sdpa (or another implementation its code supports)"
-        )
-    if isinstance(exc, pickle.UnpicklingError):
-        return (
-            f"could not load the weights of '{source.spec}': a pickled checkpoint (.bin) that holds more "
-            "than tensors, refused without running it (weights_only): use a safetensors checkpoint from "
-            "a source you trust"
-        )
-    if "trust_remote_code" in str(exc):
-        return f"'{source.spec}' needs custom code: pass trust_remote_code=true if you trust it"
-    if source.kind == "hub":
-        return hub_error_message(source.spec, detail, unreached=True)
-    return f"could not load model '{source.spec}' from {source.path}: {detail}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -146,3 +147,30 @@ def hub_error_message(spec: str, problem: str, unreached: bool) -> str:
         else ""
     )
     return f"could not load '{spec}' from the Hugging Face Hub ({problem}){advice}"
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line (a multi-line message joined), at most ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_error_message(source: ModelSource, exc: Exception, attn_implementation: str | None) -> str:
+    """Why a model did not load, in one line that says what to do."""
+    detail = one_line(exc)
+    if attn_implementation and attn_implementation in str(exc):
+        return (
+            f"'{source.spec}' does not support attn_implementation={attn_implementation} ({detail}): "
+            "pass attn_implementation=sdpa (or another implementation its code supports)"
+        )
+    if isinstance(exc, pickle.UnpicklingError):
+        return (
+            f"could not load the weights of '{source.spec}': a pickled checkpoint (.bin) that holds more "
+            "than tensors, refused without running it (weights_only): use a safetensors checkpoint from "
+            "a source you trust"
+        )
+    if "trust_remote_code" in str(exc):
+        return f"'{source.spec}' needs custom code: pass trust_remote_code=true if you trust it"
+    if source.kind == "hub":
+        return hub_error_message(source.spec, detail, unreached=True)
+    return f"could not load model '{source.spec}' from {source.path}: {detail}"

@@ -30,6 +30,7 @@ from pipeline.artifact.shards import (
 )
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
+from pipeline.hub import is_hub_dataset
 from pipeline.marks import marked_folder
 from pipeline.outputs import FolderKind, Output, check, make_folder
 from pipeline.reporting.common import md_code
@@ -284,6 +285,10 @@ class PublishOptions:
     out_dir: str | None = None  # None: artifacts/publish/<org>--<name>
     license: Text = "cc-by-4.0"
     private: bool = False
+
+    def needs_hub(self) -> bool:
+        """Whether it reaches the Hub: an upload, or an artifact read from there."""
+        return not self.dry_run or is_hub_dataset(self.artifact)
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,11 @@ class Refresh:
     aggregate: Literal[tuple(AGGREGATES)] = "pooled"
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     record: bool = False
+
+    def needs_hub(self) -> bool:
+        """Its models and artifact may be on the Hub: each score it runs applies the offline rule itself."""
+        return True
+
     launcher: str | None = None
     launcher_args: list[Text] = dataclasses.field(default_factory=list)
     work_dir: str = "artifacts/refresh"

@@ -161,7 +161,8 @@ def test_sliding_window_model_at_8k_tokens_builds_no_sequence_mask(monkeypatch):
 def test_gemma2_loads_under_the_alias_and_models_must_dispatch(tmp_path, tokenizer):
     """transformers refuses any name with "sdpa" for Gemma 2: load_model retries with the alias. A
     model whose code never calls the attention interface is caught by a probe forward."""
-    from pipeline.models.loading import attention_dispatches, load_model
+    from pipeline.models.attention import attention_dispatches
+    from pipeline.models.loading import load_model
     from tests.support import save_tiny_model
 
     lm = load_model(str(save_tiny_model(tmp_path, tokenizer, "gemma2")), dtype="float64", device="cpu")

@@ -104,6 +104,10 @@ class EvidenceOptions:
     def source(self) -> DataSource:
         return DataSource(self.data, self.dataset, self.revision)
 
+    def needs_hub(self) -> bool:
+        """Whether its data is read from the Hub."""
+        return self.source.data == "hub"
+
 
 def locate_evidence(options: EvidenceOptions) -> tuple[dict[str, Any], Path]:
     """Every task's evidence located and written as JSON (its path checked before any work:

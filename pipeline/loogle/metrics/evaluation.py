@@ -52,6 +52,10 @@ class MetricsOptions:
     def source(self) -> DataSource:
         return DataSource(self.data, self.dataset, self.revision)
 
+    def needs_hub(self) -> bool:
+        """Whether its metrics need the Hub (``needs_hub``)."""
+        return needs_hub(self)
+
 
 def needs_hub(options: MetricsOptions) -> bool:
     """Whether the file's metrics need the Hub: its data there, or a BERTScore download asked for."""
