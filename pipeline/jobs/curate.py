@@ -76,7 +76,9 @@ class CurateJob:
     def from_config(cls, plain: Mapping[str, Any]) -> CurateJob:
         """The settings of ``conf/curate.yaml``, typed and checked."""
         if not plain.get("input", {}).get("path"):
-            raise PipelineError("setting input.path is missing: pass input.path=<folder of Parquet or JSONL shards>")
+            raise PipelineError(
+                "setting input.path is missing: pass input.path=<folder of Parquet or JSONL shards>"
+            )
         groups = {g: parse_group(o, plain, g) for g, o in ENGINE_GROUPS.items()}
         return cls(
             evaluator=parse_group(ModelChoice, plain, "evaluator"),
@@ -150,10 +152,16 @@ class CurateJob:
         return JobResult(write_record(self.folder, settings, self.engine.tasks, started))
 
 
-def not_finished(out: Path, pending: list[int], tasks: int, failures: dict[int, BaseException]) -> PipelineError:
+def not_finished(
+    out: Path, pending: list[int], tasks: int, failures: dict[int, BaseException]
+) -> PipelineError:
     """The tasks that did not finish, the first one's error (when it ran in this process) and its log."""
     first, log = pending[0], out / ENGINE / "logs" / f"task_{pending[0]:05d}.log"
-    why = f": {one_line(failures[first], 500)}" if first in failures else ""
+    why = (
+        f": {one_line(failures[first], 500)}"
+        if first in failures
+        else ": its process ended before it finished (killed by a signal, or out of memory?)"
+    )
     return PipelineError(
         f"{len(pending)} of {tasks} tasks did not finish (the others are complete and kept): task {first}"
         f"{why}; its log: {log}; run the same command again to run them (each redoes its own shard)"
@@ -168,12 +176,16 @@ def own_folder(out: Path, settings: dict[str, Any]) -> bool:
     if (out / RECORD).is_file():
         if json.loads((out / RECORD).read_text(encoding="utf-8")).get("plan") == stamp["settings"]:
             return True
-        raise PipelineError(f"output_dir={out} holds a curation made with other settings (its {RECORD}): pass "
-                            "output_dir=<another folder>, or the same settings to use it")  # fmt: skip
+        raise PipelineError(
+            f"output_dir={out} holds a curation made with other settings (its {RECORD}): pass "
+            "output_dir=<another folder>, or the same settings to use it"
+        )
     if plan.is_file():
         if json.loads(plan.read_text(encoding="utf-8")) != stamp:
-            raise PipelineError(f"output_dir={out} holds an unfinished curation begun with other settings "
-                                f"({plan}): pass output_dir=<another folder>, or its settings to resume it")  # fmt: skip
+            raise PipelineError(
+                f"output_dir={out} holds an unfinished curation begun with other settings ({plan}): pass "
+                "output_dir=<another folder>, or its settings to resume it"
+            )
     elif out.exists() and any(out.iterdir()):
         first = sorted(p.name for p in out.iterdir())[0]
         raise PipelineError(f"output_dir={out} holds files this command did not make ({first}, ...): pass "

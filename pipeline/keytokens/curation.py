@@ -84,7 +84,9 @@ def inspect_corpus(path: str, fmt: str | None, text_key: str, id_key: str) -> Co
     has files of one format, and its first file the text column; its schema (the first file's)."""
     where = Path(path)
     if not where.exists():
-        raise PipelineError(f"input.path={path}: no such file or folder; pass the folder of the corpus's shards")
+        raise PipelineError(
+            f"input.path={path}: no such file or folder; pass the folder of the corpus's shards"
+        )
     folder, names = (where, sorted(p.name for p in where.iterdir() if p.is_file())) if where.is_dir() else (
         where.parent, [where.name])  # fmt: skip
     kinds = [fmt] if fmt else list(SUFFIXES)
@@ -92,8 +94,10 @@ def inspect_corpus(path: str, fmt: str | None, text_key: str, id_key: str) -> Co
     kind = next((k for k in kinds if found[k]), None)
     if kind is None:
         shown = ", ".join(s for k in kinds for s in SUFFIXES[k])
-        raise PipelineError(f"input.path={path}: no corpus shards there (files ending {shown}); pass the folder "
-                            "that holds them, or input.format=parquet|jsonl")  # fmt: skip
+        raise PipelineError(
+            f"input.path={path}: no corpus shards there (files ending {shown}); pass the folder that "
+            "holds them, or input.format=parquet|jsonl"
+        )
     files = found[kind]
     schema = first_schema(folder / files[0], kind)
     if text_key not in schema.names:
@@ -103,8 +107,10 @@ def inspect_corpus(path: str, fmt: str | None, text_key: str, id_key: str) -> Co
         )
     ours = [n for n in schema.names if n in COLUMNS]
     if ours:
-        raise PipelineError(f"{folder / files[0]} already has the column {ours[0]}: it is a curated output; "
-                            "curate the original corpus, or select from this one (make curate-select)")  # fmt: skip
+        raise PipelineError(
+            f"{folder / files[0]} already has the column {ours[0]}: it is a curated output; curate the "
+            "original corpus, or select from this one (make curate-select)"
+        )
     return CorpusInput(folder, files, kind, schema, text_key, id_key)
 
 
@@ -116,7 +122,9 @@ def first_schema(file: Path, kind: str) -> pa.Schema:
             head = b"".join(line for _, line in zip(range(1000), handle, strict=False))
         return pa_json.read_json(io.BytesIO(head)).schema
     except (OSError, pa.ArrowException) as exc:
-        raise PipelineError(f"{file} does not read as {kind} ({exc}); pass input.format= or fix the file") from None
+        raise PipelineError(
+            f"{file} does not read as {kind} ({exc}); pass input.format= or fix the file"
+        ) from None
 
 
 class FileShard(PipelineStep):
@@ -159,6 +167,8 @@ class CurationScorer(PipelineStep):
         lm = None
         for row in data or ():
             if lm is None:
+                running = {"pid": os.getpid(), "since": round(started, 3)}
+                write_json_atomic(self.settings.folder / ENGINE / "running" / f"{rank:05d}.json", running)
                 lm, compute = self.evaluator()
                 scorer = scorer_for(lm, compute)
                 scorer.check_against_full_forward()
@@ -168,7 +178,12 @@ class CurationScorer(PipelineStep):
             rows, tokens = rows + 1, tokens + row.metadata["longppl_tokens"]
             self.stat_update("documents")
             yield row
-        record = {"rows": rows, "tokens": tokens, "seconds": round(time.time() - started, 3), "pid": os.getpid()}
+        record = {
+            "rows": rows,
+            "tokens": tokens,
+            "seconds": round(time.time() - started, 3),
+            "pid": os.getpid(),
+        }
         if lm is not None:
             record |= {"evaluator": lm.source.to_dict(), "placement": lm.placement}
         write_json_atomic(self.settings.folder / ENGINE / "tasks" / f"{rank:05d}.json", record)
@@ -178,9 +193,13 @@ class CurationScorer(PipelineStep):
         text, enc, truncated = encode_truncated(lm.tokenizer, row.text, self.settings.max_tokens)
         if len(enc.ids) == 0:
             return document_columns([], [], self.settings.definition)
-        item = Prepared(0, Document(str(row.id), row.text), text, enc.ids, enc.offsets, enc.offsets_from, truncated)
+        item = Prepared(
+            0, Document(str(row.id), row.text), text, enc.ids, enc.offsets, enc.offsets_from, truncated
+        )
         tokens = keytoken_tables(scorer, item, self.settings.definition, bos_id)[1]
-        long, short = (tokens.column(n).to_numpy(zero_copy_only=False) for n in ("long_logprob", "short_logprob"))
+        long, short = (
+            tokens.column(n).to_numpy(zero_copy_only=False) for n in ("long_logprob", "short_logprob")
+        )
         return document_columns(long, short, self.settings.definition)
 
     def evaluator(self) -> tuple[LoadedModel, Compute]:

@@ -30,7 +30,9 @@ from pipeline.reporting.common import md_code
 from pipeline.settings import Text
 from pipeline.sharing.hub_dataset import CARD, CITATION
 
-MARKER = ".longppl-select"  # written first into every folder it makes; a folder without it is never written into
+MARKER = (
+    ".longppl-select"  # written first into every folder it makes; a folder without it is never written into
+)
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,12 @@ def read_curation(folder: Path) -> Curated:
     listed = set(record["shards"])
     present = {p.name for p in (folder / DATA).glob("*.parquet")}
     if listed != present:
-        odd = sorted(listed ^ present)[0]
-        raise PipelineError(f"{folder / DATA / odd} is {'missing' if odd in listed else 'not one of its shards'}"
-                            f" ({RECORD} lists {len(listed)}): run make curate again into this folder")  # fmt: skip
+        odd = sorted(listed - present)[0] if listed - present else sorted(present - listed)[0]
+        what = "missing" if odd in listed else "not one of its shards"
+        raise PipelineError(
+            f"{folder / DATA / odd} is {what} ({RECORD} lists {len(listed)}): run make curate again into "
+            "this folder"
+        )
     rows = pl.concat([pl.read_parquet(folder / DATA / name) for name in sorted(listed)], how="vertical")
     return Curated(record, rows)
 
@@ -79,8 +84,10 @@ def selected(rows: pl.DataFrame, rule: Rule) -> tuple[pl.DataFrame, str]:
     """The rows the rule keeps (in their order) and the rule in words."""
     numeric = [n for n, t in rows.schema.items() if t.is_numeric()]
     if rule.by not in numeric:
-        raise PipelineError(f"setting select.by={rule.by}: no numeric column of that name (its numeric columns: "
-                            f"{', '.join(numeric)}); pass one of them")  # fmt: skip
+        raise PipelineError(
+            f"setting select.by={rule.by}: no numeric column of that name (its numeric columns: "
+            f"{', '.join(numeric)}); pass one of them"
+        )
     if (rule.top is None) == (rule.min is None):
         raise PipelineError("pass exactly one of select.top=<fraction in (0, 1]> and select.min=<threshold>")
     indexed = rows.with_row_index("_row")
@@ -102,7 +109,9 @@ def select(options: SelectOptions) -> dict[str, Any]:
     tokens = curated.rows["longppl_tokens"]
     record = {
         "evaluator": curated.record["evaluator"],
-        "settings": {k: curated.record["settings"][k] for k in ("definition", "max_tokens", "add_bos", "compute")},
+        "settings": {
+            k: curated.record["settings"][k] for k in ("definition", "max_tokens", "add_bos", "compute")
+        },
         "curation": {"plan": curated.record["plan"], "rows": curated.record["rows"]},
         "selection": {
             "by": options.select.by,
@@ -133,7 +142,9 @@ def card(record: dict[str, Any], license_id: str) -> str:
     front = {
         "license": license_id,
         "tags": ["longppl", "long-context", "data-selection"],
-        "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": f"{DATA}/*.parquet"}]}],
+        "configs": [
+            {"config_name": "default", "data_files": [{"split": "train", "path": f"{DATA}/*.parquet"}]}
+        ],
         "longppl": record,
     }
     s, d = record["selection"], record["settings"]["definition"]
