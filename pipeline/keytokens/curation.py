@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,6 +184,7 @@ class CurationScorer(PipelineStep):
             "tokens": tokens,
             "seconds": round(time.time() - started, 3),
             "pid": os.getpid(),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
         if lm is not None:
             record |= {"evaluator": lm.source.to_dict(), "placement": lm.placement}
