@@ -139,14 +139,16 @@ def main() -> None:
     if runner.child(CASE):
         return
     parser = shared.arguments(__doc__)
-    parser.add_argument("--tokens", type=int, nargs="+", default=list(CASE.sizes))
+    parser.add_argument("--tokens", type=shared.whole(1), nargs="+", default=list(CASE.sizes))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(
         "--implementations", nargs="+", default=list(CASE.contenders), choices=CASE.contenders
     )
-    parser.add_argument("--cap-gb", type=float, default=12.0)
+    parser.add_argument("--cap-gb", type=shared.above(0), default=12.0)
     parser.add_argument("--math", action="store_true", help="plain causal layer on the math backend")
-    parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
+    parser.add_argument(
+        "--output", type=shared.output_file, help="a page of its own (default: docs/reports/memory.md)"
+    )
     args = parser.parse_args()
     options = {"device": args.device, "math": args.math}
     rows = runner.run(CASE, contenders=args.implementations, sizes=args.tokens, options=options,
@@ -157,4 +159,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

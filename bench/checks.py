@@ -81,8 +81,8 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--results", default="artifacts/results/scores.jsonl")
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--cold-repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=shared.whole(1), default=10)
+    parser.add_argument("--cold-repeats", type=shared.whole(1), default=3)
     args = parser.parse_args()
     options = {"artifact": args.artifact}
     rows = runner.run(CASE, contenders=STEPS, options=options, repeats=args.repeats, strict=True)
@@ -115,4 +115,7 @@ def print_table(
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

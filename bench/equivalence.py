@@ -11,7 +11,11 @@ machine with:
   ``window_batch_tokens``, and two stand-ins for another CPU's kernels: torch's own kernels (softmax,
   norms, reductions, and with them the GEMMs' dispatch) without SIMD (``ATEN_CPU_CAPABILITY=default``),
   and MKL's GEMMs on its code path for any x86 CPU (``MKL_CBWR=COMPATIBLE``; ``MKL_ENABLE_INSTRUCTIONS``
-  changes nothing on an AMD CPU: measured). Each runs in its own process, into a temporary directory.
+  changes nothing on an AMD CPU: measured); and ``compile=on`` (each decoder layer under
+  ``torch.compile``), after an eager run for its time, with an empty kernel cache and with the cache
+  that run filled (``--variants eager "compile=on, cold cache" "compile=on, warm cache"``). Each runs in
+  its own process, into a temporary directory; the key tokens' Jaccard index is reported beside the
+  differences.
 
     make bench-equivalence ARGS="--other ../shared/data/cross-machine"
     make bench-equivalence ARGS="--documents 2 --variants threads=1 head_chunk=512"
@@ -23,6 +27,7 @@ numbers as JSON.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -39,13 +44,21 @@ VARIANTS = {
     "window_batch_tokens=2048": (["window_batch_tokens=2048"], {}),
     "ATEN_CPU_CAPABILITY=default": ([], {"ATEN_CPU_CAPABILITY": "default"}),
     "MKL_CBWR=COMPATIBLE": ([], {"MKL_CBWR": "COMPATIBLE"}),
+    # torch.compile (``compile=on``): eager again for its time, then compiled with an empty kernel cache
+    # (the run's own, beside its output) and with the cache that run filled
+    "eager": ([], {}),
+    "compile=on, cold cache": (["compile=on"], {}),
+    "compile=on, warm cache": (["compile=on"], {}),
 }
+KERNELS = "compile-cache"  # the compiled variants' kernel cache, in the runs' temporary directory
 
 
 def command(name: str, documents: int, out: str) -> tuple[list[str], dict[str, str]]:
     """Stage 1 on the first ``documents`` documents with the variant's overrides, into ``out``, and
     the environment it runs in."""
     overrides, env = VARIANTS[name]
+    if name.startswith("compile=on"):
+        env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(Path(out) / KERNELS)}
     argv = [sys.executable, "-m", "pipeline.commands.keytokens", f"num_documents={documents}"]
     return [*argv, f"output_dir={out}", f"name={folder(name)}", "progress=false", *overrides], env
 
@@ -54,7 +67,7 @@ CASE = runner.Case("equivalence", contenders=tuple(VARIANTS), sizes=(2,), comman
 
 
 def folder(name: str) -> str:
-    return name.replace("=", "-").lower()
+    return re.sub(r"[^a-z0-9._-]+", "-", name.replace("=", "-").lower())
 
 
 def comparison(label: str, base, other) -> dict:
@@ -64,6 +77,7 @@ def comparison(label: str, base, other) -> dict:
     return {
         "label": label,
         **report,
+        "key_tokens_jaccard": shared.key_jaccard(base, other),
         "same_artifact_problems": verdict,
         "exact": base.contents == other.contents,
     }
@@ -71,15 +85,16 @@ def comparison(label: str, base, other) -> dict:
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| compared with the default artifact | documents | column | values | differing | median | p99 | p99.9 | max | key flags differing |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| compared with the default artifact | documents | column | values | differing | median | p99 | p99.9 | max | key flags differing | key tokens' Jaccard |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         for name, q in row["columns"].items():
             flags = sum(row["key_flags_differ"].values())
             lines.append(
                 f"| {row['label']} | {len(row['documents'])} | {name} | {q['n']} | {q['differing']} | "
-                f"{q['median']:.2g} | {q['p99']:.2g} | {q['p999']:.2g} | {q['max']:.2g} | {flags} |"
+                f"{q['median']:.2g} | {q['p99']:.2g} | {q['p999']:.2g} | {q['max']:.2g} | {flags} | "
+                f"{'' if row['key_tokens_jaccard'] is None else round(row['key_tokens_jaccard'], 4)} |"
             )
     worst = {name: max(r["columns"][name]["max"] for r in rows) for name in TOLERANCE}
     lines.append("")
@@ -97,9 +112,11 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--other", action="append", default=[], help="an artifact made elsewhere")
-    parser.add_argument("--documents", type=int, default=CASE.sizes[0], help="documents of each variant run")
+    parser.add_argument(
+        "--documents", type=shared.whole(1), default=CASE.sizes[0], help="documents of each variant run"
+    )
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
+    parser.add_argument("--out", type=shared.output_file, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     base = open_artifact(args.artifact)
     rows = [comparison(f"other: {shared.relative(path)}", base, open_artifact(path)) for path in args.other]
@@ -127,4 +144,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

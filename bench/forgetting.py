@@ -77,7 +77,9 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--length", type=int, default=4094, help="L, tokens of S (inputs have 2L+3 tokens)")
+    parser.add_argument(
+        "--length", type=shared.whole(1), default=4094, help="L, tokens of S (inputs have 2L+3 tokens)"
+    )
     parser.add_argument("--ways", nargs="+", choices=CASE.contenders, default=list(CASE.contenders))
     args = parser.parse_args()
     options = {"model": args.model, "dtype": args.dtype}
@@ -101,4 +103,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from bench import runner, shared
 from bench.gpu_child import WORK, before_first_text, command_line, paper_overrides, paths, read_events
+from pipeline.errors import ArgumentParser
 from studies import random_models as random_weights
 from studies.random_models import LLAMA3_ROPE, LLAMA31_SHAPES
 
@@ -83,7 +84,7 @@ def contenders(
     device: str,
     extra: list[str],
     float32: bool,
-    compile: str | None = None,
+    compile: bool = False,
 ) -> list[dict]:
     """Each contender's name, what it is measured against, its command (``bench.gpu_child``), what it
     starts without (stage 1's artifact: a finished one would be left untouched, nothing measured; a
@@ -117,24 +118,24 @@ def contenders(
         runs.append(
             {"name": "stage 1 float16, float32 head, 1 text", "child": child, "fresh": [p["keytokens"] / tag]}
         )
-    return runs + (compiled(work, texts, tokens, overrides, compile) if compile else [])
+    return runs + (compiled(work, texts, tokens, overrides) if compile else [])
 
 
-def compiled(work: Path, texts: int, tokens: int, overrides: dict, spec: str) -> list[dict]:
-    """Stage 1 with its decoder layers under ``torch.compile`` (``--compile`` of ``bench.gpu_child``: a
-    lever of the benches, not a setting), first with an empty compile cache (it compiles), then again
-    with the cache the first filled (what a second run pays); stage 2 likewise, after them. Each is
-    compared with what its uncompiled stage is (``versus``), on the same texts."""
+def compiled(work: Path, texts: int, tokens: int, overrides: dict) -> list[dict]:
+    """Stage 1 with ``compile=on`` (the pipeline's setting: each decoder layer under ``torch.compile``),
+    first with an empty compile cache (it compiles), then again with the cache the first filled (what a
+    second run pays); stage 2 likewise, after them. Each is compared with what its uncompiled stage is
+    (``versus``), on the same texts. The cache is the work folder's (``TORCHINDUCTOR_CACHE_DIR``, which
+    the pipeline takes over its cache folder's)."""
     p = paths(work, tokens)
-    cache = {"TORCHINDUCTOR_CACHE_DIR": str(p["compile_cache"]), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
-    cache["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(p["compile_cache"])}
     runs = []
     for label, cold in (("cold compile cache", True), ("warm compile cache", False)):
         name = f"paper{tokens}x{texts}-compiled-{'cold' if cold else 'warm'}"
-        child = ["stage1", *overrides["stage1"], f"corpus.limit={texts}", f"name={name}", "--compile", spec]
+        child = ["stage1", *overrides["stage1"], f"corpus.limit={texts}", f"name={name}", "compile=on"]
         runs.append({"name": f"stage 1 compiled (ours), {label}", "versus": "find_key_token (official)",
                      "child": child, "env": cache, "fresh": [p["keytokens"] / name] + ([p["compile_cache"]] if cold else [])})  # fmt: skip
-    child = ["stage2", *overrides["stage2"], "--compile", spec]
+    child = ["stage2", *overrides["stage2"], "compile=on"]
     runs.append({"name": "stage 2 compiled (ours), warm compile cache", "versus": "plain forward + float32 CE",
                  "child": child, "env": cache, "fresh": []})  # fmt: skip
     return runs
@@ -148,7 +149,7 @@ def command(
     device: str,
     overrides: list,
     float32: bool,
-    compile: str | None = None,
+    compile: bool = False,
 ) -> tuple[list, dict]:
     """The command of contender ``name`` (``bench.gpu_child``), its phase records to ``events_file``, and
     its environment; what it must start without (stage 1's artifact, a cold compile cache) removed."""
@@ -167,7 +168,7 @@ def events_file(work: Path, name: str, tokens: int) -> Path:
 
 CASE = runner.Case(
     "gpu",
-    contenders=tuple(r["name"] for r in contenders(WORK, 3, 32767, "cuda", [], True, "default")),
+    contenders=tuple(r["name"] for r in contenders(WORK, 3, 32767, "cuda", [], True, True)),
     sizes=(32767, 131071),
     command=command,
     device_memory=True,
@@ -196,7 +197,25 @@ def measure(args: argparse.Namespace) -> dict:
         if "error" in record:
             print(record["error"], flush=True)
     return {"bench": "gpu_paper", "tokens": args.tokens, "texts": args.texts, "machine": runner.machine(),
-            "runs": results}  # fmt: skip
+            "runs": results, "compiled_against_eager": against_eager(p["keytokens"], args.tokens, args.texts)}  # fmt: skip
+
+
+def against_eager(keytokens: Path, tokens: int, texts: int) -> list[dict]:
+    """Each compiled stage-1 artifact against the eager one of the same run: the key tokens' Jaccard index
+    (None where neither has a key token: random weights rarely give one) and the largest differences."""
+    from pipeline.artifact.identity import compare_tables
+    from pipeline.artifact.reader import open_artifact
+
+    eager = keytokens / f"paper{tokens}x{texts}"
+    found = []
+    for cache in ("cold", "warm"):
+        compiled = keytokens / f"paper{tokens}x{texts}-compiled-{cache}"
+        if (eager / "manifest.json").is_file() and (compiled / "manifest.json").is_file():
+            base, other = open_artifact(eager), open_artifact(compiled)
+            columns = compare_tables(base, other)["columns"]
+            found.append({"compile cache": cache, "key_tokens_jaccard": shared.key_jaccard(base, other),
+                          **{f"max_abs_{name}": q["max"] for name, q in columns.items()}})  # fmt: skip
+    return found
 
 
 def contender_record(row: dict) -> dict:
@@ -277,6 +296,10 @@ def paper_section(result: dict) -> list[str]:
         )
     facts = [f"- {r['name']}: {json.dumps(r['compile'])}" for r in result["runs"] if r.get("compile")]
     lines += ["", "torch.compile (its options, and what it compiled):", "", *facts] if facts else []
+    versus_eager = [f"- {json.dumps(c)}" for c in result.get("compiled_against_eager", [])]
+    lines += (
+        ["", "Compiled stage 1's artifacts against the eager one:", "", *versus_eager] if versus_eager else []
+    )
     lines += ["", "Before the first text (seconds, from the process's start):", ""]
     for r in result["runs"]:
         if r.get("phases_s"):
@@ -299,31 +322,35 @@ def versus(run: dict, other: dict | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=shared.program(), description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
     for step in ("build", "measure", "all"):
         s = sub.add_parser(step)
         s.add_argument("--work", type=Path, default=WORK)
-        s.add_argument("--texts", type=int, default=3)
-        s.add_argument("--tokens", type=int, default=32767)
+        s.add_argument("--texts", type=shared.whole(1), default=3)
+        s.add_argument("--tokens", type=shared.whole(2), default=32767)
         s.add_argument("--device", default="cuda")
         s.add_argument("--shape", choices=sorted(SHAPES), default="llama3.1-8b")
-        s.add_argument("--tokenizer", type=Path, help="a saved tokenizer (default: the embedded SmolLM2's)")
+        s.add_argument(
+            "--tokenizer", type=shared.existing, help="a saved tokenizer (default: the embedded SmolLM2's)"
+        )
         s.add_argument(
             "--float32", action="store_true", help="stage 1 in float32 on one text, TF32 off and on"
         )
-        s.add_argument("--budget", type=float, default=3600, help="seconds for every contender together")
         s.add_argument(
-            "--json", type=Path, help="where the measurement goes (default: <work>/gpu-<tokens>.json)"
+            "--budget", type=shared.above(0), default=3600, help="seconds for every contender together"
+        )
+        s.add_argument(
+            "--json",
+            type=shared.output_file,
+            help="where the measurement goes (default: <work>/gpu-<tokens>.json)",
         )
         s.add_argument(
             "--only", nargs="*", help="contenders by name: 'stage 1' 'find_key_token' 'stage 2' ..."
         )
         s.add_argument("--overrides", nargs="*", default=[], help="more key=value for stage 1")
         s.add_argument(
-            "--compile",
-            metavar="MODE[:DYNAMIC]",
-            help="add both stages with their layers under torch.compile",
+            "--compile", action="store_true", help="add both stages with compile=on (cold, then warm cache)"
         )
     args = parser.parse_args()
     if args.step in ("build", "all"):
@@ -342,4 +369,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -13,9 +13,9 @@ the epoch and CPU seconds of the whole process, every thread; ``text`` phases on
 two device synchronisations) and its process's start, each phase timed by the runner's clock
 (``bench.runner.Clock``). With ``--until-first-text`` it stops as the first text's computation starts
 (``first text``: when, and the CPU seconds spent until then): the start-up alone (``bench.startup``).
-With ``--compile MODE[:DYNAMIC]`` (a lever of the benches only, never a setting of the pipeline) every
-model the command loads gets its decoder layers under ``torch.compile`` (``compile_layers``); what the
-compiler did is recorded at the end (``compile``: graphs, graph breaks, the compile cache's hits).
+Where the command compiles its model (``compile=on``, the pipeline's setting:
+``pipeline.models.compilation``) what the compiler did is recorded at the end (``compile``: graphs, graph
+breaks, the compile cache's hits).
 ``WORK`` and ``paths`` name the files of the GPU benches' work folder (``bench.gpu`` builds them,
 ``bench.gpu_levers`` reads them).
 """
@@ -32,14 +32,12 @@ import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import types  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from bench.runner import Clock, cuda_sync, own_cpu, process_started  # noqa: E402
 
 WORK = Path("artifacts/bench/gpu")  # the GPU benches' work folder, relative to the repository
-COMPILING: dict = {}  # torch.compile's options where --compile asks for it
 
 
 def paths(work: Path, tokens: int) -> dict[str, Path]:
@@ -152,65 +150,6 @@ def load_parts() -> list[tuple]:
     ]
 
 
-def compile_layers(spec: str) -> None:
-    """Every model the command loads from now on with each decoder layer under ``torch.compile``
-    (``spec``: ``mode[:dynamic]``; mode ``default``, ``max-autotune-no-cudagraphs``, ``reduce-overhead``
-    ...; dynamic ``true``, ``false`` or ``auto``, torch's default: static first, dynamic on a second
-    shape). Compiled per layer, so one graph serves every layer; each shape compiles at its first
-    forward (the self-check's, then the first text's), read from the compile cache where it holds it
-    (``TORCHINDUCTOR_CACHE_DIR``)."""
-    from pipeline.models.loading import ModelChoice
-
-    options = compile_options(spec)
-    COMPILING.update(options)
-    constant_sdpa_choice()
-    inner = ModelChoice.load
-
-    @functools.wraps(inner)
-    def load(self, *args, **kwargs):
-        lm = inner(self, *args, **kwargs)
-        for layer in lm.model.get_decoder().layers:
-            layer.compile(**options)
-        return lm
-
-    ModelChoice.load = load
-
-
-def constant_sdpa_choice() -> None:
-    """``blocked_sdpa`` asks, per layer call, which kernel sdpa would take (``runs_on_math_backend``:
-    ``torch._fused_sdp_choice``, an integer, and an ``SDPBackend``), which breaks a compiled layer's graph
-    in two there (measured on the CPU: 9 graph breaks, all of them there). Its answer depends on the
-    tensors' dtype, device and head sizes, fixed within a compiled graph (guarded), so the compiled
-    lever takes it as a constant of the trace (``torch.compiler.assume_constant_result``), asked with the
-    layer's group count and causality rather than the layer itself (a constant's arguments are guarded
-    by identity: one graph per layer, past torch's 8 recompilations); eager runs are unchanged."""
-    import torch
-
-    from pipeline.models import attention
-
-    inner = attention.runs_on_math_backend
-
-    @torch.compiler.assume_constant_result
-    def choice(groups: int, causal: bool, query, key, value) -> bool:
-        return inner(types.SimpleNamespace(num_key_value_groups=groups, is_causal=causal), query, key, value)
-
-    def runs_on_math_backend(module, query, key, value) -> bool:
-        groups, causal = getattr(module, "num_key_value_groups", 1), bool(getattr(module, "is_causal", True))
-        return choice(groups, causal, query, key, value)
-
-    attention.runs_on_math_backend = runs_on_math_backend
-
-
-def compile_options(spec: str) -> dict:
-    """``torch.compile``'s options of ``mode[:dynamic]`` (``default`` is its default mode; dynamic
-    ``true``, ``false``, else torch's default, ``None``)."""
-    mode, _, dynamic = spec.partition(":")
-    return {
-        "mode": None if mode == "default" else mode,
-        "dynamic": {"true": True, "false": False}.get(dynamic),
-    }
-
-
 def compile_facts() -> dict:
     """What torch's compiler did in this process: graphs compiled, graph breaks (and their first
     reasons), recompilations, and the compile cache's hits and misses."""
@@ -286,8 +225,8 @@ def run_command(events: Events, command, name: str, timed: list[tuple], override
         command.main()
     finally:
         _peak(events, sys.modules["torch"])
-        if COMPILING:
-            events.write(phase="compile", **COMPILING, **compile_facts())
+        if "torch._dynamo" in sys.modules and (facts := compile_facts())["frames_compiled"]:
+            events.write(phase="compile", **facts)
 
 
 def command_line(contender: str, events: Path, args: list[str]) -> list[str]:
@@ -369,10 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sdpa-math", action="store_true", help="sdpa on its math backend only (float32 as before 88746e2)"
     )
-    parser.add_argument("--compile", metavar="MODE[:DYNAMIC]", help="each decoder layer under torch.compile")
     args, overrides = parser.parse_known_args(argv)
-    if args.compile:
-        compile_layers(args.compile)
     if args.tf32:
         import torch
 

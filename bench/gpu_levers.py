@@ -14,8 +14,8 @@ lever is a contender of this case, all in that one process, in turn:
 - the load: the checkpoint's safetensors files straight onto the GPU against the pipeline's load;
 - each RMSNorm as torch's fused kernel (``torch.nn.functional.rms_norm``), which transformers' Llama
   does not call (rotary and SwiGLU have no fused kernel in torch itself: ``torch.compile`` fuses them);
-- with ``--compile MODE[:DYNAMIC]``, the decoder layers under ``torch.compile`` (its compile time, then
-  a run), last: every lever after it would run compiled.
+- with ``--compile``, the decoder layers under ``torch.compile`` as ``compile=on`` compiles them (its
+  compile time, then a run), last: every lever after it would run compiled.
 
 Every lever keeps the numbers (the same passes; another kernel is another order of float sums): the
 run reports the largest |difference| of its long and short log-probs from the warm-up run's (computed
@@ -27,7 +27,6 @@ what was measured before it is cut is kept.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from functools import partial
@@ -36,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from bench import runner
-from bench.gpu_child import WORK, compile_options, paths
+from bench import runner, shared
+from bench.gpu_child import WORK, paths
+from pipeline.errors import ArgumentParser
 
 K, D = 4096, 1024  # the paper's; --K and --d for a dry run on short texts
 LOAD_DIRECT, LOAD_OURS, FIRST = (
@@ -160,7 +160,7 @@ class Shared:
                  b[:, K:].reshape(-1)) for b in self.batches()]  # fmt: skip
         return lambda: [scorer.score_hidden(h, t) for h, t in rows]
 
-    def levers(self, quick: bool, compile: str | bool | None) -> dict[str, Callable[[], runner.Work]]:
+    def levers(self, quick: bool, compile: bool) -> dict[str, Callable[[], runner.Work]]:
         """Every lever after the first run, in order: its name and its setup."""
         out = {
             "default (window_batch_tokens=16384)": self.compared,
@@ -181,7 +181,7 @@ class Shared:
             out[f"sdpa kernel {backend.lower()}"] = partial(self.kernel, backend)
         out["fused RMSNorm (torch.nn.functional.rms_norm)"] = self.fused_norm
         if compile:
-            out["torch.compile of the decoder layers: first run (compiles)"] = partial(self.compiled, compile)
+            out["torch.compile of the decoder layers: first run (compiles)"] = self.compiled
             out["torch.compile of the decoder layers: next run"] = self.compared
         return out
 
@@ -232,10 +232,12 @@ class Shared:
 
         return self.compared(run, norms=len(norms))
 
-    def compiled(self, spec: str | bool) -> runner.Work:
-        """The decoder layers under ``torch.compile`` (``spec``: ``mode[:dynamic]``), then stage 1."""
-        for layer in self.scorer.body.layers:
-            layer.compile(**compile_options(spec if isinstance(spec, str) else "default"))
+    def compiled(self) -> runner.Work:
+        """The decoder layers compiled as ``compile=on`` compiles them (``pipeline.models.compilation``;
+        the kernels in the work folder unless ``TORCHINDUCTOR_CACHE_DIR`` says), then stage 1."""
+        from pipeline.models import compilation
+
+        compilation.compile_layers(self.scorer.model, WORK)
         return self.compared()
 
 
@@ -243,7 +245,7 @@ SHARED = Shared()
 
 
 def setup(lever: str, tokens: int, work: str, texts: int, device: str, K: int, d: int, quick: bool = False,
-          compile: str | None = None) -> runner.Work:  # fmt: skip
+          compile: bool = False) -> runner.Work:  # fmt: skip
     """One lever in the process every lever shares: the two loads, the first run, then each lever."""
     import torch
 
@@ -271,15 +273,17 @@ CASE = runner.Case(
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=shared.program(), description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=WORK)
-    parser.add_argument("--tokens", type=int, default=32767)
-    parser.add_argument("--texts", type=int, default=2, help="the bench-gpu run whose artifact is read")
+    parser.add_argument("--tokens", type=shared.whole(2), default=32767)
+    parser.add_argument(
+        "--texts", type=shared.whole(1), default=2, help="the bench-gpu run whose artifact is read"
+    )
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--compile", metavar="MODE[:DYNAMIC]", help="the layers under torch.compile, last")
+    parser.add_argument("--compile", action="store_true", help="the layers under torch.compile, last")
     parser.add_argument("--quick", action="store_true", help="one window batch, cuDNN alone, one head block")
-    parser.add_argument("--K", type=int, default=K)
-    parser.add_argument("--d", type=int, default=D)
+    parser.add_argument("--K", type=shared.whole(1), default=K)
+    parser.add_argument("--d", type=shared.whole(1), default=D)
     parser.add_argument(
         "--budget", type=float, help="seconds for the whole process (what was measured is kept)"
     )
@@ -310,7 +314,10 @@ def lever_row(row: dict) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()
 
 
 def section(result: dict) -> list[str]:

@@ -3,18 +3,21 @@
 # and torch but no network, in two phases (docs/gpu.md, "A GPU machine without network"), after
 #   prepare: here, with network and .venv: the wheels into .whl/, the tokenizer, the GGUF's parts and
 #            the CPU's reference into .gpu/a and .gpu/b (each part under 64 MiB with the tree);
-#   phase 1: the packages from wheels in .whl/, then the GPU tests, then the paper's shapes at 32767
-#            tokens with the SmolLM2 tokenizer saved in .gpu/a/tokenizer: both stages against the official
-#            code and a plain forward, and with their layers under torch.compile (cold, then warm compile
-#            cache); each stage's start-up (make bench-startup, --runs 3); stage 1's levers;
+#   phase 1: one call of at most LIMIT seconds (540: 9 minutes): the packages from wheels in .whl/, the
+#            GPU tests, each stage's imports (-X importtime) and the official code's; the paper's shapes
+#            at 32767 tokens with the SmolLM2 tokenizer saved in .gpu/a/tokenizer: both stages against
+#            the official code and a plain forward, stage 1 with compile=on (cold, then warm compile
+#            cache); LooGLE's decoding (bench.loogle_decode); each stage's start-up (make bench-startup,
+#            --runs 2, within its budget); make keytokens ARGS="preset=paper ... compile=on", the
+#            product's own command; stage 1's levers only where time is left (LEVERS=1);
 #   phase 2: the paper's shapes at 131071 tokens (ours and the official code), then the real-weight
 #            numerics, the embedded SmolLM2 GGUF joined from its parts (.gpu/a, .gpu/b) and the CPU's
 #            float32 reference artifact made elsewhere (.gpu/b/reference).
 # Results go to $OUT (default /tmp/gpu-evidence); `python -m bench.gpu_report` renders them.
 # A dry run elsewhere: TOKENS, LONG_TOKENS, BENCH_ARGS (e.g. "--shape tiny --device cpu"), NUMERICS_ARGS,
-# STARTUP_ARGS (e.g. "--device cpu"), LEVER_ARGS, COMPILE (torch.compile's MODE[:DYNAMIC]; "" for none),
-# REFERENCE, REFERENCE_SCORES, SITE and SKIP_WHEELS=1. LIMIT: phase 1's seconds (what is measured before
-# it is kept; the steps after the bench are skipped when too little is left).
+# STARTUP_ARGS (e.g. "--device cpu"), LOOGLE_ARGS (e.g. "--shape tiny"), PRODUCT_ARGS (e.g. "device=cpu
+# K=128 d=64"), LEVER_ARGS, COMPILE ("" for no compiled contenders), REFERENCE, REFERENCE_SCORES, SITE
+# and SKIP_WHEELS=1. LIMIT: phase 1's seconds (each step after the bench gets what is left of it).
 set -u
 phase=${1:?usage: bench/gpu_machine.sh prepare|1|2}
 OUT=${OUT:-/tmp/gpu-evidence}
@@ -25,7 +28,8 @@ export PYTHONPATH=$SITE:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARA
 export BENCH_COMMIT=${BENCH_COMMIT:-$(cat .gpu/commit 2>/dev/null)}
 log=$OUT/phase$phase.log
 TOKENS=${TOKENS:-32767} LONG_TOKENS=${LONG_TOKENS:-131071} BENCH_ARGS=${BENCH_ARGS:-} NUMERICS_ARGS=${NUMERICS_ARGS:-}
-LEVER_ARGS=${LEVER_ARGS:-} STARTUP_ARGS=${STARTUP_ARGS:-} COMPILE=${COMPILE-default} LIMIT=${LIMIT:-560}
+LEVER_ARGS=${LEVER_ARGS:-} STARTUP_ARGS=${STARTUP_ARGS:-} COMPILE=${COMPILE-1} LIMIT=${LIMIT:-540}
+LOOGLE_ARGS=${LOOGLE_ARGS:-} PRODUCT_ARGS=${PRODUCT_ARGS:-} TEXTS=${TEXTS:-2} WORK=artifacts/bench/gpu
 REFERENCE=${REFERENCE:-.gpu/b/reference} REFERENCE_SCORES=${REFERENCE_SCORES:-.gpu/b/reference-scores.jsonl}
 
 step() {  # step NAME COMMAND...: run it, its output appended to the phase's log, with its time
@@ -70,23 +74,32 @@ if [ "$phase" = 1 ]; then
   ($PY -m pytest -q -m cuda -rs -p no:cacheprovider tests/models/test_gpu.py >"$OUT/test-gpu.log" 2>&1
    echo "exit status $?" >>"$OUT/test-gpu.log") &
   tests=$!
-  echo "== importtime -> importtime.txt" >>"$log"  # not a step: a step sends stderr to the log
-  $PY -X importtime -c "import bench.gpu_child, pipeline.commands.keytokens, pipeline.jobs.keytokens" 2>"$OUT/importtime.txt"
-  step build $PY -m bench.gpu build --tokenizer .gpu/a/tokenizer --texts ${TEXTS:-2} --tokens $TOKENS $BENCH_ARGS
+  echo "== importtime -> importtime-*.txt" >>"$log"  # not a step: a step sends stderr to the log
+  $PY -X importtime -c "import pipeline.commands.keytokens" 2>"$OUT/importtime-stage1.txt"
+  $PY -X importtime -c "import pipeline.commands.score" 2>"$OUT/importtime-stage2.txt"
+  $PY -X importtime -c "import longppl.longppl; from transformers import AutoModelForCausalLM" 2>"$OUT/importtime-official.txt"
+  step build $PY -m bench.gpu build --tokenizer .gpu/a/tokenizer --texts $TEXTS --tokens $TOKENS $BENCH_ARGS
   wait $tests
-  # The four contenders, then both stages compiled (the first with an empty compile cache); float32 and
-  # float16 (measured on the H100 and H200 before) are left out: ONLY="... 'stage 1 float16'" adds them
-  only=("stage 1" find_key_token "stage 2" "plain forward + float32 CE" "stage 1 compiled" "stage 2 compiled")
+  # The four contenders, then stage 1 with compile=on (cold, then warm compile cache); float32, float16
+  # and stage 2 compiled (measured before) are left out: ONLY="... 'stage 2 compiled'" adds them
+  only=("stage 1" find_key_token "stage 2" "plain forward + float32 CE" "stage 1 compiled")
   [ -n "${ONLY:-}" ] && eval "only=($ONLY)"
-  compile=(); [ -n "$COMPILE" ] && compile=(--compile "$COMPILE")
-  left=$(( LIMIT - SECONDS - ${STARTUP_S:-100} - ${LEVERS_S:-50} ))
-  step bench $PY -m bench.gpu measure --texts ${TEXTS:-2} --tokens $TOKENS --float32 --budget $left ${compile[@]+"${compile[@]}"} \
+  compile=(); [ -n "$COMPILE" ] && compile=(--compile)
+  left=$(( LIMIT - SECONDS - ${LOOGLE_S:-110} - ${STARTUP_S:-90} - ${PRODUCT_S:-45} ))
+  step bench $PY -m bench.gpu measure --texts $TEXTS --tokens $TOKENS --float32 --budget $left ${compile[@]+"${compile[@]}"} \
     --only "${only[@]}" --json "$OUT/gpu-$TOKENS.json" $BENCH_ARGS
-  left=$(( LIMIT - SECONDS - ${LEVERS_S:-50} ))  # each stage's start-up, three runs (medians)
-  [ $left -ge 60 ] && step startup timeout $left $PY -m bench.startup --sizes paper --device cuda --runs ${STARTUP_RUNS:-3} \
-    --tokens $TOKENS --texts ${TEXTS:-2} --json "$OUT/startup.json" $STARTUP_ARGS
-  left=$(( LIMIT - SECONDS ))  # the levers last, within the limit (what they measured is kept)
-  [ $left -ge 30 ] && step levers $PY -m bench.gpu_levers --quick --texts ${TEXTS:-2} --tokens $TOKENS \
+  left=$(( LIMIT - SECONDS - ${STARTUP_S:-90} - ${PRODUCT_S:-45} ))  # LooGLE's decoding, warmed up at 32k
+  [ $left -ge 60 ] && step loogle-decode timeout -k 5 $left $PY -m bench.loogle_decode --json "$OUT/loogle-decode.json" $LOOGLE_ARGS
+  left=$(( LIMIT - SECONDS - ${PRODUCT_S:-45} ))  # each stage's start-up, two runs (medians), within its budget
+  [ $left -ge 45 ] && step startup $PY -m bench.startup --sizes paper --device cuda --runs ${STARTUP_RUNS:-2} \
+    --tokens $TOKENS --texts $TEXTS --budget $((left - 5)) --json "$OUT/startup.json" $STARTUP_ARGS
+  left=$(( LIMIT - SECONDS ))  # make keytokens ARGS="preset=paper ... compile=on": the product's command
+  [ $left -ge 30 ] && step product env TORCHINDUCTOR_CACHE_DIR=$WORK/compile-cache timeout -k 5 $left $PY -m pipeline.commands.keytokens \
+    preset=paper evaluator=llama3.1-8b evaluator.spec=$WORK/model corpus.dataset=$WORK/govreport-test-tokenized-$TOKENS \
+    corpus.tokenized_with=$WORK/tokenizer corpus.max_ids=$TOKENS corpus.min_tokenized_len=$(( TOKENS < 16384 ? TOKENS : 16384 )) \
+    corpus.limit=$TEXTS output_dir=$OUT/product name=paper-compiled progress=false compile=on $PRODUCT_ARGS
+  left=$(( LIMIT - SECONDS ))  # the levers (measured on the H100 before) only where asked and time is left
+  [ -n "${LEVERS:-}" ] && [ $left -ge 30 ] && step levers $PY -m bench.gpu_levers --quick --texts $TEXTS --tokens $TOKENS \
     --budget $((left - 10)) --json "$OUT/levers.json" $LEVER_ARGS
 elif [ "$phase" = 2 ]; then
   # 131071 tokens first (ours and the official code, each within what is left), then the numerics

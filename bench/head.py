@@ -89,11 +89,13 @@ def main() -> None:
         return
     parser = shared.arguments(__doc__)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--positions", type=int, default=CASE.sizes[0])
-    parser.add_argument("--hidden", type=int, default=4096)
-    parser.add_argument("--vocab", type=int, default=128256)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
+    parser.add_argument("--positions", type=shared.whole(1), default=CASE.sizes[0])
+    parser.add_argument("--hidden", type=shared.whole(1), default=4096)
+    parser.add_argument("--vocab", type=shared.whole(1), default=128256)
+    parser.add_argument("--repeats", type=shared.whole(1), default=3)
+    parser.add_argument(
+        "--output", type=shared.output_file, help="a page of its own (default: docs/reports/benchmarks.md)"
+    )
     args = parser.parse_args()
     options = {"device": args.device, "hidden": args.hidden, "vocab": args.vocab}
     rows = runner.run(CASE, sizes=[args.positions], options=options, repeats=args.repeats, strict=True)
@@ -115,4 +117,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -130,7 +130,9 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--artifact", type=Path, default=shared.default_artifact())
     parser.add_argument("--out", type=Path, default=Path("docs/reports/ladder"))
-    parser.add_argument("--report", type=Path, help="a page of its own (default: docs/reports/cost.md)")
+    parser.add_argument(
+        "--report", type=shared.output_file, help="a page of its own (default: docs/reports/cost.md)"
+    )
     parser.add_argument("--key-only", action="store_true", help="count what a key-only rung could skip")
     args = parser.parse_args()
     if args.key_only:
@@ -155,4 +157,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

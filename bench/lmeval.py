@@ -23,11 +23,10 @@ import tempfile
 from pathlib import Path
 
 from bench import runner, shared
+from pipeline.metric_registry import metrics
 from pipeline.results.score import read_lines
 
 MODEL = "smollm2-135m"
-METRICS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bpb": "bits_per_byte",
-           "key_bpb": "key_bits_per_byte"}  # fmt: skip
 
 
 def command(route: str, size: None, artifact: str = "", work: str = "") -> list[str] | None:
@@ -64,9 +63,9 @@ def time_part(artifact: Path, repeats: int) -> None:
     print(f"\ntorch threads: {os.environ.get('OMP_NUM_THREADS', 'default')} (OMP_NUM_THREADS)\n")
     print("| metric | make score | lm-eval results file | relative difference |")
     print("|---|---:|---:|---:|")
-    for ours, theirs in METRICS.items():
-        a, b = line["corpus"][ours], results["results"][task][f"{theirs},none"]
-        print(f"| {ours} | {a!r} | {b!r} | {abs(a - b) / abs(a):.1e} |")
+    for m in metrics():
+        a, b = line["corpus"][m.name], results["results"][task][f"{m.lmeval_name},none"]
+        print(f"| {m.name} | {a!r} | {b!r} | {abs(a - b) / abs(a):.1e} |")
     meta = results["configs"][task]["metadata"]
     print(f"\nresults file {path.name}\nfingerprint in it: {meta['longppl_fingerprint']}")
     print(f"schema problems: {schema_problems(results) or 'none'}")
@@ -135,8 +134,8 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--part", choices=("time", "memory", "all"), default="all")
     parser.add_argument("--artifact", default=str(shared.default_artifact()))
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--repeats", type=shared.whole(1), default=1)
+    parser.add_argument("--tokens", type=shared.whole(2), default=4096)
     args = parser.parse_args()
     if args.part in ("memory", "all"):
         memory_part(args.tokens)
@@ -146,4 +145,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -220,10 +220,14 @@ def main() -> None:
     if runner.child(CASE):
         return
     parser = shared.arguments(__doc__)
-    parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
-    parser.add_argument("--cap-gb", type=float, default=12.0)
-    parser.add_argument("--output", help="a page of its own (default: docs/reports/memory.md)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--tokens", type=shared.whole(1), nargs="+", default=list(TOKENS))
+    parser.add_argument("--cap-gb", type=shared.above(0), default=12.0)
+    parser.add_argument(
+        "--output", type=shared.output_file, help="a page of its own (default: docs/reports/memory.md)"
+    )
+    parser.add_argument(
+        "--threads", type=shared.whole(0), default=0, help="torch threads (0: torch's default)"
+    )
     parser.add_argument(
         "--attn", default=ATTENTION, help="attention implementation (another: printed, the page kept)"
     )
@@ -235,4 +239,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

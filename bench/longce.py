@@ -115,13 +115,15 @@ def main() -> None:
         return
     parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--tokens", type=int, default=CASE.sizes[0])
+    parser.add_argument("--tokens", type=shared.whole(2), default=CASE.sizes[0])
     parser.add_argument("--configs", nargs="+", default=["1024:1024", "512:512"], help="K:d of LongCE(self)")
-    parser.add_argument("--gamma", type=float, default=5.0)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--gamma", type=shared.above(0), default=5.0)
+    parser.add_argument("--repeats", type=shared.whole(1), default=2)
     parser.add_argument("--artifact", default=str(shared.default_artifact()))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", help="a page of its own (default: docs/reports/cost.md)")
+    parser.add_argument(
+        "--out", type=shared.output_file, help="a page of its own (default: docs/reports/cost.md)"
+    )
     args = parser.parse_args()
     selves = [f"LongCE(self) K={k} d={d}" for k, d in (c.split(":") for c in args.configs)]
     options = {"model": args.model, "gamma": args.gamma, "artifact": args.artifact, "device": args.device}
@@ -165,4 +167,7 @@ def report(args, rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -13,21 +13,25 @@ shared: CPU seconds are the steadier), whether the answers are the same word for
 are not the step and the one-at-a-time top-two margin of the first token that differs. The GPU run (a
 process, the model built once): one document of ``--questions`` prompts of ``--prompt`` tokens, their
 first tokens shared (all but ``--question`` own tokens where the prompt fits; the first half where it
-is cut) at 1 and ``--new`` new tokens each way: prefill and per-step seconds, tokens per second, and
-the whole benchmark's hours recomputed from them (``cost``).
+is cut) at 1 and ``--new`` new tokens each way, after every path ran once at the full prompt length
+(``warm_up``, its seconds recorded): prefill and per-step seconds, tokens per second, the whole
+benchmark's hours recomputed from them (``cost``), a question's own half against a whole prefill, and
+each step against its memory-bandwidth floor (``step_floor``: the bytes of weights and keys and values
+a step reads over ``--bandwidth``, by default the GPU's: 4.8 TB/s on an H200).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from bench import runner, shared
 from studies.random_models import LLAMA31_SHAPES as SHAPES
 
 BUILD = "build the model"
+WARM = "warm up at the full prompt length"
+BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}  # bytes/s of HBM, by the GPU's name (H100: the SXM card's)
 WAYS = ("one at a time", "together")
 LOADED: dict[str, Any] = {}  # what the contenders share in their process: the model
 # LooGLE's questions per task (the paper's Table 2), the new tokens LooGLE allows each, and the questions
@@ -176,8 +180,9 @@ def document(prompt: int, questions: int, shared_tokens: int) -> list[Any]:
 
 
 def gpu_work(
-    contender: str, prompt: int, shape: str, attn: str, questions: int, question: int
-) -> runner.Work:
+    contender: str, prompt: int, shape: str, attn: str, questions: int, question: int, new: int,
+    bandwidth: float | None,
+) -> runner.Work:  # fmt: skip
     """Building the model, or ``<way> <fits|cut> <n>``: one question alone (LooGLE's loop) or the
     document's questions together, at ``n`` new tokens."""
     from pipeline.loogle.generation.batched import decode_document
@@ -188,26 +193,77 @@ def gpu_work(
 
         device = "cpu" if shape == "tiny" else "cuda"
         return lambda: LOADED.update(model=random_model(shape, attn, device))
-    way, kind, new = contender.rsplit(" ", 2)
     model = LOADED["model"]
+    if contender == WARM:
+        shared_tokens = {"fits": prompt - question, "cut": prompt // 2}
+        gpu = runner.machine().get("gpu", "")
+        rate = bandwidth or next((b for name, b in BANDWIDTH.items() if name in gpu), None)
+        floors = {
+            kind: step_floor(model, prompt, questions, n, new, rate) for kind, n in shared_tokens.items()
+        }
+        return lambda: {
+            "warm_up_s": warm_up(model, prompt, questions, question),
+            "floor": floors if rate else None,
+        }
+    way, kind, new = contender.rsplit(" ", 2)
     cuts = document(prompt, questions, prompt - question if kind == "fits" else prompt // 2)
-    if not LOADED.get("warm"):
-        decode_document(
-            model,
-            Tokenizer(),
-            [c.__class__(c.ids[-256:], 256, 0) for c in cuts],
-            2,
-            questions,
-            lambda *a: None,
-        )  # fmt: skip  (warm-up: kernels and allocator)
-        LOADED["warm"] = True
     if way == WAYS[0]:
         return lambda: generate(model, Tokenizer(), cuts[0], int(new))
     return lambda: decode_document(model, Tokenizer(), cuts, int(new), questions, lambda *a: None)
 
 
+def warm_up(model: Any, prompt: int, questions: int, question: int) -> dict[str, float]:
+    """Every timed path once at the full prompt length, 3 new tokens each, before any is timed (kernels
+    chosen, the allocator's pool grown at the shapes the runs use): one question alone, the document's
+    questions together with the prompt fitting, two of them with it cut. Its seconds, by part: a first
+    run's costs that later runs do not pay show here, not in the measured steps. (An earlier version
+    warmed up at 256 tokens only: on the H200 the four runs timed first took 107 ms per step, those
+    after them 29 ms, the same shapes.)"""
+    from pipeline.loogle.generation.batched import decode_document
+    from pipeline.loogle.generation.decoding import generate
+
+    fits, cut = document(prompt, questions, prompt - question), document(prompt, 2, prompt // 2)
+    parts = {
+        "alone": lambda: generate(model, Tokenizer(), fits[0], 3),
+        "together, prompt fits": lambda: decode_document(
+            model, Tokenizer(), fits, 3, questions, lambda *a: None
+        ),
+        "together, prompt cut": lambda: decode_document(model, Tokenizer(), cut, 3, 2, lambda *a: None),
+    }
+    seconds = {}
+    for name, part in parts.items():
+        with runner.Clock(sync=runner.cuda_sync) as clock:
+            part()
+        seconds[name] = round(clock.seconds, 3)
+    return seconds
+
+
+def step_floor(
+    model: Any, prompt: int, questions: int, shared: int, new: int, bandwidth: float | None
+) -> dict:
+    """A decode step's memory-bandwidth floor at mid-answer (``prompt + new / 2`` tokens per sequence):
+    the bytes every step must read (the weights, and each sequence's keys and values) over the device's
+    ``bandwidth`` (bytes/s), in ms. ``together``: the batch as it is laid out (every row holds its own
+    copy of the ``shared`` prompt tokens); ``together, shared read once``: a layout that reads them once."""
+    config = model.config
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_token = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * 2  # bf16 K and V
+    tokens = prompt + new // 2
+    reads = {"alone": tokens, "together": questions * tokens, "together, shared read once":
+             shared + questions * (tokens - shared)}  # fmt: skip
+    if bandwidth is None:
+        return {}
+    return {
+        "weights_gb": round(weights / 1e9, 2),
+        "kv_bytes_per_token": per_token,
+        "bandwidth_tb_s": bandwidth / 1e12,
+        **{f"{name}_ms": round(1e3 * (weights + n * per_token) / bandwidth, 2) for name, n in reads.items()},
+    }
+
+
 def gpu_contenders(new: int) -> list[str]:
-    return [BUILD, *(f"{way} {kind} {n}" for kind in ("fits", "cut") for way in WAYS for n in (1, new))]
+    return [BUILD, WARM, *(f"{way} {kind} {n}" for kind in ("fits", "cut") for way in WAYS for n in (1, new))]
 
 
 def per_step(seconds: dict[str, float], kind: str, new: int, questions: int) -> dict[str, float]:
@@ -243,69 +299,161 @@ def cost(cut: dict[str, float], questions: int) -> dict[str, float]:
 
 
 def gpu_summary(rows: list[dict], new: int, questions: int) -> dict[str, Any]:
+    """Each way's prefill and step, the benchmark's hours by the cost model, the warm-up's seconds, and
+    the steps against their memory-bandwidth floor (``step_floor``, where the device's bandwidth is
+    known)."""
     seconds = {r["contender"]: r["work"]["seconds"] for r in rows}
     out: dict[str, Any] = {"build_s": round(seconds[BUILD], 2), "seconds": seconds}
+    warm = next(r for r in rows if r["contender"] == WARM)
+    out["warm_up_s"], floor = warm["warm_up_s"], warm.get("floor")
     for kind in ("fits", "cut"):
         out[kind] = per_step(seconds, kind, new, questions)
     out["benchmark_hours"] = cost(out["cut"], questions)
+    own = out["benchmark_hours"]["own_half_prefill_s"] / out["cut"]["alone_prefill_s"]
+    out["own_half_of_a_whole_prefill"] = round(own, 3)
+    if floor:
+        for kind in ("fits", "cut"):
+            for way in ("alone", "together"):
+                floor[kind][f"{way}_over_floor"] = round(
+                    1e3 * out[kind][f"{way}_step_s"] / floor[kind][f"{way}_ms"], 2
+                )
+        out["floor"] = floor
     out["peak_gib"] = round(max(r["work"]["peak_bytes"] for r in rows) / shared.GIB, 2)
     return out
+
+
+def section(result: dict) -> list[str]:
+    """The GPU report's section (``bench.gpu_report``): each way's prefill and step, a question's own half
+    against a whole prefill, the steps against their floor, the benchmark's hours by the cost model."""
+    m, cut, fits = result["machine"], result["cut"], result["fits"]
+    lines = [
+        f"## LooGLE's decoding: {result['questions']} questions of one {result['prompt_tokens']:,}-token "
+        f"document, {result['new_tokens']} new tokens",
+        "",
+        f"{m.get('gpu', 'CPU only')}, torch {m['torch']}, transformers {m['transformers']}, commit "
+        f"{m.get('commit')}, {m['date']}; the {result['shape']} shape, random bfloat16 weights. "
+        "`python -m bench.loogle_decode` (run by `bash bench/gpu_machine.sh 1`).",
+        "",
+        "| | prompt fits | prompt cut |",
+        "|---|---:|---:|",
+        f"| one question alone: prefill s | {fits['alone_prefill_s']:.2f} | {cut['alone_prefill_s']:.2f} |",
+        f"| {result['questions']} questions together: prefill s | {fits['together_prefill_s']:.2f} | "
+        f"{cut['together_prefill_s']:.2f} |",
+        f"| a decode step alone, ms | {1e3 * fits['alone_step_s']:.1f} | {1e3 * cut['alone_step_s']:.1f} |",
+        f"| a decode step together, ms | {1e3 * fits['together_step_s']:.1f} | {1e3 * cut['together_step_s']:.1f} |",
+    ]
+    floor = result.get("floor")
+    if floor:
+        for way in ("alone", "together", "together, shared read once"):
+            lines.append(
+                f"| its memory-bandwidth floor, {way}, ms | {floor['fits'][way + '_ms']} | {floor['cut'][way + '_ms']} |"
+            )
+    hours = result["benchmark_hours"]
+    own = (cut["together_prefill_s"] - cut["alone_prefill_s"]) / (result["questions"] - 1)  # as ``cost``
+    lines += [
+        "",
+        f"A question's own half after the cached shared half (prompt cut): {own:.2f} s, "
+        f"{own / cut['alone_prefill_s']:.2f}x a whole prefill. The whole benchmark by the cost model: {hours['one_at_a_time_h']} GPU-hours "
+        f"one question at a time, {hours['together_h']} together.",
+    ]
+    if result.get("warm_up_s"):
+        lines += ["", f"Warm-up at the full prompt length, seconds: {json.dumps(result['warm_up_s'])}."]
+    else:
+        lines += ["", "Warmed up at 256 tokens only (the bench before the full-length warm-up)."]
+    return [*lines, ""]
 
 
 def setup(contender: str, size: Any, **options: Any) -> runner.Work:
     if options["part"] == "sample":
         return sample_work(contender, size, options["tasks"], options["limit"], options["batch_size"])
-    return gpu_work(
-        contender, size, options["shape"], options["attn"], options["questions"], options["question"]
-    )
+    return gpu_work(contender, size, options["shape"], options["attn"], options["questions"], options["question"],
+                    options["new"], options["bandwidth"])  # fmt: skip
 
 
 CASE = runner.Case("loogle_decode", contenders=tuple(gpu_contenders(129)), sizes=(32000,), setup=setup,
                    together=True)  # fmt: skip
 
 
-def main() -> None:
-    if runner.child(CASE):
-        return
+def parsed() -> Any:
+    """The command line, every value checked before any case runs (``--questions 0`` or ``--prompt 3``
+    would fail inside a case, after the model is built): one ``error:`` line each."""
+    from pipeline.loogle.data.questions import TASKS
     from pipeline.models import attention
 
     parser = shared.arguments(__doc__)
     parser.add_argument("--sample", action="store_true", help="the embedded models on the embedded sample")
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
-    parser.add_argument("--tasks", nargs="+", default=["shortdep_qa", "longdep_qa"])
-    parser.add_argument("--limit", type=int, help="the first N questions of each task (default: all)")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=["shortdep_qa", "longdep_qa"])
+    parser.add_argument(
+        "--limit", type=shared.whole(1), help="the first N questions of each task (default: all)"
+    )
+    parser.add_argument("--batch-size", type=shared.whole(1), default=8)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3.1-8b")
     parser.add_argument("--attn", default=attention.NAME)
-    parser.add_argument("--prompt", type=int, help="prompt tokens (default 32000; 2000 for --shape tiny)")
-    parser.add_argument("--questions", type=int, default=8, help="questions of the document, one batch")
-    parser.add_argument("--question", type=int, default=64, help="each question's own tokens where it fits")
     parser.add_argument(
-        "--new", type=int, help="new tokens of the longer runs (default 129; 9 for --shape tiny)"
+        "--prompt", type=shared.whole(2), help="prompt tokens (default 32000; 2000 for --shape tiny)"
     )
-    parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--questions", type=shared.whole(2), default=8, help="questions of the document, one batch"
+    )
+    parser.add_argument(
+        "--question", type=shared.whole(1), default=64, help="each question's own tokens where it fits"
+    )
+    parser.add_argument(
+        "--new", type=shared.whole(2), help="new tokens of the longer runs (default 129; 9 for --shape tiny)"
+    )
+    parser.add_argument(
+        "--bandwidth",
+        type=shared.above(0),
+        help="the device's memory bandwidth, TB/s (default: by the GPU's name)",
+    )
+    parser.add_argument("--json", type=shared.output_file)
     args = parser.parse_args()
-    load = os.getloadavg()  # the machine's load (1, 5 and 15 minutes) before and after: a shared machine's
-    if args.sample:
-        options = {"part": "sample", "tasks": args.tasks, "limit": args.limit, "batch_size": args.batch_size}
-        rows = runner.run(CASE, contenders=WAYS, sizes=args.models, options=options, strict=True)
-        out = {"sample": sample_summary(rows), **options}
-    else:
-        tiny = args.shape == "tiny"
-        prompt, new = args.prompt or (2000 if tiny else 32000), args.new or (9 if tiny else 129)
-        options = {"part": "gpu", "shape": args.shape, "attn": args.attn, "questions": args.questions,
-                   "question": args.question}  # fmt: skip
-        rows = runner.run(CASE, contenders=gpu_contenders(new), sizes=[prompt], options=options, strict=True)
-        out = {
-            **gpu_summary(rows, new, args.questions),
-            **options,
-            "prompt_tokens": prompt,
-            "new_tokens": new,
-        }
-    out |= {"machine": runner.machine(), "stamp": runner.stamp(), "load": [load, os.getloadavg()]}
-    print(json.dumps(out))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    tiny = args.shape == "tiny"
+    args.prompt, args.new = args.prompt or (2000 if tiny else 32000), args.new or (9 if tiny else 129)
+    if not args.sample and args.prompt <= args.question:
+        parser.error(
+            f"--prompt {args.prompt} leaves no shared tokens before --question {args.question}'s own"
+        )
+    return args
+
+
+def main() -> None:
+    if runner.child(CASE):
+        return
+    from pipeline.errors import one_line_errors
+    from pipeline.models.loading import ModelChoice
+
+    with one_line_errors():
+        args = parsed()
+        for spec in args.models if args.sample else []:
+            ModelChoice(spec=spec).check()  # before the cases: a spec that cannot load, in one line
+        load = os.getloadavg()  # the machine's load (1, 5 and 15 minutes) before and after: a shared one's
+        if args.sample:
+            options = {
+                "part": "sample",
+                "tasks": args.tasks,
+                "limit": args.limit,
+                "batch_size": args.batch_size,
+            }
+            rows = runner.run(CASE, contenders=WAYS, sizes=args.models, options=options, strict=True)
+            out = {"sample": sample_summary(rows), **options}
+        else:
+            bandwidth = args.bandwidth * 1e12 if args.bandwidth else None
+            options = {"part": "gpu", "shape": args.shape, "attn": args.attn, "questions": args.questions,
+                       "question": args.question, "new": args.new, "bandwidth": bandwidth}  # fmt: skip
+            rows = runner.run(CASE, contenders=gpu_contenders(args.new), sizes=[args.prompt], options=options,
+                              strict=True)  # fmt: skip
+            out = {
+                **gpu_summary(rows, args.new, args.questions),
+                **options,
+                "prompt_tokens": args.prompt,
+                "new_tokens": args.new,
+            }
+        out |= {"machine": runner.machine(), "stamp": runner.stamp(), "load": [load, os.getloadavg()]}
+        print(json.dumps(out))
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from bench import runner, shared
@@ -96,7 +95,7 @@ def measure(spec: str) -> dict[str, Any]:
 def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=shared.output_file)
     args = parser.parse_args()
     out = {**measure(args.model), "stamp": runner.stamp(), "machine": runner.machine()}
     print(json.dumps(out))
@@ -105,4 +104,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -30,6 +30,7 @@ import numpy as np
 
 from bench import runner, shared
 from bench.gpu_child import command_line
+from pipeline.errors import ArgumentParser
 
 WORK = Path("artifacts/bench/numerics")
 EVALUATOR = ["evaluator=smollm2-135m", "short_window_bos=false", "progress=false"]
@@ -251,14 +252,16 @@ def difference(value: float | None, reference: float | None) -> str:
 def main() -> None:
     if runner.child(CASE):
         return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=shared.program(), description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--work", type=Path, default=WORK)
-    parser.add_argument("--reference", type=Path, help="a CPU float32 artifact made with the same settings")
+    parser.add_argument(
+        "--reference", type=shared.existing, help="a CPU float32 artifact made with the same settings"
+    )
     parser.add_argument(
         "--reference-scores", type=Path, help="the results line of SmolLM2 scored on it there"
     )
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=shared.output_file, default=None)
     parser.add_argument("--overrides", nargs="*", default=[], help="more key=value for every stage-1 run")
     args = parser.parse_args()
     result = measure(args)
@@ -272,4 +275,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -383,12 +383,16 @@ def main() -> None:
         return
     parser = shared.arguments(__doc__)
     parser.add_argument("--quick", action="store_true", help="no scaling, one document")
-    parser.add_argument("--tokens", type=int, default=4096, help="the documents' length (a dry run: 256)")
-    parser.add_argument("--K", type=int, default=1024)
-    parser.add_argument("--d", type=int, default=1024)
-    parser.add_argument("--cap-gb", type=float, default=20.0)
-    parser.add_argument("--timeout", type=float, default=1800.0)
-    parser.add_argument("--output", help="a page of its own (default: docs/reports/benchmarks.md)")
+    parser.add_argument(
+        "--tokens", type=shared.whole(2), default=4096, help="the documents' length (a dry run: 256)"
+    )
+    parser.add_argument("--K", type=shared.whole(1), default=1024)
+    parser.add_argument("--d", type=shared.whole(1), default=1024)
+    parser.add_argument("--cap-gb", type=shared.above(0), default=20.0)
+    parser.add_argument("--timeout", type=shared.above(0), default=1800.0)
+    parser.add_argument(
+        "--output", type=shared.output_file, help="a page of its own (default: docs/reports/benchmarks.md)"
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore results cached by an earlier run")
     parser.add_argument("--only", choices=["dropin"], help="one comparison only, in its own section")
     args = parser.parse_args()
@@ -418,4 +422,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -1,14 +1,21 @@
 """What the benchmarks share beside the runner (``bench.runner``): the repository's root, which they
 run from; the default artifact; the shipped GovReport sample's texts; paths as records hold them
-(relative to the repository); names as file names; a case's command line."""
+(relative to the repository); names as file names; a case's command line, whose mistakes are one
+``error:`` line before any work (``arguments``, and the argument types ``whole``, ``above``,
+``output_file`` and ``existing``: a count of 0, an output into a missing folder, an input that is not
+there)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pipeline.errors import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
@@ -55,6 +62,80 @@ def sample_text(tokenizer: Any, tokens: int, doc: int | None = None) -> str:
     return text[: int(enc.offsets[tokens - 1, 0])] if len(enc.ids) >= tokens else text
 
 
-def arguments(doc: str | None) -> argparse.ArgumentParser:
-    """A case's command line, its module's docstring as the help (kept as written)."""
-    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(doc: str | None) -> ArgumentParser:
+    """A case's command line, its module's docstring as the help (kept as written); a mistake in it is
+    one ``error:`` line with exit status 2 naming the program (``pipeline.errors.ArgumentParser``)."""
+    return ArgumentParser(
+        prog=program(), description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def program() -> str:
+    """The running program as its user starts it: ``python -m bench.<case>`` (or ``studies...``) for a
+    module of the repository, else the file's name."""
+    path = Path(sys.argv[0]).resolve()
+    if path.suffix == ".py" and path.is_relative_to(ROOT):
+        return "python -m " + ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return path.name
+
+
+def whole(minimum: int = 1) -> Callable[[str], int]:
+    """An argument type: a whole number of at least ``minimum`` (``--questions 0`` is refused as the
+    arguments are read, not inside a case)."""
+
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is no whole number of at least {minimum}")
+        return value
+
+    return read
+
+
+def above(minimum: float) -> Callable[[str], float]:
+    """An argument type: a finite number greater than ``minimum`` (seconds, gigabytes)."""
+
+    def read(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value > minimum or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} is no finite number above {minimum:g}")
+        return value
+
+    return read
+
+
+def output_file(text: str) -> Path:
+    """An argument type: a file the command writes (``--json``, ``--out``), checked as the arguments are
+    read, before any work: its folder exists and it is no folder itself."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: name a file in it")
+    if not path.absolute().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: its folder {path.absolute().parent} does not exist")
+    return path
+
+
+def existing(text: str) -> Path:
+    """An argument type: a file or folder the command reads, which must be there."""
+    if not Path(text).exists():
+        raise argparse.ArgumentTypeError(f"{text!r} does not exist")
+    return Path(text)
+
+
+def key_jaccard(base: Any, other: Any) -> float | None:
+    """The Jaccard index of two stage-1 artifacts' key tokens (document, token index) over the documents
+    ``other`` scored; None where neither has one."""
+    docs = set(other.tokens.column("doc_id").to_pylist())
+
+    def keys(artifact: Any) -> set:
+        table = artifact.tokens.select(["doc_id", "token_index", "is_key"]).to_pylist()
+        return {(r["doc_id"], r["token_index"]) for r in table if r["is_key"] and r["doc_id"] in docs}
+
+    a, b = keys(base), keys(other)
+    return len(a & b) / len(a | b) if a | b else None

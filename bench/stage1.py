@@ -52,11 +52,11 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--tokens", type=int, nargs="+", default=list(CASE.sizes))
-    parser.add_argument("--K", type=int, default=4096)
-    parser.add_argument("--d", type=int, default=1024)
-    parser.add_argument("--head-chunk", type=int, default=DEFAULT_HEAD_CHUNK)
-    parser.add_argument("--window-batch-tokens", type=int, default=16384)
+    parser.add_argument("--tokens", type=shared.whole(2), nargs="+", default=list(CASE.sizes))
+    parser.add_argument("--K", type=shared.whole(1), default=4096)
+    parser.add_argument("--d", type=shared.whole(1), default=1024)
+    parser.add_argument("--head-chunk", type=shared.whole(1), default=DEFAULT_HEAD_CHUNK)
+    parser.add_argument("--window-batch-tokens", type=shared.whole(1), default=16384)
     args = parser.parse_args()
     options = {"model": args.model, "dtype": args.dtype, "K": args.K, "d": args.d}
     options |= {"head_chunk": args.head_chunk, "window_batch_tokens": args.window_batch_tokens}
@@ -74,4 +74,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

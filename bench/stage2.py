@@ -65,8 +65,8 @@ def main() -> None:
     parser = shared.arguments(__doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--artifact", default=str(shared.default_artifact()))
-    parser.add_argument("--documents", type=int, default=CASE.sizes[0])
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--documents", type=shared.whole(1), default=CASE.sizes[0])
+    parser.add_argument("--repeats", type=shared.whole(1), default=2)
     args = parser.parse_args()
     options = {"model": args.model, "artifact": args.artifact}
     plain_run, stage2_run = runner.run(
@@ -85,4 +85,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

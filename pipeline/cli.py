@@ -5,8 +5,10 @@ command's own (Hydra overrides, ``--help``, ``-m``; lm-eval's flags for ``lm-eva
 
 ``longppl --help`` lists the subcommands with the first line of each module's docstring, read from its
 source without importing it (no torch for a help text). An unknown subcommand is one ``error:`` line,
-exit status 2, naming the known ones and the closest. Ctrl-C, while the command's modules are imported
-or while it runs, is one ``error:`` line with exit status 2 (``pipeline.errors.stopped_on_interrupt``).
+exit status 2, naming the known ones and the closest, its control characters escaped
+(``pipeline.formats.terminal_text``). Ctrl-C, while the command's modules are imported or while it runs,
+is one ``error:`` line with exit status 2 (``pipeline.errors.stopped_on_interrupt``); the help read by a
+program that stops reading (``longppl --help | head``) ends quietly (``quiet_on_closed_pipe``).
 
 Layer: commands, the top. May import: every layer.
 """
@@ -22,7 +24,8 @@ import sys
 from pathlib import Path
 
 import pipeline.commands
-from pipeline.errors import stopped_on_interrupt
+from pipeline.errors import quiet_on_closed_pipe, stopped_on_interrupt
+from pipeline.formats import terminal_text
 
 SHARED = {"shell"}  # modules of pipeline/commands/ that are no command
 HELP_FLAGS = ("-h", "--help")
@@ -60,7 +63,8 @@ def unknown(name: str, known: dict[str, str]) -> str:
     """The one-line error for a subcommand that is none of ``known``."""
     close = difflib.get_close_matches(name.replace("_", "-"), known, n=1)
     hint = f": did you mean '{close[0]}'?" if close else ""
-    return f"unknown command '{name}'{hint} (known: {', '.join(known)}; longppl --help describes each)"
+    shown = terminal_text(name)
+    return f"unknown command '{shown}'{hint} (known: {', '.join(known)}; longppl --help describes each)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     known = commands()
     if args[:1] and args[0] in HELP_FLAGS:
-        print(help_text(known))
+        with quiet_on_closed_pipe():
+            print(help_text(known))
         return
     if not args:
         print(

@@ -15,6 +15,8 @@ import numpy as np
 from pydantic import BeforeValidator, Field
 from pydantic.dataclasses import dataclass
 
+from pipeline.errors import settings_type
+
 
 def _not_bool(value: Any) -> Any:
     """``True`` is not the number 1 here (``K=True`` is a mistake, not K=1)."""
@@ -31,6 +33,7 @@ Finite = Annotated[float, NotBool, Field(allow_inf_nan=False)]
 PAPER_GRID: tuple[tuple[float, float], ...] = ((2.0, -2.0), (2.0, -1.0), (1.0, -2.0), (1.0, -1.0))
 
 
+@settings_type
 @dataclass(frozen=True)
 class KeyTokenDefinition:
     """What makes a token key, with the paper's defaults (Eq. 2-4, 7; Appendix A.1)."""

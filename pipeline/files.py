@@ -1,7 +1,8 @@
 """Where the shipped configs and data are (``CONF_DIR``, ``DATA_DIR``; ``locate_input`` for a relative
 path a config names), atomic file writes (a file appears complete or not at all, even when a run is
-killed mid-write; ``write_json_new``: only where no file is), where a file or folder could be made
-(``nearest_existing``), paths as records keep them (``recorded_path``), and the configuration
+killed mid-write; only over a regular file or nothing, and, for an output its user named, where
+``pipeline.outputs`` checked it; ``write_json_new``: only where no file is), paths as records keep them
+(``recorded_path``), and the configuration
 directory's files read as plain data (``conf_file``: no Hydra outside the commands)."""
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline.errors import PipelineError
+from pipeline.outputs import Checked, check_replace, unchanged
+from pipeline.outputs import nearest_existing as nearest_existing  # where a file or folder could be made
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The folder that holds the shipped conf/ and data/: an installed wheel carries them inside the package
@@ -47,11 +50,16 @@ def conf_file(name: str) -> dict[str, Any]:
     return yaml.safe_load((CONF_DIR / name).read_text(encoding="utf-8")) or {}
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, flush it to disk, then rename it into place. The file
-    gets the mode of any new file (0666 less the umask: readable by others on a shared filesystem),
-    not the temporary file's private 0600."""
+def write_bytes_atomic(path: Path, data: bytes, checked: Checked | None = None) -> None:
+    """Write to a temporary file beside ``path``, flush it to disk, then rename it into place, only over
+    a regular file or nothing (``pipeline.outputs.check_replace``: never over a device, a FIFO, a symlink
+    or a folder). An output its user named is written where its check found it (``checked``: the
+    path ``path`` led to then, refused when a symlink on the way was swapped since, and over the file
+    found then or one of its kind). The file gets the mode of any new file (0666 less the umask:
+    readable by others on a shared filesystem), not the temporary file's private 0600."""
+    path = Path(path) if checked is None else unchanged(checked)
     with staged(path, data) as tmp:
+        check_replace(path, checked)
         os.replace(tmp, path)
 
 
@@ -91,10 +99,10 @@ def umask() -> int:
     return mask
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
+def write_json_atomic(path: Path, value: Any, checked: Checked | None = None) -> None:
     """Indented strict JSON with sorted keys (stable bytes for the same value)."""
     write_bytes_atomic(
-        path, (strict_json(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+        path, (strict_json(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode(), checked
     )
 
 
@@ -124,18 +132,11 @@ def non_finite_path(value: Any, path: str = "") -> str | None:
     return None
 
 
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """A Parquet file (zstd), written whole."""
+def write_table_atomic(path: Path, table: pa.Table, checked: Checked | None = None) -> None:
+    """A Parquet file (zstd), written whole (where ``checked`` found it, when given)."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
-    write_bytes_atomic(path, sink.getvalue().to_pybytes())
-
-
-def nearest_existing(path: Path) -> Path:
-    """``path`` or its nearest ancestor that exists: what decides whether ``path`` can be made there."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+    write_bytes_atomic(path, sink.getvalue().to_pybytes(), checked)
 
 
 def recorded_path(path: str | Path) -> str:

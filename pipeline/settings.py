@@ -3,7 +3,7 @@ and constraints, and the one way a bad value becomes an error (``parse``).
 
 - ``KeyTokenDefinition`` (``pipeline.definition``): what makes a token key.
 - ``Compute``: how a model runs (dtype, device, the output head's dtype and blocks, window
-  batches, the GGUF cache): never what it computes, up to float rounding.
+  batches, torch.compile, the cache folder): never what it computes, up to float rounding.
 - ``ScoreSettings``: what the score stage's numbers depend on besides the model and the artifact.
 
 Commands take these from their Hydra config (flat keys: ``K=2048 dtype=bfloat16``), the Python API
@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, Valida
 from pydantic.dataclasses import dataclass
 
 from pipeline.definition import PAPER_GRID, NotBool, Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type, validation_message
 
 T = TypeVar("T")
 
@@ -63,8 +63,18 @@ HEAD_DTYPES = ("auto", "model", "float32")
 DEFAULT_HEAD_CHUNK = 2048
 DEFAULT_VOCAB_TILE = 16384
 DEFAULT_WINDOW_BATCH_TOKENS = 16384
+COMPILE_CHOICES = ("auto", "on", "off")
 
 
+def _switch(value: Any) -> Any:
+    """A YAML or Hydra boolean (``on``/``off`` in a YAML file, ``true``/``false``) as ``on``/``off``."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+Switch = Annotated[Literal[COMPILE_CHOICES], BeforeValidator(_switch)]
+
+
+@settings_type
 @dataclass(frozen=True)
 class Compute:
     """How models run, shared by every command that runs one (``conf/compute.yaml``)."""
@@ -75,7 +85,8 @@ class Compute:
     head_chunk: Positive = DEFAULT_HEAD_CHUNK  # the head in blocks of head_chunk positions ...
     vocab_tile: Positive | None = DEFAULT_VOCAB_TILE  # ... x vocab_tile entries (None: whole vocabulary)
     window_batch_tokens: Positive = DEFAULT_WINDOW_BATCH_TOKENS  # short windows batched up to this size
-    cache_dir: str | None = None  # converted GGUF checkpoints; None: $LONGPPL_CACHE or ~/.cache/longppl
+    cache_dir: str | None = None  # GGUF conversions, kernels; None: $LONGPPL_CACHE or ~/.cache/longppl
+    compile: Switch = "auto"  # each decoder layer under torch.compile; auto: pipeline.models.compilation
 
     def record(self) -> dict[str, Any]:
         """The head's blocks and the window batches, as results files record them."""
@@ -98,6 +109,7 @@ def _finite_pairs(value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, 
 Grid = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_grid), AfterValidator(_finite_pairs)]
 
 
+@settings_type
 @dataclass(frozen=True)
 class ScoreSettings:
     """What the score stage's numbers depend on besides the model and the artifact."""
@@ -134,11 +146,16 @@ def parse(cls: type[T], values: Mapping[str, Any], *, prefix: str = "", strict: 
     try:
         return TypeAdapter(cls).validate_python({k: v for k, v in values.items() if k in names})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
-        value = values.get(str(first["loc"][0])) if first["type"] == "missing" else first.get("input")
-        message = first["msg"].removeprefix("Value error, ")
-        raise PipelineError(f"setting {prefix}{where}={value!r}: {message}") from None
+        raise PipelineError(validation_message(exc, values, prefix)) from None
+
+
+def flag(value: Any, name: str) -> bool:
+    """The true/false setting ``name`` of a command's config, read as ``parse`` reads a bool field
+    (``progress=no`` is False, ``progress=maybe`` an error), never by Python's truth (any text is True)."""
+    try:
+        return TypeAdapter(bool).validate_python(value)
+    except ValidationError as exc:
+        raise PipelineError(f"setting {name}={value!r}: {exc.errors()[0]['msg']}") from None
 
 
 def parse_group(cls: type[T], values: Mapping[str, Any], group: str) -> T:

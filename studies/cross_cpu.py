@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from bench.shared import arguments
+from bench.shared import above, arguments, existing, output_file
 from pipeline.artifact.identity import TOLERANCE
 
 COLUMNS = ("long_logprob", "short_logprob", "lsd", "soft_weight")
@@ -110,10 +110,10 @@ def flag_report(
 
 def main() -> None:
     parser = arguments(__doc__)
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
-    parser.add_argument("--tokens", type=float, default=1.6e6, help="an artifact's size to extrapolate to")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("a", type=existing)
+    parser.add_argument("b", type=existing)
+    parser.add_argument("--tokens", type=above(0), default=1.6e6, help="an artifact's size to extrapolate to")
+    parser.add_argument("--out", type=output_file)
     args = parser.parse_args()
     x, y = tables(args.a, args.b)
     settings = json.loads((args.a / "manifest.json").read_text())["settings"]
@@ -131,4 +131,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

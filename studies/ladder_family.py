@@ -18,11 +18,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 
-from bench.shared import ROOT, arguments
+from bench.shared import ROOT, arguments, existing
 from pipeline.ladder.effective import LadderSums, effective_length
 from pipeline.results.ladder import read_rows, reading_text
 
@@ -69,9 +68,9 @@ def pairs(rows: list[dict]) -> tuple[int, int, int]:
 
 def main() -> None:
     parser = arguments(__doc__)
-    parser.add_argument("ladders", nargs="+", type=Path)
+    parser.add_argument("ladders", nargs="+", type=existing)
     parser.add_argument(
-        "--validation", type=Path, default=ROOT / "docs" / "reports" / "validation" / "results.json"
+        "--validation", type=existing, default=ROOT / "docs" / "reports" / "validation" / "results.json"
     )
     args = parser.parse_args()
     ladders = {row["model_name"]: row for path in args.ladders for row in read_rows(path)}
@@ -109,4 +108,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -35,7 +35,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.shared import ROOT, arguments
+from bench.shared import ROOT, arguments, whole
 from studies.rehearsal_checks import LONG, LONG_CONFIG, RehearsalFailure, check_texts, check_values
 from studies.rehearse_paper import (
     Step,
@@ -224,7 +224,7 @@ def rehearse(work: Path, documents: int, extra: list[str], steps: list[Step]) ->
 
 def main() -> None:
     parser = arguments(__doc__)
-    parser.add_argument("--documents", type=int, default=1, help="long books (default 1)")
+    parser.add_argument("--documents", type=whole(1), default=1, help="long books (default 1)")
     parser.add_argument("--work", default=str(ROOT / "artifacts/rehearsal-long"), help="its files (replaced)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a stage 1 override")
     args = parser.parse_args()
@@ -238,4 +238,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

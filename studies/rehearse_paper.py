@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.runner import run_process
-from bench.shared import GIB, ROOT, arguments
+from bench.shared import GIB, ROOT, arguments, whole
 from studies.random_models import LLAMA3_ROPE, SMALL, config, random_model
 from studies.rehearsal_checks import (
     OFFICIAL_IMPORT,
@@ -361,7 +361,7 @@ def summary(steps: list[Step]) -> str:
 
 def main() -> None:
     parser = arguments(__doc__)
-    parser.add_argument("--documents", type=int, default=3, help="long documents (default 3)")
+    parser.add_argument("--documents", type=whole(1), default=3, help="long documents (default 3)")
     parser.add_argument("--work", default=str(ROOT / "artifacts/rehearsal"), help="its files (replaced)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a stage 1 override")
     parser.add_argument("--skip-config-check", action="store_true", help="run stage 1 before any check")
@@ -375,4 +375,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import one_line_errors
+
+    with one_line_errors():  # a PipelineError (an artifact that is not there, ...): one line
+        main()

@@ -69,6 +69,15 @@ def tiny_artifact(tmp_path_factory, tiny_model_dir):
     return tmp / "test"
 
 
+@pytest.fixture(scope="session")
+def sharded_artifact(tiny_artifact, tmp_path_factory):
+    """The tiny artifact written again in shards of at most 150 rows (``save_key_tokens``): each of its
+    three documents in a shard of its own, ``tokens-00000-of-00003.parquet`` and so on."""
+    root = tmp_path_factory.mktemp("sharded") / "sharded"
+    write_artifact(root, load_artifact(tiny_artifact), shard_rows=150)
+    return root
+
+
 @pytest.fixture(scope="module")
 def untruncated_artifact(tiny_model_dir, tmp_path_factory):
     """A stage 1 artifact of one document short enough to be whole (not truncated)."""

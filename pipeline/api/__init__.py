@@ -24,20 +24,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import numbers
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
 from pipeline.artifact.reader import load_artifact, open_artifact
 from pipeline.artifact.schema import DOCUMENTS_SCHEMA, MANIFEST, PER_TOKEN, KeyTokenArtifact, new_manifest
-from pipeline.artifact.writer import write_artifact
+from pipeline.artifact.shards import Sharding
+from pipeline.artifact.writer import check_output, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.jobs import recipe
@@ -45,14 +44,15 @@ from pipeline.jobs.recipe import Job, JobResult
 from pipeline.jobs.score import ScoreJob
 from pipeline.keytokens.selection import STAGE_COMPUTE, Documents, Selection, document_records, select
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.loogle.evidence import answer_gain
-from pipeline.loogle.evidence.answer_gain import AnswerGain
 from pipeline.models.loading import HeldModel, eval_mode, in_memory, load_model
 from pipeline.models.logprobs import scorer_for
 from pipeline.provenance import library_versions
 from pipeline.score.engine import ScoreResult
 from pipeline.settings import Compute, ScoreSettings, field_names, parse
 from pipeline.text.corpus import CorpusSpec, Document, check_unicode
+
+if TYPE_CHECKING:
+    from pipeline.loogle.evidence.answer_gain import AnswerGain
 
 __all__ = [
     "AnswerGain",
@@ -73,7 +73,11 @@ __all__ = [
 ]
 KeyTokens = str | Path | KeyTokenArtifact
 IN_MEMORY = "in-memory"
-LAZY = {"compute_longppl": "pipeline.api.dropin", "LongPPLCallback": "pipeline.api.callback"}
+LAZY = {  # imported on first use: they import transformers' Trainer or caches, which no command's start needs
+    "compute_longppl": "pipeline.api.dropin",
+    "LongPPLCallback": "pipeline.api.callback",
+    "AnswerGain": "pipeline.loogle.evidence.answer_gain",
+}
 # A model in memory is already loaded: these compute settings are its own, not options.
 LOADED = ("dtype", "device", "cache_dir")
 
@@ -112,14 +116,16 @@ def score(
     there, as `make score` does (``model_name`` names the model on the leaderboard; the line records
     the model's identity, a hash of its parameters and tokenizer, and the documents when they are not
     all of the artifact's)."""
-    settings, compute = with_options(options, settings or ScoreSettings(), compute or Compute())
+    settings, compute = with_options(
+        options, given(settings, ScoreSettings(), "settings"), given(compute, Compute(), "compute")
+    )
     job = ScoreJob(
         model=HeldModel(model, tokenizer, model_name),
         artifact=keytokens if isinstance(keytokens, KeyTokenArtifact) else as_path(keytokens, "keytokens"),
         settings=settings,
         compute=compute,
         results=None if results_file is None else Path(as_path(results_file, "results_file")),
-        documents=checked_documents(documents),
+        documents=documents,
         progress=progress,
         results_setting="results_file",
     )
@@ -148,11 +154,14 @@ def find_key_tokens(
     float32 on CUDA, as the stage) and the documents' (``max_tokens``, ``min_tokens``, ``add_bos``).
     Documents of K tokens or fewer have no key token and are listed in ``manifest["skipped"]``."""
     definition, compute, documents = with_options(
-        options, definition or KeyTokenDefinition(), compute or STAGE_COMPUTE, Documents()
+        options,
+        given(definition, KeyTokenDefinition(), "definition"),
+        given(compute, STAGE_COMPUTE, "compute"),
+        Documents(),
     )
     lm = in_memory(evaluator_model, evaluator_tokenizer, evaluator_name)
+    scorer = scorer_for(lm, compute)  # first: a compiled model's numerics are recorded
     selection = select(as_documents(texts), lm, definition, documents, CorpusSpec(name=IN_MEMORY), compute)
-    scorer = scorer_for(lm, compute)
     bos_id = lm.bos_token_id if documents.add_bos else None
     with eval_mode(evaluator_model):
         scorer.check_against_full_forward()
@@ -180,7 +189,9 @@ def answer_gains(
     - log P(answer | question), a question counted only with its located evidence inside the kept
     context. ``answer_gain.summary`` of the list gives the means per limit and question type.
     ``options``: fields of ``Compute``."""
-    (compute,) = with_options(options, compute or Compute())
+    from pipeline.loogle.evidence import answer_gain  # LooGLE's decoding code only where it is used
+
+    (compute,) = with_options(options, given(compute, Compute(), "compute"))
     lm = in_memory(model, tokenizer, model_name)
     artifact = opened(keytokens)
     questions, texts = answer_gain.questions_of(artifact, tasks)
@@ -190,13 +201,19 @@ def answer_gains(
         return answer_gain.answer_gains(lm.tokenizer, scorer, questions, texts, list(limits))
 
 
-def save_key_tokens(artifact: KeyTokenArtifact, directory: str | Path) -> Path:
-    """Write an artifact held in memory (``find_key_tokens``) as an artifact directory that `make score`
-    reads; returns the directory."""
+def save_key_tokens(
+    artifact: KeyTokenArtifact, directory: str | Path, *, shard_rows: int | None = None
+) -> Path:
+    """Write an artifact held in memory (``find_key_tokens``, or one loaded) as an artifact directory that
+    `make score` reads; returns the directory. ``shard_rows``: None, one file per table; a number, the
+    tables in shards of at most that many rows, cut at document boundaries (the same artifact:
+    ``pipeline.artifact.shards``)."""
+    sharding = parse(Sharding, {"shard_rows": shard_rows})
     root = Path(as_path(directory, "directory"))
+    check_output(root, "directory")
     if (root / MANIFEST).exists():
         raise PipelineError(f"{root} already holds an artifact: choose another directory")
-    write_artifact(root, artifact)
+    write_artifact(root, artifact, sharding.shard_rows)
     load_artifact(root)  # verifies as any artifact
     return root
 
@@ -218,6 +235,20 @@ def as_path(value: Any, name: str) -> Any:
     raise PipelineError(f"{name} is {type(value).__name__} ({value!r:.80}): pass a str or a pathlib.Path")
 
 
+def given(value: Any, default: Any, name: str) -> Any:
+    """A settings argument (``settings=``, ``compute=``, ``definition=``): ``default`` for None, else an
+    object of the default's type (a dict is no ``ScoreSettings``: its fields go as keyword arguments)."""
+    if value is None:
+        return default
+    if not isinstance(value, type(default)):
+        kind = type(default).__name__
+        raise PipelineError(
+            f"{name} is {type(value).__name__} ({value!r:.80}): pass a {kind}, or its settings as keyword "
+            f"arguments ({', '.join(field_names(type(default))[:2])}, ...)"
+        )
+    return value
+
+
 def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:
     """Each of ``defaults`` (settings objects) with the ``options`` named by its fields, checked as
     the command line checks them; an option no object has is an error that lists them."""
@@ -233,22 +264,6 @@ def with_options(options: dict[str, Any], *defaults: Any) -> list[Any]:
     return out
 
 
-def checked_documents(documents: Any) -> int | Sequence[str] | None:
-    """None, a positive number, or a list of document ids (str)."""
-    if documents is None:
-        return None
-    if isinstance(documents, numbers.Integral) and not isinstance(documents, (bool, np.bool_)):
-        if documents < 1:
-            raise PipelineError(f"documents={documents}: give a positive number, a list of ids, or None")
-        return int(documents)
-    ids = None if isinstance(documents, (str, bytes, bool)) else documents
-    if not isinstance(ids, (Sequence, set, frozenset)) or not all(isinstance(d, str) for d in ids):
-        raise PipelineError(
-            f"documents={documents!r}: give a positive number, a list of document ids (str), or None"
-        )
-    return list(ids)
-
-
 def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Document]:
     """One text, a list (ids doc-00000, ...) or a mapping id -> text; each text a str."""
     if isinstance(texts, str):
@@ -260,7 +275,16 @@ def as_documents(texts: str | Sequence[str] | Mapping[str, str]) -> list[Documen
     items = (
         texts.items() if isinstance(texts, Mapping) else ((f"doc-{i:05d}", t) for i, t in enumerate(texts))
     )
+    items = list(items)
     documents = [Document(id=str(doc_id), text=text) for doc_id, text in items]
+    seen: dict[str, Any] = {}
+    for doc_id, _ in items:
+        if str(doc_id) in seen:
+            raise PipelineError(
+                f"texts has the ids {seen[str(doc_id)]!r} and {doc_id!r}, one id '{doc_id}' as text: give "
+                "each document its own id"
+            )
+        seen[str(doc_id)] = doc_id
     bad = next((d for d in documents if not isinstance(d.text, str)), None)
     if bad is not None:
         decode = (

@@ -23,13 +23,14 @@ from transformers import TrainerCallback
 from pipeline.api import KeyTokens, score
 from pipeline.artifact.reader import open_artifact
 from pipeline.errors import PipelineError
-from pipeline.results.score import METRICS
+from pipeline.metric_registry import perplexities
 
 logger = logging.getLogger(__name__)
 
 
 class LongPPLCallback(TrainerCallback):
-    """Adds ``<prefix>ppl``, ``<prefix>longppl`` and ``<prefix>longppl_soft`` to each evaluation."""
+    """Adds each perplexity of the metric registry (``<prefix>ppl``, ``<prefix>longppl``,
+    ``<prefix>longppl_soft``) to each evaluation."""
 
     def __init__(
         self,
@@ -54,7 +55,7 @@ class LongPPLCallback(TrainerCallback):
         if model is None or tokenizer is None:
             raise PipelineError("LongPPLCallback needs the model and its tokenizer: pass tokenizer=...")
         result = score(model, tokenizer, self.artifact, documents=self.documents, **self.score_options)
-        values = {f"{self.prefix}{m}": result.corpus[m] for m in METRICS if result.corpus[m] is not None}
+        values = {f"{self.prefix}{m}": v for m in perplexities() if (v := result.corpus[m]) is not None}
         if metrics is not None:
             metrics.update(values)
         state.log_history.append({**values, "step": state.global_step})

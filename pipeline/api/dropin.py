@@ -27,12 +27,14 @@ import pydantic.dataclasses
 from pipeline.artifact.reader import ArtifactDocument
 from pipeline.definition import Finite, KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
+from pipeline.files import write_bytes_atomic
 from pipeline.keytokens.selection import Prepared
 from pipeline.keytokens.tables import keytoken_tables
 from pipeline.models.loading import eval_mode, in_memory, load_model
 from pipeline.models.logprobs import TargetScorer
 from pipeline.models.pairing import check_pairing
-from pipeline.official.span_files import format_spans, merge_overlaps, read_span_file
+from pipeline.official.span_files import KIND, format_spans, merge_overlaps, read_span_file
+from pipeline.outputs import Output, check
 from pipeline.score.documents import score_document
 from pipeline.settings import ScoreSettings, parse
 from pipeline.text.corpus import Document, check_unicode
@@ -63,6 +65,11 @@ def compute_longppl(
             f"text is {type(text).__name__}, not str: pass the text itself (decode bytes first)"
         )
     check_unicode(text, "text")
+    out = (
+        None
+        if evaluator_model is None or save_path is None
+        else check(Output("save_path", Path(save_path), KIND))
+    )
     rule = parse(DropInSettings, {"trunc_len": trunc_len, "sliding_window": sliding_window, "alpha": alpha,
                                   "beta": beta})  # fmt: skip
     model, tokenizer = loaded(model, tokenizer)
@@ -72,8 +79,8 @@ def compute_longppl(
             evaluator_model, evaluator_tokenizer, getattr(evaluator_model, "name_or_path", "evaluator")
         )
         spans = key_spans(text, evaluator_model, evaluator_tokenizer, *rule.values())
-        if save_path is not None:
-            Path(save_path).write_text(format_spans(spans[:, 0], spans[:, 1]), encoding="utf-8")
+        if out is not None:
+            write_bytes_atomic(out.path, format_spans(spans[:, 0], spans[:, 1]).encode(), out)
     elif save_path is None:
         raise PipelineError("compute_longppl needs an evaluator_model, or save_path with saved key spans")
     else:

@@ -1,5 +1,6 @@
 """The key-token artifact, the contract between the two stages: its schema, version and contents hash
-(``schema``), its two identities (``identity``: the exact contents, and the same artifact recomputed
+(``schema``), the files that hold its tables (``shards``: one per table, or shards cut at document
+boundaries), its two identities (``identity``: the exact contents, and the same artifact recomputed
 elsewhere), the checks of its contents (``checks``, ``token_checks``) and against the inputs it was made
 from (``inputs``: the evaluator's tokenizer, the source texts), the optional question tables of a
 corpus with questions (``qa``: their checks, and each question with its located evidence), reading from

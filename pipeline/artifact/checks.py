@@ -41,6 +41,7 @@ import pyarrow as pa
 from pipeline import definition
 from pipeline.artifact import token_checks
 from pipeline.artifact.schema import KEY_SPANS, KeyTokenArtifact, declared_tables, settings_fingerprint
+from pipeline.artifact.shards import locate_row, recorded_rows, table_files
 from pipeline.errors import PipelineError
 from pipeline.provenance import text_sha256
 
@@ -62,6 +63,7 @@ class Where:
     root: Any
     doc_ids: np.ndarray  # per document
     row_docs: dict[str, np.ndarray]  # per table: each row's document number
+    manifest: dict[str, Any] | None = None  # names the file (a shard) and its row; None: <table>.parquet
 
     def fail(self, table: str, column: str, rows: np.ndarray, what: str) -> None:
         """Raise for the first True of ``rows`` (a boolean mask over the table), if any."""
@@ -70,8 +72,11 @@ class Where:
             row = int(bad[0])
             doc = self.doc_ids[self.row_docs[table][row]] if table in self.row_docs else None
             of = f" (document '{doc}')" if doc is not None else ""
+            file, at = (
+                (f"{table}.parquet", row) if self.manifest is None else locate_row(self.manifest, table, row)
+            )
             raise ArtifactProblem(
-                f"artifact {self.root}: {table}.parquet row {row}{of}, column {column}: {what}; {FIX}"
+                f"artifact {self.root}: {file} row {at}{of}, column {column}: {what}; {FIX}"
             )
 
 
@@ -80,7 +85,8 @@ def check_artifact(artifact: KeyTokenArtifact) -> None:
     tables = declared_tables(artifact.manifest, artifact.root)
     check_settings(artifact.settings, artifact.kind, artifact.root)
     docs = column_arrays(artifact.documents)
-    where = Where(artifact.root, docs["doc_id"], {"documents": np.arange(len(docs["doc_id"]))})
+    rows = {"documents": np.arange(len(docs["doc_id"]))}
+    where = Where(artifact.root, docs["doc_id"], rows, artifact.manifest)
     check_documents(artifact, docs, where)
     check_manifest_records(artifact, docs, where)
     if "tokens" in tables:
@@ -226,9 +232,11 @@ def check_manifest_records(artifact: KeyTokenArtifact, docs: dict[str, np.ndarra
         )
     for name in declared_tables(manifest, root):
         rows = getattr(artifact, name).num_rows
-        if manifest["files"][f"{name}.parquet"].get("rows") != rows:
+        if recorded_rows(manifest, name) != rows:
+            files = table_files(manifest, name)
+            label = files[0] if len(files) == 1 else f"the {len(files)} shards of {name}"
             raise ArtifactProblem(
-                f"artifact {root}: {name}.parquet has {rows} rows, not as its manifest says; {FIX}"
+                f"artifact {root}: {label} has {rows} rows, not as its manifest says; {FIX}"
             )
 
 

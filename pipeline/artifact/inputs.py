@@ -38,7 +38,8 @@ from pipeline.artifact.checks import FIX, ArtifactProblem
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import locate_input, write_json_atomic
-from pipeline.models.gguf import SOURCE_RECORD, check_conversion, default_cache_dir, gguf_cache_path
+from pipeline.models.conversion_view import recorded_view
+from pipeline.models.gguf import SOURCE_RECORD, default_cache_dir, gguf_cache_path
 from pipeline.models.sources import EMBEDDED_MODELS
 from pipeline.provenance import json_sha256
 from pipeline.text.corpus import CorpusSpec, load_corpus
@@ -78,19 +79,22 @@ def check_now(artifact: KeyTokenArtifact) -> tuple[dict[str, str], bool]:
     n_truncated = sum(docs["truncated"])
     sources = source_texts(artifact.settings) if n_truncated else "no text is truncated"
     tokenizer: Retokeniser | str = "key spans only: no tokens to compare"
-    if artifact.tokens is not None:
-        tokenizer = evaluator_tokenizer(artifact.settings)
     found = 0
     starts = np.concatenate([[0], np.cumsum(docs["n_tokens"])])
-    for i, text in enumerate(docs["text"]):
-        source = sources.get(docs["source_sha256"][i]) if isinstance(sources, dict) else None
-        found += source is not None and docs["truncated"][i]
-        where = f"artifact {artifact.root}: document '{docs['doc_id'][i]}'"
-        if source is not None:
-            check_source(where, text, source, docs["n_source_chars"][i])
-        if isinstance(tokenizer, Retokeniser):
-            rows = (int(starts[i]), artifact.tokens.slice(int(starts[i]), int(starts[i + 1] - starts[i])))
-            tokenizer = tokenizer.check(where, text, source, docs["truncated"][i], artifact.settings, rows)
+    with contextlib.ExitStack() as views:  # a conversion's tokenizer is read from a view of its files
+        if artifact.tokens is not None:
+            tokenizer = evaluator_tokenizer(artifact.settings, views)
+        for i, text in enumerate(docs["text"]):
+            source = sources.get(docs["source_sha256"][i]) if isinstance(sources, dict) else None
+            found += source is not None and docs["truncated"][i]
+            where = f"artifact {artifact.root}: document '{docs['doc_id'][i]}'"
+            if source is not None:
+                check_source(where, text, source, docs["n_source_chars"][i])
+            if isinstance(tokenizer, Retokeniser):
+                rows = (int(starts[i]), artifact.tokens.slice(int(starts[i]), int(starts[i + 1] - starts[i])))
+                tokenizer = tokenizer.check(
+                    where, text, source, docs["truncated"][i], artifact.settings, rows
+                )
     if isinstance(sources, dict):
         sources = f"{found} of {n_truncated} truncated texts found in their source"
     checked_tokens = tokenizer.done if isinstance(tokenizer, Retokeniser) else tokenizer
@@ -98,8 +102,9 @@ def check_now(artifact: KeyTokenArtifact) -> tuple[dict[str, str], bool]:
     return {"tokenizer": checked_tokens, "sources": sources}, complete and found == n_truncated
 
 
-def evaluator_tokenizer(settings: dict[str, Any]) -> Retokeniser | str:
-    """The evaluator's tokenizer exactly as stage 1 loaded it, or why it is not at hand."""
+def evaluator_tokenizer(settings: dict[str, Any], views: contextlib.ExitStack) -> Retokeniser | str:
+    """The evaluator's tokenizer exactly as stage 1 loaded it, or why it is not at hand; a cached
+    conversion's is read from a view of exactly its recorded files, open until ``views`` closes."""
     evaluator = settings["evaluator"]
     made_with = (settings.get("libraries") or {}).get("transformers")
     here = metadata.version("transformers")
@@ -108,9 +113,10 @@ def evaluator_tokenizer(settings: dict[str, Any]) -> Retokeniser | str:
     kind, spec = evaluator.get("kind"), evaluator["spec"]
     if kind in ("embedded", "gguf") and isinstance(evaluator.get("file_sha256"), str):
         name = EMBEDDED_MODELS[spec].filename if kind == "embedded" and spec in EMBEDDED_MODELS else None
-        folder = converted_checkpoint(name or Path(str(evaluator.get("path"))).name, evaluator["file_sha256"])
-        if folder is None:
+        target = converted_checkpoint(name or Path(str(evaluator.get("path"))).name, evaluator["file_sha256"])
+        if target is None:
             return f"{UNAVAILABLE}: no cached conversion of {spec} on this machine"
+        folder = views.enter_context(recorded_view(target, evaluator["file_sha256"], weights=False))
         return Retokeniser(spec, str(folder), {}, folder / "tokenizer.json")
     if kind == "hub" and isinstance(evaluator.get("revision"), str):
         from huggingface_hub import try_to_load_from_cache
@@ -198,18 +204,12 @@ def raw_encoding(tokenizer: Any, text: str) -> Encoding:
 
 
 def converted_checkpoint(gguf_name: str, sha: str) -> Path | None:
-    """This machine's cached conversion of the GGUF file named ``gguf_name`` whose sha256 is ``sha``; a
-    conversion whose files changed since it was made is an error that names it (``check_conversion``),
-    not a tokenizer that would blame the artifact."""
+    """This machine's cached conversion of the GGUF file named ``gguf_name`` whose sha256 is ``sha``, or
+    None; its files are checked when its view is made (``recorded_view``: one that holds another file,
+    or whose files changed since it was made, is an error that names it, not a tokenizer that would
+    blame the artifact)."""
     target = gguf_cache_path(Path(gguf_name), sha, default_cache_dir())
-    try:
-        recorded = json.loads((target / SOURCE_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(recorded, dict) and recorded.get("gguf_sha256") == sha):
-        return None
-    check_conversion(target, weights=False)  # only its tokenizer is used here
-    return target
+    return target if (target / SOURCE_RECORD).is_file() else None
 
 
 def source_texts(settings: dict[str, Any]) -> dict[str, str] | str:

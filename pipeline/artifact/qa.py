@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from pipeline.artifact.checks import FIX, ArtifactProblem
 from pipeline.artifact.schema import EVIDENCE_RULES, QUESTIONS, UNLOCATED, KeyTokenArtifact
+from pipeline.artifact.shards import recorded_rows
 from pipeline.text import locating
 
 Span = tuple[int, int]
@@ -100,7 +101,7 @@ def check_questions(artifact: KeyTokenArtifact) -> None:
     if not isinstance(artifact.manifest.get(QUESTIONS), dict):
         raise ArtifactProblem(f"{where}: the manifest's {QUESTIONS} record is not a mapping; {FIX}")
     for name, table in (artifact.qa or {}).items():
-        recorded = (artifact.manifest["files"].get(f"{name}.parquet") or {}).get("rows")
+        recorded = recorded_rows(artifact.manifest, name)
         if recorded != table.num_rows:
             raise ArtifactProblem(
                 f"{where}: {name}.parquet has {table.num_rows} rows, its manifest records {recorded}; {FIX}"

@@ -33,7 +33,9 @@ from pipeline.artifact.schema import (
     KeyTokenArtifact,
     declared_tables,
     has_questions,
+    table_names,
 )
+from pipeline.artifact.shards import check_documents_of_shards, check_folder, check_layout, table_files
 from pipeline.errors import PipelineError
 from pipeline.files import recorded_path
 from pipeline.hub import HUB_DATASET_PREFIX, is_hub_dataset, is_url
@@ -101,12 +103,13 @@ def load_artifact(root: str | Path, verify_hashes: bool = True) -> KeyTokenArtif
     problem is a one-line PipelineError."""
     root = Path(root)
     manifest = read_manifest(root)
-    tables: dict[str, pa.Table | None] = {"tokens": None}
-    for name in declared_tables(manifest, root):
-        tables[name] = read_table(root, name, manifest, verify_hashes)
+    check_folder(root, manifest)
+    read = {name: read_table(root, name, manifest, verify_hashes) for name in table_names(manifest, root)}
+    check_documents_of_shards(root, manifest, read)
+    tables = {name: read.get(name) for name in ("documents", "tokens", "spans")}
     artifact = KeyTokenArtifact(root=root, manifest=manifest, **tables)
     if has_questions(manifest):
-        artifact.qa = {name: read_table(root, name, manifest, verify_hashes) for name in QA_TABLES}
+        artifact.qa = {name: read[name] for name in QA_TABLES}
     check_artifact(artifact)
     if artifact.qa is not None:
         check_questions(artifact)
@@ -150,6 +153,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
             f"{path} lacks {', '.join(missing)}: not a complete key-token manifest; regenerate the "
             "artifact with `make keytokens`"
         )
+    check_layout(manifest, table_names(manifest, root), root)
     return manifest
 
 
@@ -158,16 +162,35 @@ def _reject_constant(name: str) -> Any:
 
 
 def read_table(root: Path, name: str, manifest: dict[str, Any], verify_hash: bool) -> pa.Table:
-    """One table, present, listed in the manifest, with its hash (when asked) and schema."""
-    path = root / f"{name}.parquet"
-    recorded = manifest["files"].get(path.name) if isinstance(manifest["files"], dict) else None
-    if not path.is_file() or not isinstance(recorded, dict):
-        raise PipelineError(f"artifact {root} is missing {path.name}: regenerate it with `make keytokens`")
-    if verify_hash and file_sha256(path) != recorded.get("sha256"):
-        raise PipelineError(
-            f"{path} does not match the sha256 in its manifest (altered or corrupted): regenerate it"
-        )
-    return read_parquet(path, ALL_TABLES[name], "regenerate it")
+    """One table, whole: each of its files (one, or its shards in order: ``pipeline.artifact.shards``)
+    present, listed in the manifest, with its hash (when asked) and schema, and a shard with the rows the
+    manifest records."""
+    names = table_files(manifest, name)
+    pieces = []
+    for file in names:
+        path = root / file
+        recorded = manifest["files"].get(file) if isinstance(manifest["files"], dict) else None
+        if not path.is_file() or not isinstance(recorded, dict):
+            of = (
+                f" (shard {names.index(file) + 1} of {len(names)} of its {name} table)"
+                if len(names) > 1
+                else ""
+            )
+            raise PipelineError(f"artifact {root} is missing {file}{of}: regenerate it with `make keytokens`")
+        if verify_hash and file_sha256(path) != recorded.get("sha256"):
+            raise PipelineError(
+                f"{path} does not match the sha256 in its manifest (altered or corrupted, or a file of "
+                "another artifact): regenerate it"
+            )
+        pieces.append(read_parquet(path, ALL_TABLES[name], "regenerate it"))
+        if len(names) > 1 and pieces[-1].num_rows != recorded.get("rows"):
+            raise PipelineError(
+                f"{path} has {pieces[-1].num_rows} rows, its manifest records {recorded.get('rows')} "
+                "(a shard of another artifact or of another cut): regenerate it"
+            )
+    if len(pieces) == 1:
+        return pieces[0]
+    return pa.concat_tables([piece.cast(ALL_TABLES[name]) for piece in pieces])
 
 
 def read_parquet(path: Path, schema: pa.Schema, fix: str) -> pa.Table:

@@ -46,6 +46,10 @@ match it), and *the same artifact* (``Identity``: the *fingerprint*, ``settings_
 numbers depend on; the discrete contents; per-token values within a measured tolerance), which a run
 of stage 1 on another machine keeps. Results record both.
 
+Each table is one file, ``<table>.parquet``, by default; for large corpora, shards named as Hub datasets
+name theirs (``tokens-00000-of-00004.parquet``), cut at document boundaries and recorded in the
+manifest's ``sharding`` (``pipeline.artifact.shards``): the same tables, so the same identities.
+
 Writing is ``pipeline.artifact.writer``; reading, with every check, ``pipeline.artifact.reader``.
 """
 
@@ -69,6 +73,7 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 RUN_STATE = "run.json"
 PARTS = "parts"
+ENGINE = ".datatrove"  # the engine's folder inside the artifact while it runs (removed once it is written)
 
 DOCUMENTS_SCHEMA = pa.schema(
     [

@@ -4,7 +4,9 @@ Each finished document is a part, ``parts/<index>/`` (its three tables, written 
 directory and renamed into place: a part is complete or absent); ``run.json`` holds the settings
 fingerprint that a resumed run must match. ``finalize`` concatenates the parts in document order
 into the tables of ``pipeline.artifact.schema`` and writes the manifest last. ``write_artifact`` writes an
-artifact whose tables are already whole (an imported one, or one computed in memory).
+artifact whose tables are already whole (an imported one, or one computed in memory). ``FOLDER`` is
+where a run may write one (``pipeline.outputs``): a new or empty folder, or an artifact's (finished, or
+a run's with its ``run.json`` or ``parts/``), never a folder of other files.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline import files
+from pipeline.artifact import shards
 from pipeline.artifact.reader import read_parquet
 from pipeline.artifact.schema import (
+    ALL_TABLES,
     DOCUMENTS_SCHEMA,
+    ENGINE,
     KINDS,
     MANIFEST,
     PARTS,
@@ -39,7 +44,27 @@ from pipeline.artifact.schema import (
 )
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic, write_json_new, write_table_atomic
+from pipeline.outputs import FolderKind, Output, check
 from pipeline.provenance import file_sha256
+
+
+def foreign_folder(folder: Path) -> str | None:
+    """Why ``folder`` is no artifact's folder: it holds files, but no manifest, run record, parts or the
+    engine's folder of a run under way."""
+    names = sorted(p.name for p in folder.iterdir())
+    if not names or {MANIFEST, RUN_STATE, PARTS, ENGINE} & set(names):
+        return None
+    return f"a folder that holds no artifact ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+
+
+FOLDER = FolderKind("artifacts' folders (new, empty, or an artifact's)", "`make keytokens`", foreign_folder,
+                    is_artifact=True)  # fmt: skip
+
+
+def check_output(root: Path, setting: str = "output_dir") -> None:
+    """Where an artifact is to be written, checked before any work (``pipeline.outputs``): a new or empty
+    folder, or an artifact's, in no artifact's or model's folder, on a disk this process can write."""
+    check(Output(setting, root, FOLDER))
 
 
 class ArtifactWriter:
@@ -178,10 +203,15 @@ class ArtifactWriter:
                 raise
 
     def finalize(
-        self, indices: Iterable[int], manifest_extra: dict[str, Any], qa: dict[str, pa.Table] | None = None
+        self,
+        indices: Iterable[int],
+        manifest_extra: dict[str, Any],
+        qa: dict[str, pa.Table] | None = None,
+        shard_rows: int | None = None,
     ) -> dict[str, Any]:
         """Concatenate the parts in document order, write the tables (and the question tables ``qa``,
-        whose record ``manifest_extra`` holds), then the manifest, last."""
+        whose record ``manifest_extra`` holds; in shards of at most ``shard_rows`` rows when it is set:
+        ``write_artifact``), then the manifest, last."""
         indices = sorted(indices)
         tables = {}
         for name, schema in TABLES.items():
@@ -189,7 +219,8 @@ class ArtifactWriter:
             tables[name] = pa.concat_tables(pieces) if pieces else schema.empty_table()
         manifest = new_manifest(PER_TOKEN, self.fingerprint, self.settings, manifest_extra)
         with self.writing("the tables and the manifest"):
-            manifest = write_artifact(self.root, KeyTokenArtifact(self.root, manifest, **tables, qa=qa))
+            artifact = KeyTokenArtifact(self.root, manifest, **tables, qa=qa)
+            manifest = write_artifact(self.root, artifact, shard_rows)
         shutil.rmtree(self.parts, ignore_errors=True)
         (self.root / RUN_STATE).unlink(missing_ok=True)
         return manifest
@@ -222,19 +253,28 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return recorded
 
 
-def write_artifact(root: Path, artifact: KeyTokenArtifact) -> dict[str, Any]:
+def write_artifact(root: Path, artifact: KeyTokenArtifact, shard_rows: int | None = None) -> dict[str, Any]:
     """Write an artifact's tables (those its kind declares, and its question tables when it has them),
-    then its manifest with every file's sha256, size and rows, last; returns the manifest written."""
+    then its manifest with every file's sha256, size and rows, last; returns the manifest written.
+    ``shard_rows``: None, one ``<table>.parquet`` per table; a number, each table in shards of at most
+    that many rows, cut at document boundaries (``pipeline.artifact.shards``), recorded in the manifest's
+    ``sharding``. Table files of an earlier layout in ``root`` are removed before the manifest is written."""
+    tables = {name: getattr(artifact, name) for name in KINDS[artifact.kind]}
+    tables |= {name: artifact.qa[name] for name in QA_TABLES} if artifact.qa else {}
+    if missing := [name for name, table in tables.items() if table is None]:
+        raise ValueError(f"an artifact of kind {artifact.kind} has a {missing[0]} table")
+    cast = {name: table.cast(ALL_TABLES[name]) for name, table in tables.items()}
+    pieces, sharding = shards.layout(cast, shard_rows)
     root.mkdir(parents=True, exist_ok=True)
+    shards.check_no_other_tables(root, tuple(ALL_TABLES))
     files = {}
-    tables = {name: (getattr(artifact, name), TABLES[name]) for name in KINDS[artifact.kind]}
-    tables |= {name: (artifact.qa[name], QA_TABLES[name]) for name in QA_TABLES} if artifact.qa else {}
-    for name, (table, schema) in tables.items():
-        if table is None:
-            raise ValueError(f"an artifact of kind {artifact.kind} has a {name} table")
-        path = root / f"{name}.parquet"
-        write_table_atomic(path, table.cast(schema))
-        files[path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": table.num_rows}
-    manifest = {**artifact.manifest, "files": files}
+    for name, table in pieces.items():
+        path = root / name
+        write_table_atomic(path, table)
+        files[name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": table.num_rows}
+    for stale in shards.stale_files(root, list(files)):  # an earlier artifact's, of another layout
+        stale.unlink()
+    manifest = {key: value for key, value in artifact.manifest.items() if key != shards.SHARDING}
+    manifest = {**manifest, "files": files} | ({shards.SHARDING: sharding} if sharding else {})
     write_json_atomic(root / MANIFEST, manifest)
     return manifest

@@ -7,5 +7,17 @@ types once, the library call, files and printing. ``shell`` holds what they shar
 PipelineError is one ``error:`` line, exit status 2; multiruns on any launcher), composed stage configs,
 and the config as plain data. Only this package imports Hydra.
 
+Run as a program (``python -m pipeline.commands.<command>``: the interpreter names ``-m`` while it finds
+the module, so this package loads first; or the ``longppl`` tool), Ctrl-C while the command's modules
+load is already its one ``error:`` line (``pipeline.errors.stop_while_importing``).
+
 Layer: commands, the top. May import: every layer.
 """
+
+import sys
+from pathlib import Path
+
+from pipeline.errors import stop_while_importing
+
+if sys.argv[:1] == ["-m"] or Path(sys.argv[0]).name == "longppl":
+    stop_while_importing()

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.errors import PipelineError, stopped_on_interrupt
+from pipeline.errors import one_line_errors, one_line_usage
 from pipeline.lmeval.command_line import run
+
+FLAGS = "longppl lm-eval run --help lists lm-eval's flags"
 
 
 def main() -> None:
-    try:
-        with stopped_on_interrupt():
-            run(sys.argv[1:])
-    except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    with one_line_errors(), one_line_usage(FLAGS, prog="longppl lm-eval"):
+        run(sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-
-from pipeline.errors import PipelineError, stopped_on_interrupt
+from pipeline.errors import ArgumentParser, one_line_errors
 from pipeline.loogle.metrics.wordnet import install, nltk_wordnet_dir
 
 
 def main() -> None:
-    try:
-        with stopped_on_interrupt():
-            print(f"WordNet for nltk in {install(nltk_wordnet_dir())}")
-    except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    with one_line_errors():
+        ArgumentParser(prog="longppl setup-loogle", description=__doc__).parse_args()  # it takes none
+        print(f"WordNet for nltk in {install(nltk_wordnet_dir())}")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ launchers) and the other jobs go on; the multirun then repeats the first failure
 job failed [<overrides>]: <message>``, and exits with status 2. A command line Hydra cannot compose (an
 unknown key, group option or preset, an override that does not parse) is one ``error:`` line naming the
 setting, the known ones and the closest, exit status 2, in every command (``HYDRA_FULL_ERROR=1`` keeps
-Hydra's traceback); Ctrl-C is one ``error:`` line with exit status 2 (``pipeline.errors``). A
-message shows control characters escaped (``pipeline.formats.terminal_text``): a title or path in it
-cannot drive the terminal.
+Hydra's traceback), and so is a flag Hydra's own command line does not know (``--nosuch``: argparse's
+message on one line, not its usage block); Ctrl-C is one ``error:`` line with exit status 2, and
+output whose reader closed the pipe (``--help | head``) ends quietly (``pipeline.errors``). A message
+shows control characters escaped (``pipeline.formats.terminal_text``): a title or path in it cannot
+drive the terminal.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.errors import PipelineError, stopped_on_interrupt
+from pipeline.errors import PipelineError, one_line_usage, quiet_on_closed_pipe, stopped_on_interrupt
 from pipeline.files import CONF_DIR
 from pipeline.formats import terminal_text
 
@@ -77,9 +79,12 @@ def hydra_main(config_name: str, run: Callable[[Any], Any], config_dir: Path = C
 
     # Hydra raises its own errors (composition, overrides, a failed multirun job) to this caller only
     # while HYDRA_FULL_ERROR=1; otherwise it prints them with exit status 1 and a hint.
-    with stopped_on_interrupt(), environment(FULL_ERROR, "1"):
+    name = command_name()
+    flags = f"settings are key=value overrides: {name} --help lists them, --hydra-help Hydra's flags"
+    with quiet_on_closed_pipe(), stopped_on_interrupt(), environment(FULL_ERROR, "1"):
         try:
-            _entry()
+            with one_line_usage(flags, prog=name):  # Hydra's argparse: --nosuch, --cfg nope
+                _entry()
         except JobFailed as exc:  # after every job ran: the first failure, repeated
             print(exc, file=sys.stderr)
             sys.exit(2)
@@ -144,22 +149,45 @@ def config_error(exc: Exception, config_name: str, config_dir: Path) -> str:
         )
     if unknown := re.match(r"Could not override '([^']+)'", message):
         key = unknown.group(1)
-        known = known_keys(key, config_name, config_dir)
-        name = key.rsplit(".", 1)[-1]
-        return f"setting {given(key)}: no such setting{closest(name, known)} (known: {', '.join(known)})"
+        return f"setting {given(key)}: {unknown_key(key, config_tree(config_name, config_dir))}"
     return message
 
 
-def known_keys(key: str, config_name: str, config_dir: Path) -> list[str]:
-    """The keys beside ``key`` (``a.b``: those of ``a``) in the command's config as it composes without
-    overrides; none when it does not compose."""
+def unknown_key(key: str, tree: dict[str, Any] | None) -> str:
+    """Why the command's config (``tree``, as plain data; None when it does not compose) has no setting
+    ``key``: the first part of ``a.b.c`` that is missing, with the keys of its group (``a.b``: those of
+    ``a``; ``hydra.x``: Hydra's own) and the closest; or the part that is a value, not a group."""
+    node: Any = tree
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        above = ".".join(parts[:depth])
+        if depth and not isinstance(node, dict):
+            return f"{above} is a setting of its own, not a group of settings: give {above}=<value>"
+        if part not in (node or {}):
+            known = sorted(k for k in node or {} if depth or k != "hydra")
+            what = "setting" if depth == len(parts) - 1 else f"group {'.'.join(parts[: depth + 1])}"
+            return f"no such {what}{closest(part, known)} (known: {', '.join(known) or 'none'})"
+        node = node[part]
+    return "no such setting"
+
+
+def config_tree(config_name: str, config_dir: Path) -> dict[str, Any] | None:
+    """The command's config as it composes without overrides, Hydra's own node included, as plain data
+    (interpolations unresolved); None when it does not compose."""
     try:
-        cfg: Any = compose(config_name, [], config_dir)
-        for part in key.split(".")[:-1]:
-            cfg = cfg[part]
-        return sorted(k for k in cfg if k != "hydra")
+        cfg = compose(config_name, [], config_dir, hydra_node=True)
+        return OmegaConf.to_container(cfg, resolve=False)
     except Exception:  # a config that does not compose: Hydra's message says the rest
-        return []
+        return None
+
+
+def command_name() -> str:
+    """The command as its user runs it: ``longppl <name>`` (``pipeline.cli`` names it so; for ``python -m
+    pipeline.commands.<module>`` its module, ``-`` for ``_``)."""
+    given = sys.argv[0] if sys.argv else ""
+    if given.startswith("longppl "):
+        return given
+    return "longppl " + Path(given).name.removesuffix(".py").rsplit(".", 1)[-1].replace("_", "-")
 
 
 def closest(name: str, known: Any) -> str:
@@ -186,11 +214,17 @@ def plain(cfg: DictConfig) -> dict[str, Any]:
         raise PipelineError(f"setting {getattr(exc, 'full_key', None) or '?'}: {what}") from None
 
 
-def compose(config_name: str, overrides: list[str] | None = None, config_dir: Path = CONF_DIR) -> DictConfig:
+def compose(
+    config_name: str,
+    overrides: list[str] | None = None,
+    config_dir: Path = CONF_DIR,
+    hydra_node: bool = False,
+) -> DictConfig:
     """``<config_dir>/<config_name>.yaml`` with its defaults and these overrides, as the command line
-    would give it (Hydra's compose API): inside a running command (a stage run by another) or outside."""
+    would give it (Hydra's compose API): inside a running command (a stage run by another) or outside;
+    ``hydra_node``: with Hydra's own settings (``hydra.run.dir``, ...)."""
     register_resolvers()
     if GlobalHydra.instance().is_initialized():  # the running command's search path
-        return hydra.compose(config_name, overrides=overrides or [])
+        return hydra.compose(config_name, overrides=overrides or [], return_hydra_config=hydra_node)
     with hydra.initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return hydra.compose(config_name, overrides=overrides or [])
+        return hydra.compose(config_name, overrides=overrides or [], return_hydra_config=hydra_node)

@@ -21,13 +21,14 @@ from pipeline.errors import PipelineError
 from pipeline.hub import is_hub_dataset
 from pipeline.jobs.recipe import JobResult
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
+from pipeline.outputs import Output
 from pipeline.provenance import library_versions
 from pipeline.reporting.finetune import finish_line, start_line
 from pipeline.settings import Compute, DirectoryName, directory_name, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 from pipeline.training.longce import SOURCES, ArtifactWeights, LongCESettings
 from pipeline.training.sequences import TrainingSequence, build_sequences
-from pipeline.training.trainer import finetune, training_arguments
+from pipeline.training.trainer import RUN_FOLDER, finetune, training_arguments
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -84,6 +85,7 @@ class FinetuneJob:
     config: Mapping[str, Any]
     results = None  # the run's record is written beside its checkpoints
     results_setting = "output_dir"
+    results_kind = None
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> FinetuneJob:
@@ -102,8 +104,15 @@ class FinetuneJob:
     def model(self) -> OnTheCPU:
         return OnTheCPU(self.choice)
 
-    def outputs(self) -> dict[str, Path]:
-        return {}
+    @property
+    def run_dir(self) -> Path:
+        """The run's folder: its checkpoints and record (``output_dir``/``run_name``)."""
+        return Path(self.options.output_dir).absolute() / run_name(
+            self.options, self.definition, self.corpus, self.choice
+        )
+
+    def outputs(self) -> list[Output]:
+        return [Output("output_dir", self.run_dir, RUN_FOLDER)]
 
     def needs_hub(self) -> bool:
         return self.corpus.needs_network or is_hub_dataset(self.options.artifact or "")
@@ -145,7 +154,7 @@ def train(
     settings = LongCESettings.for_model(options.source, definition, compute, lm.tokenizer)
     sequences, data = training_data(options, corpus, lm, docs, weights)
     check_weighted(options, definition, data["max_length"])
-    run_dir = Path(options.output_dir).absolute() / run_name(options, definition, corpus, choice)
+    run_dir = job.run_dir
     if isinstance(training.get("deepspeed"), str):
         training["deepspeed"] = str(Path(training["deepspeed"]).absolute())
     args = training_arguments(run_dir, training, compute.device, options.seed)

@@ -16,7 +16,7 @@ import pydantic.dataclasses
 from pydantic import Field
 
 from pipeline.definition import Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.files import recorded_path
 from pipeline.forgetting.curve import CurveSettings, measure_curve, memory_lengths
 from pipeline.forgetting.samples import (
@@ -30,19 +30,22 @@ from pipeline.forgetting.samples import (
     resolve_max_length,
     special_tokens,
 )
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
+from pipeline.marks import folder_for
 from pipeline.models.loading import LoadedModel, ModelChoice, dtype_name
 from pipeline.models.logprobs import TargetScorer
+from pipeline.outputs import Output
 from pipeline.provenance import json_sha256
 from pipeline.reporting.forgetting import plot_name, write_plot
 from pipeline.results import forgetting as curve_lines
-from pipeline.settings import Compute, parse, parse_group
+from pipeline.settings import Compute, flag, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, Document, load_corpus
 
 PRESETS = ("cpu", "paper")  # conf/forgetting/preset/
 TokenId = Annotated[int, Field(ge=0)]
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class CurveOptions:
     """The command's settings (``conf/forgetting/``), checked before anything loads."""
@@ -63,7 +66,7 @@ class CurveOptions:
 
 
 @dataclass(frozen=True)
-class CurveJob:
+class CurveJob(TypedJob):
     """`make forgetting-curve`'s settings, typed: the model, the curve's options, the corpus (none for
     random tokens), and where the line and the picture go."""
 
@@ -87,11 +90,11 @@ class CurveJob:
             corpus=parse_group(CorpusSpec, values, "corpus") if options.source == "corpus" else None,
             results=Path(str(values["results"])),
             plot_dir=Path(str(values["plot_dir"])),
-            progress=bool(values["progress"]),
+            progress=flag(values["progress"], "progress"),
         )
 
-    def outputs(self) -> dict[str, Path]:
-        return {}
+    def outputs(self) -> list[Output]:
+        return [Output("plot_dir", self.plot_dir, folder_for("folders of pictures", "forgetting-curve"))]
 
     def needs_hub(self) -> bool:
         return self.corpus is not None and self.corpus.needs_network
@@ -99,6 +102,7 @@ class CurveJob:
     def open(self) -> list[Document]:
         return load_corpus(self.corpus) if self.corpus is not None else []
 
+    results_kind = curve_lines.KIND
     append = staticmethod(curve_lines.append)
 
     def measure(

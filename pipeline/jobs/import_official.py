@@ -31,7 +31,7 @@ from pipeline.artifact.schema import (
     settings_fingerprint,
     table_from_columns,
 )
-from pipeline.artifact.writer import DamagedRecord, read_record, write_artifact
+from pipeline.artifact.writer import FOLDER, DamagedRecord, read_record, write_artifact
 from pipeline.definition import KeyTokenDefinition
 from pipeline.errors import PipelineError
 from pipeline.files import locate_input
@@ -45,6 +45,7 @@ from pipeline.official.boundaries import (
 )
 from pipeline.official.pinned_inputs import Pinned, load_tokenizer, pin
 from pipeline.official.span_files import SLICE, merge_overlaps, read_span_folder
+from pipeline.outputs import Output
 from pipeline.provenance import file_sha256, json_sha256, library_versions
 from pipeline.reporting.import_official import import_summary
 from pipeline.settings import DirectoryName, Text, directory_name, parse, parse_group
@@ -88,6 +89,7 @@ class ImportJob:
     compute = None
     results = None  # the artifact is its output
     results_setting = "output_dir"
+    results_kind = None
     folder_use = ("import run", "pass name=<other name>")
 
     @classmethod
@@ -107,8 +109,8 @@ class ImportJob:
         )
         return Path(self.options.output_dir).absolute() / name
 
-    def outputs(self) -> dict[str, Path]:
-        return {"output_dir": self.folder / MANIFEST}
+    def outputs(self) -> list[Output]:
+        return [Output("output_dir", self.folder, FOLDER)]
 
     def needs_hub(self) -> bool:
         """Whether a source is on the Hub: the corpus's dataset or decoder, or the evaluator's tokenizer."""

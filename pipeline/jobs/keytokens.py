@@ -26,9 +26,10 @@ import torch
 from pydantic.dataclasses import dataclass
 
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.schema import MANIFEST, KeyTokenArtifact
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.artifact.statistics import statistics
-from pipeline.definition import KeyTokenDefinition
+from pipeline.artifact.writer import FOLDER
+from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.errors import PipelineError
 from pipeline.jobs.recipe import JobResult, Record
 from pipeline.keytokens.executors import ENGINE_GROUPS, Engine
@@ -38,16 +39,20 @@ from pipeline.keytokens.stage import Launch, run_stage, task_steps
 from pipeline.keytokens.step import KeyTokenScorer
 from pipeline.loogle.data.keytoken_corpus import load_loogle_corpus
 from pipeline.models.loading import ModelChoice
+from pipeline.outputs import Output
 from pipeline.reporting.keytoken_page import write_views
 from pipeline.settings import Compute, DirectoryName, directory_name, parse, parse_group
 from pipeline.text.corpus import CorpusSpec, load_corpus
 
 
 @dataclass(frozen=True)
-class Output:
+class ArtifactOutput:
+    """Where the artifact goes and how its tables are laid out (one file per table, or shards)."""
+
     name: DirectoryName | None = None  # the artifact's directory name; None: derived
     output_dir: str = "artifacts/keytokens"
     progress: bool = True
+    shard_rows: Positive | None = None  # None: one file per table; else shards of at most this many rows
 
 
 @dataclass(frozen=True)
@@ -57,12 +62,13 @@ class KeyTokensJob:
     definition: KeyTokenDefinition
     compute: Compute
     documents: Documents
-    output: Output
+    output: ArtifactOutput
     engine: Engine = dataclasses.field(default_factory=Engine)
 
     model = None  # the evaluator loads in each task (``pipeline.keytokens.step``), never in the launcher
     results = None  # no results lines: the artifact is its output
     results_setting = "output_dir"
+    results_kind = None
     folder_use = ("keytokens run", "pass name=<other name>")  # the lock's words (``recipe.held``)
 
     @classmethod
@@ -75,7 +81,7 @@ class KeyTokensJob:
             definition=parse(KeyTokenDefinition, plain),
             compute=parse(Compute, plain),
             documents=parse(Documents, plain),
-            output=parse(Output, plain),
+            output=parse(ArtifactOutput, plain),
             engine=parse(
                 Engine, {**plain, **{g: parse_group(o, plain, g) for g, o in ENGINE_GROUPS.items()}}
             ),
@@ -113,8 +119,8 @@ class KeyTokensJob:
         """The artifact's folder, which the recipe locks for the run."""
         return self.artifact_dir()
 
-    def outputs(self) -> dict[str, Path]:
-        return {"output_dir": self.artifact_dir() / MANIFEST}
+    def outputs(self) -> list[Output]:
+        return [Output("output_dir", self.artifact_dir(), FOLDER)]
 
     def needs_hub(self) -> bool:
         return self.corpus.needs_network or self.evaluator.needs_hub
@@ -144,7 +150,7 @@ class KeyTokensJob:
         engine = dataclasses.replace(self.engine, tasks=1, workers=None) if plan.finished else self.engine
         executor = engine.datatrove(task_steps(plan, scorer), plan.engine, gpus)
         run = {**self.compute.record(), **self.engine.record(gpus)}
-        return Launch(plan, executor, gpus, run, self.launch_record())
+        return Launch(plan, executor, gpus, run, self.launch_record(), self.output.shard_rows)
 
     def launch_record(self) -> dict[str, Any]:
         """The settings a plan's completion markers hold for: all but where the tasks run and the
@@ -152,6 +158,7 @@ class KeyTokensJob:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "engine"}
         record = {name: dataclasses.asdict(value) for name, value in fields.items()}
         record["output"].pop("progress")
+        record["output"].pop("shard_rows")  # how the tables are laid out, not what they hold
         return record
 
     @staticmethod

@@ -14,27 +14,29 @@ from typing import Any
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.files import recorded_path
 from pipeline.formats import file_slug
-from pipeline.jobs.recipe import ArtifactInput, JobResult, ModelInput, Record
+from pipeline.jobs.recipe import ArtifactInput, JobResult, ModelInput, Record, TypedJob
 from pipeline.ladder.effective import effective_length
 from pipeline.ladder.rungs import LadderRun, LadderSettings, run_ladder
+from pipeline.marks import folder_for
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer
+from pipeline.outputs import Output
 from pipeline.reporting.ladder import write_plot
 from pipeline.results import forgetting as forgetting_results
 from pipeline.results import ladder as ladder_lines
 from pipeline.results.keys import model_key
 from pipeline.results.score import score_row
-from pipeline.settings import Compute, ScoreSettings, parse, parse_group
+from pipeline.settings import Compute, ScoreSettings, flag, parse, parse_group
 
 
 @dataclass(frozen=True)
-class LadderJob(ArtifactInput):
+class LadderJob(TypedJob, ArtifactInput):
     """`make ladder`'s settings, typed: the model, the artifact, the rungs and how the effective length
     is read, the score settings of every rung, and where the line, the picture and the model's
     forgetting curve are."""
 
     model: ModelInput
-    artifact: str
+    artifact: str | Path | KeyTokenArtifact
     ladder: LadderSettings
     settings: ScoreSettings
     compute: Compute
@@ -58,10 +60,14 @@ class LadderJob(ArtifactInput):
             results=results_path,
             plot_dir=Path(str(values["plot_dir"])),
             forgetting_results=Path(str(forgetting)),
-            progress=bool(values["progress"]),
+            progress=flag(values["progress"], "progress"),
         )
 
+    results_kind = ladder_lines.KIND
     append = staticmethod(ladder_lines.append)
+
+    def outputs(self) -> list[Output]:
+        return [Output("plot_dir", self.plot_dir, folder_for("folders of pictures", "ladder"))]
 
     def measure(
         self,

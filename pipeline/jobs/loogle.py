@@ -10,16 +10,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic.dataclasses
+from pydantic import Strict
 
 from pipeline.artifact.lock import exclusive
-from pipeline.errors import PipelineError
-from pipeline.formats import file_slug
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
-from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task
-from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
+from pipeline.definition import NotBool
+from pipeline.errors import PipelineError, settings_type
+from pipeline.formats import file_slug, terminal_text
+from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
+from pipeline.loogle.data.questions import TASKS, Question, check_task
+from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions, tasks_held
 from pipeline.loogle.generation.answering import (
     RunSettings,
     check_batch_size,
@@ -28,20 +30,28 @@ from pipeline.loogle.generation.answering import (
     predict_task,
     prompt_limit,
 )
+from pipeline.loogle.generation.predictions import KIND as PREDICTIONS
+from pipeline.loogle.generation.predictions import resumed
 from pipeline.loogle.metrics.evaluation import evaluate
 from pipeline.loogle.metrics.reorder import check_timeline
 from pipeline.loogle.metrics.task_scores import bertscore_mode
+from pipeline.marks import folder_for
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer
+from pipeline.outputs import Output, check, kernel_filesystem, special_file
 from pipeline.provenance import json_sha256
 from pipeline.results import loogle as loogle_lines
 from pipeline.results.keys import model_identity
-from pipeline.results.lines import check_writable, kernel_filesystem, special_file
 from pipeline.results.loogle import loogle_row
 from pipeline.results.score import model_record
 from pipeline.settings import Compute, parse, parse_group
 
+# A count or a length: a whole number (``batch_size=true`` is no 1, ``2.5`` no 2); each is range-checked
+# where it is used, with its own message.
+WholeNumber = Annotated[int, NotBool, Strict()]
 
+
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class LoogleOptions:
     """``conf/loogle.yaml``'s own settings (the model and compute settings are their own types). The
@@ -51,10 +61,10 @@ class LoogleOptions:
     data: str
     dataset: str
     revision: str | None
-    max_length: int | None
-    max_new_tokens: int | None
-    limit: int | None
-    batch_size: int
+    max_length: WholeNumber | None
+    max_new_tokens: WholeNumber | None
+    limit: WholeNumber | None
+    batch_size: WholeNumber
     predictions_dir: str
     results: str
     bertscore: str | bool
@@ -66,16 +76,16 @@ class LoogleOptions:
 
 
 def selected(task: str, source: DataSource, limit: int | None) -> dict[str, list[Question]]:
-    """Each task's questions (its first ``limit``), loaded and checked before any model loads; task=all
-    on the sample: the tasks the sample has."""
+    """Each task's questions (its first ``limit``), loaded and checked before any model loads; task=all:
+    each task the data has (the Hub: all four; the sample or a folder: those it holds, said in a note)."""
     if limit is not None and limit < 1:
         raise PipelineError(f"setting limit={limit}: at least 1 question, or null for all")
-    tasks = TASKS if task == "all" else (check_task(task),)
-    if task == "all" and source.data == "sample":
-        tasks = tuple(t for t in TASKS if (SAMPLE_DIR / f"{t}.jsonl").is_file())
+    tasks = tasks_held(source) if task == "all" else (check_task(task),)
+    if task == "all" and len(tasks) < len(TASKS):
+        where = "the embedded sample (data/loogle/README.md)" if source.data == "sample" else source.data
         print(
-            f"note: the embedded sample has {', '.join(tasks)} only (data/loogle/README.md); "
-            "data=hub has all four"
+            f"note: task=all: {terminal_text(where)} has {', '.join(tasks)} only, of LooGLE's four "
+            "(data=hub has all four)"
         )
     return {t: load_questions(t, source)[:limit] for t in tasks}
 
@@ -95,7 +105,7 @@ class Clock:
 
 
 @dataclass(frozen=True)
-class LoogleJob:
+class LoogleJob(TypedJob):
     """`make loogle`'s settings, typed: the model, LooGLE's own settings, and where its predictions
     files and results lines go."""
 
@@ -116,8 +126,11 @@ class LoogleJob:
     def results(self) -> Path:
         return Path(self.options.results)
 
-    def outputs(self) -> dict[str, Path]:
-        return {"predictions_dir": Path(self.options.predictions_dir) / "x.jsonl"}
+    results_kind = loogle_lines.KIND
+
+    def outputs(self) -> list[Output]:
+        folders = folder_for("folders of predictions files", "loogle")
+        return [Output("predictions_dir", Path(self.options.predictions_dir), folders)]
 
     def needs_hub(self) -> bool:
         return self.options.source.data == "hub" or bertscore_mode(self.options.bertscore) == "true"
@@ -186,6 +199,7 @@ class LoogleJob:
         folder = Path(options.predictions_dir)
         path = folder / predictions_name(name, identity, task, options.source.label, str(budget))
         check_predictions_path(path)
+        resumed(path, settings.record(), [q.qid for q in questions], model)  # refused before any generation
         older = folder / f"{file_slug(f'{name}--{task}--{options.source.label}--L{budget}', task)}.jsonl"
         if older.is_file():
             print(
@@ -204,8 +218,9 @@ def predictions_name(name: str, identity: str, task: str, data: str, budget: str
 
 
 def check_predictions_path(path: Path) -> None:
-    """What lies at a predictions file's path is nothing or a regular file a run can read and rewrite
-    (not a folder, a FIFO, a device, a link leading nowhere, a file of the kernel's): one line."""
+    """What lies at a predictions file's path is nothing or a predictions file a run can read and rewrite
+    (not a folder, a FIFO, a device, a link leading nowhere, a file of the kernel's, another file): one
+    line."""
     why = " is a folder" if path.is_dir() else (f" is {special}" if (special := special_file(path)) else None)
     if why is None and path.exists() and (kernel := kernel_filesystem(path)):
         why = f" is {kernel}"
@@ -214,4 +229,4 @@ def check_predictions_path(path: Path) -> None:
             f"predictions_dir={path.parent}: {path.name}{why}, not a predictions file: remove it, or pass "
             "predictions_dir=<another folder>"
         )
-    check_writable(path, "predictions_dir")
+    check(Output("predictions_dir", path, PREDICTIONS))

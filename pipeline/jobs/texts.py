@@ -6,18 +6,19 @@ spans onto those tokens. No results line: lm-eval writes its own results file.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pipeline.jobs.recipe import JobResult, ModelInput, Record
+from pipeline.jobs.recipe import JobResult, ModelInput, Record, TypedJob
 from pipeline.models.loading import LoadedModel
 from pipeline.models.logprobs import TargetScorer
+from pipeline.outputs import Checked, Output
+from pipeline.results.lines import JSON_LINES
 from pipeline.score.engine import Text, logprobs, plain_texts
 from pipeline.settings import Compute, ScoreSettings
 
 
 @dataclass(frozen=True)
-class TextsJob:
+class TextsJob(TypedJob):
     """The texts (each an id for messages and the text) and `make score`'s settings."""
 
     model: ModelInput
@@ -27,9 +28,10 @@ class TextsJob:
     progress: bool = False
     results = None
     results_setting = "results"
+    results_kind = JSON_LINES
 
-    def outputs(self) -> dict[str, Path]:
-        return {}
+    def outputs(self) -> list[Output]:
+        return []
 
     def needs_hub(self) -> bool:
         return False
@@ -37,7 +39,7 @@ class TextsJob:
     def open(self) -> tuple[Text, ...]:
         return self.texts
 
-    def append(self, path: Path, row: dict[str, Any]) -> None:
+    def append(self, target: Checked, row: dict[str, Any]) -> None:
         raise AssertionError("a texts job writes no results line")
 
     def measure(

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.artifact.reader import load_artifact
-from pipeline.artifact.schema import MANIFEST, PARTS
+from pipeline.artifact.schema import ENGINE, MANIFEST, PARTS
 from pipeline.artifact.writer import read_record
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic, write_table_atomic
@@ -30,7 +30,6 @@ from pipeline.loogle.data.keytoken_corpus import LoogleCorpus
 from pipeline.models.loading import LoadedTokenizer
 from pipeline.provenance import json_sha256
 
-ENGINE = ".datatrove"  # the engine's folder inside the artifact while it runs (removed once it is written)
 SHARD = pa.schema(
     [
         ("id", pa.string()),

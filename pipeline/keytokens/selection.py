@@ -13,7 +13,8 @@ from pydantic.dataclasses import dataclass as settings_dataclass
 
 from pipeline.artifact.schema import settings_fingerprint
 from pipeline.definition import KeyTokenDefinition, Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
+from pipeline.models import compilation
 from pipeline.models.loading import LoadedModel, dtype_name, resolve_head_dtype
 from pipeline.models.placement import gpu_record
 from pipeline.provenance import library_versions, text_sha256
@@ -26,6 +27,7 @@ from pipeline.text.tokenization import encode_truncated
 STAGE_COMPUTE = Compute(head_dtype="auto")
 
 
+@settings_type
 @settings_dataclass(frozen=True)
 class Documents:
     """Which documents a run scores and how the evaluator reads them."""
@@ -114,11 +116,14 @@ def select(
     corpus: CorpusSpec,
     compute: Compute,
     questions: dict[str, Any] | None = None,
+    evaluator: dict[str, Any] | None = None,
 ) -> Selection:
     """The documents a run scores, within the evaluator's context, and the settings record (with a
-    corpus's ``questions`` identity where it has questions: ``LoogleCorpus.identity``)."""
+    corpus's ``questions`` identity where it has questions: ``LoogleCorpus.identity``; ``evaluator``: the
+    evaluator's record as the run knows it so far, default ``lm.source.provisional()``)."""
     prepared, skipped = documents.choose(docs, lm.tokenizer, lm.context_length, definition.K, corpus.name)
-    record = settings_record(definition, documents, corpus, lm, compute, document_sources(prepared))
+    sources = document_sources(prepared)
+    record = settings_record(definition, documents, corpus, lm, compute, sources, evaluator)
     record |= {"questions": questions} if questions is not None else {}
     return Selection(prepared, skipped, record, settings_fingerprint(record))
 
@@ -138,12 +143,14 @@ def settings_record(
     lm: LoadedModel,
     compute: Compute,
     sources: list[dict[str, str]],
+    evaluator: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest's ``settings``: what the numbers depend on, and where the inputs came from. The
     dtypes and the device type are the resolved ones (``dtype=auto`` runs in bfloat16 on CUDA and
     float32 on a CPU: a run resumed elsewhere must not mix them); the device index is not (tasks run
     on different GPUs of one kind), it is in the manifest's ``run``. A 16-bit or GPU run records what
-    else its numbers depend on (``numerics_record``)."""
+    else its numbers depend on (``numerics_record``). The evaluator as far as it is known without
+    waiting for its weights' hashes (``ModelSource.provisional``; the stage settles them at its end)."""
     head_dtype = resolve_head_dtype(compute.head_dtype, lm.dtype, lm.device)
     return {
         **numerics_record(lm, compute, head_dtype),
@@ -155,7 +162,7 @@ def settings_record(
         "dtype": dtype_name(lm.dtype),
         "device": lm.device.type,
         "head_dtype": dtype_name(head_dtype),
-        "evaluator": lm.source.to_dict(),
+        "evaluator": evaluator if evaluator is not None else lm.source.provisional(),
         "corpus": corpus.record(),
         "documents": sources,
         "libraries": {k: v for k, v in library_versions().items() if k in ("torch", "transformers")},
@@ -171,15 +178,16 @@ def numerics_record(lm: LoadedModel, compute: Compute, head_dtype: torch.dtype) 
     """``numerics``: what the numbers of a run in a 16-bit dtype or on a GPU depend on beyond its
     settings, so that a run resumed with other kernels stops (``ArtifactWriter``) instead of mixing
     them. In 16 bits the head's blocks and the window batches are GEMM shapes, which round
-    differently (0.06 nats per bfloat16 ulp of a logit of 8 to 16, against LSD thresholds); on a GPU
-    the GPU's name, CUDA and cuBLAS's reductions choose the kernels (``gpu_record``). A CPU run in
-    float32 or float64 records none of it (its blocks move log-probs by float32 rounding at most,
+    differently (0.06 nats per bfloat16 ulp of a logit of 8 to 16, against LSD thresholds), and a
+    compiled body (``compile``, only where it is compiled) sums in other orders; on a GPU the GPU's
+    name, CUDA and cuBLAS's reductions choose the kernels (``gpu_record``). A CPU run in float32 or
+    float64 records none of it (its blocks move log-probs by float32 rounding at most,
     tests/keytokens/test_numerics_record.py), so its fingerprint is unchanged."""
     sixteen_bit = min(lm.dtype.itemsize, head_dtype.itemsize) < 4
     gpu = gpu_record(lm.model)
     if not (sixteen_bit or gpu):
         return {}
-    return {"numerics": {**compute.record(), **gpu}}
+    return {"numerics": {**compute.record(), **compilation.record(lm.model), **gpu}}
 
 
 def document_records(prepared: list[Prepared]) -> list[dict[str, Any]]:

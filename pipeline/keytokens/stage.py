@@ -25,6 +25,7 @@ from datatrove.pipeline.readers import ParquetReader
 
 from pipeline.artifact.qa import kept_records
 from pipeline.artifact.reader import load_artifact
+from pipeline.artifact.schema import settings_fingerprint
 from pipeline.artifact.writer import ArtifactWriter
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
@@ -48,6 +49,7 @@ class Launch:
     gpus: int
     run: dict[str, Any]
     settings: dict[str, Any]
+    shard_rows: int | None = None  # the tables in shards of at most this many rows (None: one file each)
 
 
 @dataclass
@@ -189,7 +191,25 @@ def finalize(launch: Launch, resumed: int, started: float) -> dict[str, Any]:
     if plan.questions is not None:
         qa = plan.questions.tables([p.doc.id for p in plan.prepared])
         extra["questions"] = question_record(plan.questions, qa, plan.prepared, plan.tokens.tokenizer)
-    return ArtifactWriter.resumed(plan.root).finalize(range(len(plan.prepared)), extra, qa)
+    writer = settled(ArtifactWriter.resumed(plan.root), tasks)
+    return writer.finalize(range(len(plan.prepared)), extra, qa, launch.shard_rows)
+
+
+def settled(writer: ArtifactWriter, tasks: list[dict[str, Any]]) -> ArtifactWriter:
+    """The writer with the evaluator's record its tasks settled (its weights' hashes, waited for by each
+    task after its texts: ``pipeline.keytokens.step``) in the settings and fingerprint the manifest
+    records, where the run recorded it by its files' versions until then; tasks that found other
+    weights stop the run here, before the manifest."""
+    found = {json.dumps(task["evaluator"], sort_keys=True) for task in tasks if "evaluator" in task}
+    if len(found) > 1:
+        raise PipelineError(
+            f"the tasks of {writer.root} loaded evaluators with different weights: nothing is recorded; "
+            "delete that directory and run again with one checkpoint"
+        )
+    if found and (evaluator := json.loads(found.pop())) != writer.settings.get("evaluator"):
+        writer.settings = {**writer.settings, "evaluator": evaluator}
+        writer.fingerprint = settings_fingerprint(writer.settings)
+    return writer
 
 
 def question_record(questions: LoogleCorpus, qa: dict, prepared: list[Prepared], tokenizer: Any) -> dict:

@@ -16,12 +16,14 @@ lies in the engine's folder: ``running/<task>.json`` (its process, from its star
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,8 +32,8 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm.auto import tqdm
 
-from pipeline.artifact.schema import settings_fingerprint
-from pipeline.artifact.writer import ArtifactWriter
+from pipeline.artifact.schema import MANIFEST, RUN_STATE, settings_fingerprint
+from pipeline.artifact.writer import ArtifactWriter, DamagedRecord, read_record
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
 from pipeline.keytokens.plan import ENGINE, Plan
@@ -91,10 +93,11 @@ class KeyTokenScorer(PipelineStep):
         running = {"pid": os.getpid(), "host": socket.gethostname(), "since": round(started, 3)}
         write_json_atomic(self.root / ENGINE / "running" / f"{rank:05d}.json", running)
         lm, compute = self.evaluator()
-        scorer = scorer_for(lm, compute)
+        scorer = scorer_for(lm, compute, len(self.sources))  # compile=auto: the run's texts repay it?
         writer = ArtifactWriter(self.root, *self.record(lm))
         if self.finished:
             writer.is_complete()  # the same settings, or OtherSettings
+            lm.source.settle()  # the weights' hashes: those the finished artifact records, or an error
             return
         writer.start()
         scorer.check_against_full_forward()
@@ -118,7 +121,9 @@ class KeyTokenScorer(PipelineStep):
                 self.stat_update("tokens", value=len(item.ids))
                 bar.update(len(item.ids))
                 yield row
-        task = {"placement": lm.placement, "seconds": round(time.time() - started, 1), **counts}
+        lm.source.settle()  # the weights' hashes, waited for only now; other weights stop the task here
+        task = {"placement": lm.placement, "seconds": round(time.time() - started, 1), **counts,
+                "evaluator": lm.source.to_dict()}  # fmt: skip
         write_json_atomic(self.root / ENGINE / "tasks" / f"{rank:05d}.json", task)
 
     def evaluator(self) -> tuple[LoadedModel, Compute]:
@@ -140,9 +145,12 @@ class KeyTokenScorer(PipelineStep):
         return list(range(first, first + self.gpus))
 
     def record(self, lm: LoadedModel) -> tuple[dict[str, Any], str]:
-        """The settings record of the loaded evaluator (the manifest's ``settings``) and its fingerprint."""
+        """The settings record of the loaded evaluator (the manifest's ``settings``) and its fingerprint;
+        the evaluator as far as it is known without waiting for its weights' hashes (by their files'
+        versions, or the hashes an earlier run on this artifact recorded: checked when they settle)."""
         s = self.settings
-        record = settings_record(s.definition, s.documents, s.corpus, lm, s.compute, self.sources)
+        evaluator = lm.source.provisional(*recorded_weights(self.root))
+        record = settings_record(s.definition, s.documents, s.corpus, lm, s.compute, self.sources, evaluator)
         record |= {"questions": self.questions} if self.questions is not None else {}
         return record, settings_fingerprint(record)
 
@@ -169,3 +177,14 @@ class KeyTokenScorer(PipelineStep):
     def windows(self, batches: Iterator) -> Iterator:
         show = self.settings.output.progress and self.executor == LOCAL and self.worker == 0
         return tqdm(batches, desc="  short windows", unit="batch", leave=False, disable=not show)
+
+
+def recorded_weights(root: Path) -> tuple[dict[str, str] | None, str]:
+    """The evaluator's weight hashes an earlier run on this artifact recorded (its ``run.json``, else its
+    manifest), and which file says so; (None, "") where none did."""
+    for name in (RUN_STATE, MANIFEST):
+        with contextlib.suppress(DamagedRecord):
+            evaluator = ((read_record(root / name) or {}).get("settings") or {}).get("evaluator")
+            if isinstance(evaluator, dict) and isinstance(evaluator.get("weights_sha256"), dict):
+                return evaluator["weights_sha256"], str(root / name)
+    return None, ""

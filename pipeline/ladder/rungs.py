@@ -18,7 +18,7 @@ from pydantic.dataclasses import dataclass as settings_dataclass
 
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import NotBool, Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.ladder.effective import LadderSums, Rung
 from pipeline.models.loading import LoadedModel
 from pipeline.score.engine import ScoreResult, Scoring, Texts, score_texts, texts_of
@@ -45,6 +45,7 @@ def _finite(value: float) -> float:
     return value
 
 
+@settings_type
 @settings_dataclass(frozen=True)
 class LadderSettings:
     """Which context limits (rungs) to score at, and how the effective context length is read."""
@@ -99,7 +100,7 @@ def check_rungs(lm: LoadedModel, rungs: tuple[int, ...], texts: Texts) -> None:
             + (" (with the BOS)" if n_prefix else "")
             + f": use rungs of at most {context - n_prefix} tokens"
         )
-    for doc_id, length in zip((d.doc_id for d in texts.docs[0]), texts.lengths, strict=True):
+    for doc_id, length in zip((d.doc_id for d in texts.docs), texts.lengths, strict=True):
         if length > context:
             raise PipelineError(
                 f"document '{doc_id}' has {length} tokens for {lm.source.spec}, more than its "
@@ -120,10 +121,10 @@ def run_ladder(
     """``lm`` against ``artifact`` at every rung of the ladder and at full context."""
     if settings.context_limit is not None or settings.allow_truncation:
         raise PipelineError("the ladder sets context_limit per rung and scores whole documents")
-    texts = texts_of([artifact], lm, settings, documents=ladder.documents)
+    texts = texts_of(artifact, lm, settings, documents=ladder.documents)
     proper = ladder.ladder or default_ladder(artifact, max(texts.lengths))
     check_rungs(lm, proper, texts)
     rungs: tuple[Rung, ...] = (*proper, None)
     scored = score_texts(texts, lm, scoring, rungs, progress=progress)
-    sums = LadderSums(rungs, key_nll=scored.key_nll[0], key_n=scored.key_n[0], limited=scored.key_limited[0])
-    return LadderRun(rungs, scored.results[0], sums, scored.seconds, scored.copied)
+    sums = LadderSums(rungs, key_nll=scored.key_nll, key_n=scored.key_n, limited=scored.key_limited)
+    return LadderRun(rungs, scored.results, sums, scored.seconds, scored.copied)

@@ -2,8 +2,8 @@
 
 - ``LongPPLLM``: the model ``longppl`` (``pipeline.lmeval.model``): lm-eval's ``loglikelihood_rolling`` by
   the score engine, for any model `make score` loads, with its options;
-- ``LongPPLTask``: the task of one key-token artifact (``pipeline.lmeval.longppl_task``), metrics ``longppl``,
-  ``longppl_soft``, ``ppl``, ``bits_per_byte``, ``key_bits_per_byte`` pooled as `make score` pools them
+- ``LongPPLTask``: the task of one key-token artifact (``pipeline.lmeval.longppl_task``), metrics those of
+  the registry (``pipeline.metric_registry``) by their lm-eval names, pooled as `make score` pools them
   (``pipeline.lmeval.metrics``);
 - ``task_manager``: an lm-eval ``TaskManager`` with a task per artifact (``pipeline.lmeval.task_files``);
 - ``command_line``: lm-eval's command line with all of these (`make lm-eval`, ``pipeline.commands.lm_eval``);

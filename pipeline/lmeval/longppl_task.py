@@ -4,8 +4,8 @@ Its documents are the artifact's texts, one ``loglikelihood_rolling`` request ea
 ``longppl`` the answer carries the model's tokens and log-probs; ``process_results`` turns them into
 the document's sums with the score engine (``pipeline.score.documents.score_tokens``: the key spans
 and soft weights carried onto the model's tokens, bits per byte), and the aggregations pool them as
-`make score` does (``pipeline.lmeval.metrics``). Metrics: ``longppl``, ``longppl_soft``, ``ppl``,
-``bits_per_byte``, ``key_bits_per_byte``, lower is better.
+`make score` does (``pipeline.lmeval.metrics``). Metrics: every metric of the registry
+(``pipeline.metric_registry``), by its lm-eval name.
 
 Configured by ``metadata.longppl_artifact`` (a directory or ``hf://datasets/<org>/<name>@<rev>``) and,
 optionally, ``metadata.longppl_fingerprint`` (the artifact must have it). The task writes what it
@@ -62,9 +62,7 @@ class LongPPLTask(ConfigurableTask):
             version=meta.get("version", VERSION),
             longppl_fingerprint=self.artifact.manifest["fingerprint"],
             longppl_artifact_record=artifact_record(self.artifact),
-            longppl_unavailable={
-                k: v for k, v in unavailable_metrics(self.artifact).items() if k == "longppl_soft"
-            },
+            longppl_unavailable=unavailable_metrics(self.artifact, grid=False),
         )
         cfg.setdefault("task", task_name(str(location)))
         for key, value in task_defaults().items():

@@ -78,6 +78,31 @@ def batch_budget(value: Any) -> int:
     )
 
 
+def protocol_error(task: str, model: str) -> PipelineError:
+    """The refusal of a LooGLE task run by a model other than ``longppl``, which alone follows LooGLE's
+    protocol: naming the task, the model and the fix."""
+    return PipelineError(
+        f"task {task} follows LooGLE's protocol (its prompt cut to its first and last halves in tokens, "
+        f"greedy decoding with repetition_penalty=2.0) only with --model longppl, not --model {model}, "
+        "which would keep the prompt's last tokens, drop LooGLE's instruction and decode its own way: run "
+        "it with --model longppl --model_args pretrained=<model> (in Python: LongPPLLM(<model>))"
+    )
+
+
+class LongPPLOnly(dict):  # type: ignore[type-arg]
+    """A LooGLE request's generation options, which only the model ``longppl`` reads as they are
+    (``answer_requests``). lm-eval's own models copy them first (``normalize_gen_kwargs``: ``hf``,
+    ``vllm`` and the others), before they generate or truncate anything: that copy is refused in one
+    line naming the task and ``--model longppl``."""
+
+    def __init__(self, options: dict[str, Any], task: str) -> None:
+        super().__init__(options)
+        self.task = task
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise protocol_error(getattr(self, "task", "loogle_*"), "hf, vllm or another of lm-eval's own")
+
+
 def question_of(doc: dict[str, Any]) -> Question:
     """A task document back as the question `make loogle` asks."""
     answer = json.loads(doc["answer"])
@@ -138,7 +163,7 @@ class LooGLETask(ConfigurableTask):
         options = copy.deepcopy(self.config.generation_kwargs)
         prompt_budget(options.get("loogle_max_length"))  # --gen_kwargs may set them after the task is built
         batch_budget(options.get("loogle_batch_size", BATCH_SIZE))
-        arguments = (prompt_for(question_of(doc)).text, options)
+        arguments = (prompt_for(question_of(doc)).text, LongPPLOnly(options, self.config.task))
         return Instance(request_type="generate_until", doc=doc, arguments=arguments, idx=0, **kwargs)
 
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:

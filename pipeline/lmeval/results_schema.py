@@ -23,6 +23,8 @@ from typing import Any
 import pydantic
 from lm_eval.result_schema import EvalResults, _TaskMetrics
 
+from pipeline import metric_registry
+
 METRIC_KEY = re.compile(r"[^,]+,[^,]+")
 STDERR_KEY = re.compile(r"[^,]+_stderr,[^,]+")
 TASK_FIELDS = ("name", "alias", "sample_len")
@@ -60,7 +62,8 @@ def tolerated(loc: tuple[Any, ...], value: Any, data: dict[str, Any]) -> bool:
         if STDERR_KEY.fullmatch(key):
             return value == "N/A"
         metadata = ((data.get("configs") or {}).get(loc[1]) or {}).get("metadata") or {}
-        return value is None and key.split(",")[0] in (metadata.get("longppl_unavailable") or {})
+        names = {m.lmeval_name: m.name for m in metric_registry.metrics()}  # longppl_unavailable's keys
+        return value is None and names.get(key.split(",")[0]) in (metadata.get("longppl_unavailable") or {})
     if top == "configs":
         return len(loc) >= 3 and isinstance(value, (dict, list, int, float))
     if loc[:2] == ("config", "batch_size"):

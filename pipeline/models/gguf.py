@@ -1,14 +1,17 @@
 """GGUF model files: their header checked, then dequantised once into a cached safetensors checkpoint
 keyed by the file's sha256, so later loads take seconds instead of a minute.
 
-The conversion records the sha256 of every file it wrote (``longppl-source.json``, ``files``); each use
-checks every file against them, its weights too (``check_weights``: hashed again whenever their
-device, inode, size, mtime or ctime changed since they were last found whole), so a damaged or edited
-cache is named as such (delete it: the next load makes it again), never taken for the model or blamed
-on an artifact; one whose record has no hashes (made before records had them) cannot be checked and
-is refused, to be made again. A conversion is staged in a folder of its own held by a lock; a
-conversion killed midway leaves it behind, and the next one removes it. Its files get the mode of any
-new file (the umask), as every file the pipeline writes."""
+The conversion records the GGUF file's sha256 and the sha256 of every file it wrote
+(``longppl-source.json``, ``files``). A cached conversion holds only what its record names: each use
+checks that the record is this GGUF file's, that the folder holds no other file (``unnamed``: an
+``added_tokens.json`` dropped in would be read by transformers), and every file against the record,
+its weights too (``check_weights``: hashed again whenever their device, inode, size, mtime or ctime
+changed since they were last found whole), so a damaged or edited cache is named as such (delete it:
+the next load makes it again), never taken for the model or blamed on an artifact; one whose record has
+no hashes (made before records had them) cannot be checked and is refused, to be made again. A load
+reads only the recorded files (``pipeline.models.conversion_view``). A conversion is staged in a
+folder of its own held by a lock; a conversion killed midway leaves it behind, and the next one
+removes it. Its files get the mode of any new file (the umask), as every file the pipeline writes."""
 
 from __future__ import annotations
 
@@ -17,15 +20,16 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.errors import PipelineError
 from pipeline.files import nearest_existing, umask
@@ -113,10 +117,14 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
     sha = file_sha256(gguf)
     target = gguf_cache_path(gguf, sha, cache)
     if (target / SOURCE_RECORD).is_file():
-        check_conversion(target)
+        check_conversion(target, sha)
         return target, sha
+    if target.exists():  # a conversion appears whole (a rename), its record in it
+        raise PipelineError(f"{damaged(target)}: it has no {SOURCE_RECORD}")
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"converting {gguf.name} to a cached checkpoint in {target} (once; about a minute)", flush=True)
+    from transformers import AutoModelForCausalLM  # with the model, not the command (start-up)
+
     tokenizer, loaded = read_gguf(gguf)
     settings = loaded.config.to_dict()
     settings.pop("quantization_config", None)  # the weights we save are dequantised
@@ -128,7 +136,11 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> tuple[Path, str]:
         staging = tmp / "ckpt"
         fresh.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in staging.iterdir()}
+        written = sorted(p for p in staging.rglob("*") if p.is_file())
+        files = {
+            p.relative_to(staging).as_posix(): {"sha256": file_sha256(p), "bytes": p.stat().st_size}
+            for p in written
+        }
         record = {"gguf_file": gguf.name, "gguf_sha256": sha, "files": dict(sorted(files.items()))}
         (staging / SOURCE_RECORD).write_text(json.dumps(record, indent=2))
         new_file_modes(staging)
@@ -149,27 +161,84 @@ def new_file_modes(folder: Path) -> None:
         path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
-def check_conversion(target: Path, weights: bool = True) -> None:
-    """A cached conversion must still hold what it was made with (``SOURCE_RECORD``'s ``files``): every
-    file by size and sha256, its weights (unless ``weights`` is False: only its tokenizer is used) by
-    ``check_weights``. A conversion whose record names no weights (made before records had the files'
-    hashes) cannot be checked, and hashing it now would bless whatever it holds: refused, to be made
-    again (``unrecorded``)."""
+@dataclass(frozen=True)
+class Recorded:
+    """A file a conversion's record names: its path inside the folder, its size and sha256."""
+
+    name: str
+    size: int
+    sha256: str
+
+    @property
+    def weights(self) -> bool:
+        return Path(self.name).suffix in WEIGHTS
+
+
+def check_conversion(target: Path, gguf_sha256: str, weights: bool = True) -> None:
+    """A cached conversion must still be what it was made as: the conversion of the GGUF file whose
+    sha256 is ``gguf_sha256``, holding only the files its record names (``recorded_files``), each of
+    them by size and sha256, its weights (unless ``weights`` is False: only its tokenizer is used) by
+    ``check_weights``."""
+    entries = recorded_files(target, gguf_sha256)
+    for entry in entries:
+        if not entry.weights and file_sha256(target / entry.name) != entry.sha256:
+            raise PipelineError(f"{damaged(target)}: {entry.name} is not the file written when it was made")
+    if weights:
+        check_weights(target, {e.name: e.sha256 for e in entries if e.weights})
+
+
+def recorded_files(target: Path, gguf_sha256: str) -> list[Recorded]:
+    """The files ``target``'s record names, once the record is known to be the conversion of the GGUF
+    file ``gguf_sha256``, to name every file the folder holds (``unnamed``), and each of them a regular
+    file of its recorded size. A record with no hashes cannot be checked, and hashing it now would
+    bless whatever it holds: refused, to be made again (``unrecorded``)."""
     try:
-        files = json.loads((target / SOURCE_RECORD).read_text(encoding="utf-8")).get("files") or {}
-        entries = [(name, int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()]
+        record = json.loads((target / SOURCE_RECORD).read_text(encoding="utf-8"))
+        made_from = record.get("gguf_sha256")
+        files = record.get("files") or {}
+        entries = [Recorded(str(name), int(e["bytes"]), str(e["sha256"])) for name, e in files.items()]
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         raise PipelineError(f"{damaged(target)}: its {SOURCE_RECORD} does not read") from None
-    if why := unrecorded(target, {name for name, _, _ in entries}):
+    if why := unrecorded(target, {entry.name for entry in entries}):
         raise PipelineError(why)
-    for name, size, sha in entries:
-        path = target / name
-        if not path.is_file() or path.stat().st_size != size:
-            raise PipelineError(f"{damaged(target)}: {name} is missing or not the size it was written with")
-        if path.suffix not in WEIGHTS and file_sha256(path) != sha:
-            raise PipelineError(f"{damaged(target)}: {name} is not the file written when it was made")
-    if weights:
-        check_weights(target, {name: sha for name, _, sha in entries if Path(name).suffix in WEIGHTS})
+    if made_from != gguf_sha256:
+        raise PipelineError(
+            f"{damaged(target)}: its {SOURCE_RECORD} is the record of another GGUF file (sha256 "
+            f"{str(made_from)[:16]}, not {gguf_sha256[:16]})"
+        )
+    if extra := unnamed(target, {entry.name for entry in entries}):
+        raise PipelineError(
+            f"the cached GGUF conversion {target} holds {extra}, which its {SOURCE_RECORD} does not name "
+            "(a conversion holds only the files it was made with; transformers reads some, such as "
+            "added_tokens.json, as part of the model): delete that folder (the next load converts the GGUF "
+            "file again, once)"
+        )
+    for entry in entries:
+        found = (target / entry.name).lstat()
+        if not stat.S_ISREG(found.st_mode) or found.st_size != entry.size:
+            raise PipelineError(
+                f"{damaged(target)}: {entry.name} is missing, not a file or not the size it was written with"
+            )
+    return entries
+
+
+def unnamed(target: Path, recorded: set[str]) -> str | None:
+    """The first path in ``target`` (any depth, hidden ones too) that is neither a recorded file nor the
+    pipeline's own records (``SOURCE_RECORD``, ``VERIFIED`` and an atomic write of it): a file, a link,
+    or a folder holding nothing; else None."""
+    folders = {parent.as_posix() for name in recorded for parent in Path(name).parents}
+    for root, dirs, files in os.walk(target):
+        dirs.sort()
+        here = Path(root).relative_to(target)
+        links = [name for name in dirs if (Path(root) / name).is_symlink()]  # not walked into
+        for name in sorted(files + links):
+            path = (here / name).as_posix()
+            own = path in (SOURCE_RECORD, VERIFIED) or path.startswith(f".{VERIFIED}.")
+            if path not in recorded and not own:
+                return path
+        if not (dirs or files) and here.as_posix() not in folders:
+            return here.as_posix() + "/"
+    return None
 
 
 def unrecorded(target: Path, recorded: set[str]) -> str | None:
@@ -246,6 +315,8 @@ def damaged(target: Path) -> str:
 
 def read_gguf(gguf: Path) -> tuple[Any, Any]:
     """The tokenizer and the (dequantised, float32) model of a GGUF file, through transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(

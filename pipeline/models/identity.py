@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,32 @@ class ModelSource:
     # What else changes its numbers (a local folder's config files, remote code; a model in memory: its
     # config); None where another hash covers it (a Hub commit, a GGUF file), left out of the record then.
     config_sha256: dict[str, str] | None = None
+    # A local folder's weights while they are hashed beside the run (``weight_hashes.WeightHashing``):
+    # ``to_dict`` waits for them, checked, before the record says anything.
+    pending: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        record = asdict(self)
+        """The record, with every hash it names computed (the weights' waited for, ``settle``)."""
+        self.settle()
+        return self._record()
+
+    def settle(self) -> None:
+        """The weights' hashes, once computed and checked (``WeightHashing.confirmed``)."""
+        if self.pending is not None:
+            self.weights_sha256 = self.pending.confirmed()
+            self.pending = None
+
+    def provisional(self, recorded: dict[str, str] | None = None, where: str = "") -> dict[str, Any]:
+        """The record now, without waiting for the weights' hashes: a file not hashed yet is named by
+        the hash ``recorded`` (an earlier run's, at ``where``) gives it, checked when it settles, or by
+        its version (``WeightHashing.provisional``)."""
+        if self.pending is None:
+            return self._record()
+        return {**self._record(), "weights_sha256": self.pending.provisional(recorded, where)}
+
+    def _record(self) -> dict[str, Any]:
+        record = asdict(replace(self, pending=None))
+        del record["pending"]
         if self.kind in LOCATED:
             record["path"] = recorded_path(self.path)
         for optional in ("tokenizer_sha256", "config_sha256"):

@@ -17,20 +17,24 @@ from typing import Any
 
 import pydantic.dataclasses
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.errors import PipelineError
-from pipeline.models import attention
+from pipeline.errors import PipelineError, settings_type
 from pipeline.models.fast_tokenizer import load_tokenizer
 from pipeline.models.gguf import check_header, default_cache_dir
 from pipeline.models.identity import ModelSource, cached_snapshot, identify_config_and_code, tokenizer_sha256
 from pipeline.models.pairing import check_held, check_pairing
 from pipeline.models.placement import describe, execution_device, from_pretrained_placement, one_thread_on_cpu
-from pipeline.models.sources import hub_error_message, is_local_model, prepare, resolve_source
+from pipeline.models.sources import hub_error_message, is_local_model, loadable, prepare, resolve_source
 from pipeline.models.weight_hashes import local_weight_hashing
 from pipeline.settings import HEAD_DTYPES, Compute, Text, parse
 
 __all__ = ["HeldModel", "LoadedModel", "LoadedTokenizer", "ModelChoice", "ModelSource", "load_model"]
+
+# The pipeline's attention, ``pipeline.models.attention.NAME``. That module is imported with the first
+# model a run loads, not with this one: it brings transformers' model code (its distributed tensors,
+# sympy, its dynamo and flash-attention integrations: 1.9 s of 5.4 s of a command's imports on this
+# project's CPU machine), which nothing before the load needs.
+ATTENTION = "blocked_sdpa"
 
 
 @dataclass
@@ -180,25 +184,33 @@ def load_model(
     gpus: list[int] | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
-    attn_implementation: str | None = attention.NAME,
+    attn_implementation: str | None = ATTENTION,
     cache_dir: str | Path | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from any supported spec, in eval mode. Top to bottom: where
     it runs and in what dtype; the source (``pipeline.models.sources``: resolved, then prepared: a GGUF
     file converted once, a Hub id pinned to its commit); its identity begun (a local folder's weights
-    hashed while they load); the load and placement; the checks of what loaded; its identity completed."""
+    hashed beside the run: ``ModelSource.to_dict`` waits for them); the load and placement; the checks of
+    what loaded; its identity completed."""
+    from pipeline.models import attention  # noqa: F401  (registers blocked_sdpa with transformers)
+
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     source = resolve_source(spec)
     location, hub_options = prepare(source, revision, cache_dir)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    hashing = local_weight_hashing(source, cache)
+    hashing = local_weight_hashing(source)
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, **hub_options}
     kwargs["weights_only"] = True  # a pickled checkpoint is read as tensors only, never run
     kwargs |= {"attn_implementation": attn_implementation} if attn_implementation else {}
     kwargs |= from_pretrained_placement(torch_device, device_map, gpus)
     tokenizer, model = load_parts(source, location, kwargs, hashing, torch_device, cache)
-    check_loaded(model, tokenizer, spec, attn_implementation)
+    try:
+        check_loaded(model, tokenizer, spec, attn_implementation)
+    except BaseException:
+        if hashing is not None:
+            hashing.cancel()
+        raise
     identify(source, model, tokenizer, hashing, trust_remote_code)
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=source, dtype=torch_dtype, device=torch_device
@@ -217,10 +229,11 @@ def load_parts(
     hashing. ``cache``: the pipeline's cache folder (a converted checkpoint's tokenizer verdicts)."""
     options = {k: kwargs[k] for k in ("revision", "local_files_only") if k in kwargs}
     try:
-        tokenizer = _load_tokenizer(
-            source, location, cache, trust_remote_code=kwargs["trust_remote_code"], **options
-        )
-        model = _from_pretrained(source, location, kwargs)
+        with loadable(source, location) as folder:  # a GGUF conversion: exactly its recorded files
+            tokenizer = _load_tokenizer(
+                source, folder, cache, trust_remote_code=kwargs["trust_remote_code"], **options
+            )
+            model = _from_pretrained(source, folder, kwargs)
     except BaseException:
         if hashing is not None:
             hashing.cancel()
@@ -233,19 +246,19 @@ def load_parts(
 def check_loaded(model: Any, tokenizer: Any, spec: str, attn_implementation: str | None) -> None:
     """The tokenizer is the model's, and the model's forward calls the attention asked for."""
     check_pairing(model, tokenizer, spec)
-    if attn_implementation == attention.NAME and not attention_dispatches(model):
+    if attn_implementation == ATTENTION and not attention_dispatches(model):
         raise PipelineError(
             f"'{spec}' does not call transformers' attention interface (custom modelling code?), so "
-            f"attn_implementation={attention.NAME} would be ignored: pass attn_implementation=sdpa (or "
+            f"attn_implementation={ATTENTION} would be ignored: pass attn_implementation=sdpa (or "
             "another implementation its code supports) in its evaluator/model group"
         )
 
 
 def identify(source: ModelSource, model: Any, tokenizer: Any, hashing: Any, trust_remote_code: bool) -> None:
-    """What the record says the loaded model is: its weights' hashes, its attention implementation,
-    a Hub commit's tokenizer files, its config files (and remote code)."""
-    if hashing is not None:
-        source.weights_sha256 = hashing.result()
+    """What the record says the loaded model is: its weights' hashes (still computed beside the run:
+    ``ModelSource.to_dict`` waits for them, where a run records them), its attention implementation, a
+    Hub commit's tokenizer files, its config files (and remote code)."""
+    source.pending = hashing
     source.attn_implementation = getattr(model.config, "_attn_implementation", None)
     if source.kind == "hub" and (snapshot := cached_snapshot(source.spec, source.revision)) is not None:
         source.tokenizer_sha256 = tokenizer_sha256(snapshot)  # the files of the commit loaded
@@ -255,7 +268,11 @@ def identify(source: ModelSource, model: Any, tokenizer: Any, hashing: Any, trus
 def _load_tokenizer(source: ModelSource, location: str, cache: Path, **options: Any) -> Any:
     """The model's tokenizer (a GGUF file's converted checkpoint's in its fast form where it is known to
     be the same: ``pipeline.models.fast_tokenizer``); a folder without one is an error that says so."""
+    if source.kind in ("embedded", "gguf"):  # checked against its record: a failure names the conversion
+        return load_tokenizer(Path(location), cache)
     try:
+        from transformers import AutoTokenizer  # with the model, not the command (start-up)
+
         if source.kind in ("embedded", "gguf"):  # the conversion's files were checked against its record
             return load_tokenizer(Path(location), cache)
         return AutoTokenizer.from_pretrained(location, **options)
@@ -284,12 +301,16 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
     """``from_pretrained``, a failure one PipelineError; a model that refuses sdpa (Gemma 2:
     soft-capped attention) refuses any implementation named like it, so ``blocked_sdpa`` is retried
     under its other name."""
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.models import attention
+
     attn = kwargs.get("attn_implementation")
     try:
         try:
             return AutoModelForCausalLM.from_pretrained(location, **kwargs)
         except ValueError as exc:
-            if attn != attention.NAME or "scaled_dot_product" not in str(exc):
+            if attn != ATTENTION or "scaled_dot_product" not in str(exc):
                 raise
         return AutoModelForCausalLM.from_pretrained(
             location, **{**kwargs, "attn_implementation": attention.ALIAS}
@@ -300,6 +321,8 @@ def _from_pretrained(source: ModelSource, location: str, kwargs: dict[str, Any])
 
 def attention_dispatches(model: Any) -> bool:
     """Whether a forward pass of ``model`` calls ``blocked_sdpa`` (remote code may ignore it)."""
+    from pipeline.models import attention
+
     before = attention.CALLS[0]
     device = execution_device(model.get_input_embeddings())
     with torch.inference_mode(), one_thread_on_cpu(device):
@@ -307,6 +330,7 @@ def attention_dispatches(model: Any) -> bool:
     return attention.CALLS[0] > before
 
 
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class ModelChoice:
     """A model as a Hydra ``evaluator/`` or ``model/`` group describes it (``conf/model/*.yaml``)."""
@@ -315,7 +339,7 @@ class ModelChoice:
     revision: Text | None = None
     device_map: str | dict[str, Any] | None = None
     trust_remote_code: bool = False
-    attn_implementation: str | None = attention.NAME
+    attn_implementation: str | None = ATTENTION
     name: Text | None = None  # the leaderboard's name for it; None: derived from the spec
 
     @classmethod
@@ -349,6 +373,8 @@ class ModelChoice:
     def tokenizer(self, compute: Compute) -> LoadedTokenizer:
         """Its tokenizer and context length without its weights, the source prepared as ``load``
         prepares it (a GGUF file converted once into the compute settings' cache, a Hub id pinned)."""
+        from transformers import AutoConfig  # with the model, not the command (start-up)
+
         source = resolve_source(self.spec)
         location, hub_options = prepare(source, self.revision, compute.cache_dir)
         cache = Path(compute.cache_dir) if compute.cache_dir else default_cache_dir()

@@ -21,12 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
+from pipeline.models import compilation
 from pipeline.models.float32_head import float32_logits, float32_output_supported
+from pipeline.models.gguf import default_cache_dir
 from pipeline.models.loading import LoadedModel, resolve_head_dtype
 from pipeline.models.pairing import check_token_ids, embedding_rows
 from pipeline.models.placement import execution_device, loaded_weights, one_thread_on_cpu
@@ -230,15 +233,23 @@ class TargetScorer:
                     )
 
 
-def scorer_for(model: LoadedModel | torch.nn.Module, compute: Compute) -> TargetScorer:
+def scorer_for(
+    model: LoadedModel | torch.nn.Module, compute: Compute, texts: int | None = None
+) -> TargetScorer:
     """The scorer of a model (loaded, or a module with its weights) under ``compute``: its head
-    blocks, head dtype (resolved for the model's dtype and device) and window batches. Every model
-    a command or the Python API runs is scored through one."""
+    blocks, head dtype (resolved for the model's dtype and device), window batches and, where
+    ``compute.compile`` asks for it for a run of ``texts`` texts, its decoder layers compiled
+    (``pipeline.models.compilation``). Every model a command or the Python API runs is scored through
+    one."""
     if isinstance(model, LoadedModel):
         module, dtype, device = model.model, model.dtype, model.device
     else:
         parameter = next(model.parameters())
         module, dtype, device = model, parameter.dtype, parameter.device
+    if compilation.wanted(compute.compile, device, texts, bool(getattr(module, "hf_device_map", None))):
+        compilation.compile_layers(
+            module, Path(compute.cache_dir) if compute.cache_dir else default_cache_dir()
+        )
     head_dtype = resolve_head_dtype(compute.head_dtype, dtype, device)
     scorer = TargetScorer(
         module, compute.head_chunk, compute.vocab_tile, head_dtype, compute.window_batch_tokens

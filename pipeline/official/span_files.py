@@ -4,22 +4,26 @@ A span file holds the merged key-token character intervals of one document on on
 ``[start, end];[start, end];...`` (``[40349, 40350];[40351, 40358]``); an empty file has no span.
 A folder holds ``slice_<i>.txt`` for documents i = 0 .. n-1, in corpus order. The official loader
 calls ``eval`` on each piece; this parser accepts exactly two non-negative integers per piece and
-rejects anything else, naming the file and the piece.
+rejects anything else, naming the file and the piece. As an output (the drop-in's ``save_path``), a
+file may be written over only when it is a span file (``KIND``).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from pipeline.definition import merge_spans
 from pipeline.errors import PipelineError
+from pipeline.outputs import FileKind
 
 PIECE = re.compile(r"\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\]")
 SLICE = re.compile(r"slice_(\d+)\.txt")
 MAX_OFFSET = 2**31 - 1  # offsets are int32 in the artifact's tables
+MAX_FILE_BYTES = 64 * 2**20  # a span file of more is none this writes (a long document's spans: kilobytes)
 
 
 def parse_spans(text: str, where: str = "span file") -> np.ndarray:
@@ -60,6 +64,19 @@ def parse_spans(text: str, where: str = "span file") -> np.ndarray:
             )
         spans.append((start, end))
     return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+
+
+def foreign_file(stream: IO[bytes]) -> str | None:
+    """Why the file in ``stream`` is no span file; None when it is one."""
+    data = stream.read(MAX_FILE_BYTES + 1)
+    try:
+        parse_spans(data.decode("utf-8") if len(data) <= MAX_FILE_BYTES else "\n\n")
+    except (UnicodeDecodeError, PipelineError):
+        return "no key-span file ('[start, end];...' on one line)"
+    return None
+
+
+KIND = FileKind("key-span files", "the drop-in compute_longppl", "spans.txt", foreign_file)
 
 
 def read_span_file(path: str | Path) -> np.ndarray:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.formats import fmt
+from pipeline.marks import made_by
 
 FIGSIZE = (7.0, 5.0)
 DPI = 100
@@ -74,11 +75,28 @@ def md_code(text: str) -> str:
     return f"{fence}{pad}{one_line}{pad}{fence}"
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?%?")
+
+
+def csv_cell(cell: str | None) -> str | None:
+    """A cell as a spreadsheet shows it, never runs it: text that starts like a formula gets a leading
+    single quote (OWASP's advice); a number (``-0.25``, ``+1e-05``) stays a number; empty is None."""
+    if cell is None or cell == "":
+        return None
+    if cell.startswith(FORMULA_STARTS) and not NUMBER.fullmatch(cell):
+        return "'" + cell
+    return cell
+
+
 def csv_text(header: list[str], rows: list[list[str | None]]) -> str:
-    """CSV of text cells (format numbers first); empty or None cells are written empty."""
+    """CSV of text cells (format numbers first); empty or None cells are written empty, and a text
+    cell that a spreadsheet would run as a formula is neutralised (``csv_cell``)."""
     import polars as pl  # a table is built here: imported where it is used
 
-    cells = [[None if c == "" else c for c in row] for row in rows]
+    cells = [[csv_cell(c) for c in row] for row in rows]
+    header = [csv_cell(h) or "" for h in header]
     return pl.DataFrame(cells, schema=dict.fromkeys(header, pl.String), orient="row").write_csv()
 
 
@@ -103,9 +121,11 @@ def figure(size: tuple[float, float] = FIGSIZE) -> Any:
     return fig
 
 
-def png(fig: Any) -> bytes:
+def png(fig: Any, command: str | None = None) -> bytes:
+    """The figure as PNG bytes, marked as ``command``'s (its text ``Software``: ``pipeline.marks``), or
+    with no ``Software`` at all (not matplotlib's version: the same bytes on every install)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": command and made_by(command)})
     return buffer.getvalue()
 
 

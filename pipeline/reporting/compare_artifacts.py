@@ -8,13 +8,15 @@ from typing import Any
 from pipeline.artifact.comparison import Comparison
 from pipeline.artifact.identity import TOLERANCE
 from pipeline.artifact.schema import KeyTokenArtifact
+from pipeline.artifact.shards import describe, shard_count
 
 
 def identity_line(label: str, artifact: KeyTokenArtifact) -> str:
     """An artifact's identity in one line (with its questions' hash where it has questions)."""
     questions = artifact.identity.questions
+    layout = f" ({describe(artifact.manifest)})" if shard_count(artifact.manifest) else ""
     return (
-        f"{label}: {artifact.root}\n   fingerprint {artifact.manifest['fingerprint'][:12]}, discrete "
+        f"{label}: {artifact.root}{layout}\n   fingerprint {artifact.manifest['fingerprint'][:12]}, discrete "
         f"{artifact.identity.discrete[:12]}, contents {artifact.contents[:12]}"
         + (f", questions {questions[:12]}" if questions else "")
     )

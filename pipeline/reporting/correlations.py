@@ -15,6 +15,7 @@ import polars as pl
 
 from pipeline.errors import PipelineError
 from pipeline.formats import file_slug
+from pipeline.metric_registry import perplexities
 from pipeline.provenance import file_sha256
 from pipeline.reporting.common import (
     csv_text,
@@ -29,7 +30,6 @@ from pipeline.reporting.common import (
 )
 from pipeline.results.correlations import common_models, correlations, load_benchmarks
 from pipeline.results.entries import newest
-from pipeline.results.score import METRICS
 
 
 def correlations_csv(table: pl.DataFrame) -> str:
@@ -68,7 +68,7 @@ def correlations_markdown(
 def _stat_table(table: pl.DataFrame, benches: list[str], kind: str, title: str) -> str:
     cells = {(r["metric"], r["benchmark"]): r for r in table.iter_rows(named=True)}
     rows = []
-    for label in METRICS.values():
+    for label in perplexities().values():
         row = [label]
         for bench in benches:
             r = cells[(label, bench)]
@@ -91,7 +91,7 @@ def _notes(
         if missing:
             notes.append(f"{md_text(bench)}: no value for {names(missing)}; left out of its correlations.")
     board_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
-    for metric, label in METRICS.items():
+    for metric, label in perplexities().items():
         missing = [m for m in common if board_rows[m][metric] is None]
         if missing:
             notes.append(f"{label}: no value for {names(missing)} (no key tokens); left out of its rows.")
@@ -111,11 +111,11 @@ def names(models: list[str]) -> str:
 
 def scatter_png(board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFrame, bench: str) -> bytes:
     """Three panels (PPL, LongPPL, LongPPL-soft vs one benchmark), one labelled point per model."""
-    fig = figure((4.0 * len(METRICS), 4.0))
+    fig = figure((4.0 * len(perplexities()), 4.0))
     board_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
     scores = dict(zip(benchmarks["model"], benchmarks[bench], strict=True))
-    for i, (metric, label) in enumerate(METRICS.items(), start=1):
-        ax = fig.add_subplot(1, len(METRICS), i)
+    for i, (metric, label) in enumerate(perplexities().items(), start=1):
+        ax = fig.add_subplot(1, len(perplexities()), i)
         stats = table.filter((pl.col("metric") == label) & (pl.col("benchmark") == bench)).row(0, named=True)
         models = [m for m in stats["models"].split(";") if m]
         labelled_scatter(ax, [board_rows[m][metric] for m in models], [scores[m] for m in models], models)
@@ -125,7 +125,7 @@ def scatter_png(board: pl.DataFrame, benchmarks: pl.DataFrame, table: pl.DataFra
         ax.set_xlabel(label)
         ax.set_ylabel(plot_text(bench))
     fig.tight_layout()
-    return png(fig)
+    return png(fig, "leaderboard")
 
 
 def files(board: pl.DataFrame, benchmarks_csv: str | Path) -> dict[str, bytes]:

@@ -15,6 +15,8 @@ from typing import Any
 
 from pipeline.files import write_bytes_atomic
 from pipeline.formats import file_slug
+from pipeline.marks import picture
+from pipeline.outputs import Output, check
 from pipeline.reporting.common import figure, plot_text, png
 from pipeline.results.forgetting import memory_text
 
@@ -67,7 +69,7 @@ def forgetting_png(row: dict[str, Any]) -> bytes:
     fig = figure(FIGSIZE)
     draw_forgetting(fig.add_subplot(), row)
     fig.tight_layout()
-    return png(fig)
+    return png(fig, "forgetting-curve")
 
 
 def draw_forgetting(ax: Any, row: dict[str, Any]) -> None:
@@ -109,7 +111,10 @@ def draw_forgetting(ax: Any, row: dict[str, Any]) -> None:
 
 
 def write_plot(row: dict[str, Any], path: Path) -> None:
-    write_bytes_atomic(path, forgetting_png(row))
+    """The picture at ``path`` (in ``plot_dir``), only over a picture of this command's
+    (``pipeline.outputs``)."""
+    checked = check(Output("plot_dir", path, picture("forgetting-curve")))
+    write_bytes_atomic(path, forgetting_png(row), checked)
 
 
 def summary_text(row: dict[str, Any], results: Path) -> str:

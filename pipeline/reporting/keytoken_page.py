@@ -5,6 +5,8 @@ key-token counts, linking to the pages (`make show`; the keytokens stage writes 
 Pages live in the artifact's own directory, ``<artifact>/views/``: ``index.html`` and one
 ``<document>.html`` per document, its file name made from the document id (``page_name``: unsafe
 characters replaced and a hash added, so that any id stays inside that folder and no two collide).
+Every page carries `make show`'s mark (``pipeline.marks.generator_meta``); ``out=`` replaces only a page
+that carries it (``PAGES``), and ``views/`` holds pages only (``VIEWS``).
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
 from pipeline.formats import fmt
+from pipeline.marks import generator_meta, page
+from pipeline.outputs import Checked, FolderKind, Output, check
 from pipeline.settings import Text
 
 VIEWS = "views"
 INDEX = "index.html"
+PAGES = page("show")  # what out= may replace: a page `make show` wrote
+HEAD = f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">{generator_meta("show")}'
 
 STYLE = """
 body { font: 15px/1.6 Georgia, serif; max-width: 56em; margin: 2em auto; color: #222; }
@@ -76,8 +82,7 @@ def document_html(artifact: str | Path | KeyTokenArtifact, doc_id: str | None = 
         "(highlighted; darker = larger LSD; hover any token for its LSD and LCL)"
     )
     return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Key tokens: {html.escape(doc_id)}</title><style>{STYLE}</style></head>\n"
+        f"{HEAD}<title>Key tokens: {html.escape(doc_id)}</title><style>{STYLE}</style></head>\n"
         f"<body><header>{header}</header>\n"
         f'<div class="text">{"".join(pieces)}</div>\n</body></html>\n'
     )
@@ -104,10 +109,31 @@ def page_name(doc_id: str) -> str:
     return f"{safe}.html"
 
 
-def write_page(artifact_dir: str | Path, out: str | Path, doc_id: str | None = None) -> Path:
+def write_page(
+    artifact_dir: str | Path, out: str | Path, doc_id: str | None = None, checked: Checked | None = None
+) -> Path:
+    """One document's page at ``out`` (where ``checked`` found it, when given: ``pipeline.outputs``)."""
     out = Path(out)
-    write_bytes_atomic(out, document_html(artifact_dir, doc_id).encode("utf-8"))
+    write_bytes_atomic(out, document_html(artifact_dir, doc_id).encode("utf-8"), checked)
     return out
+
+
+def views_problem(folder: Path) -> str | None:
+    """Why ``folder`` is no artifact's ``views/`` folder: the first file in it that is no page (an
+    interrupted write's temporary file aside); None when there is none."""
+    for entry in sorted(folder.iterdir()):
+        temporary = entry.name.startswith(".") and entry.name.endswith(".tmp")
+        if not temporary and (entry.suffix != ".html" or entry.is_symlink() or not entry.is_file()):
+            return (
+                f"a folder that holds {entry.name}, which is no key-token page (remove it, or write one page "
+                "elsewhere with out=<file>)"
+            )
+    return None
+
+
+VIEWS_FOLDER = FolderKind(
+    "an artifact's views/ folder (pages only)", "`make show`", views_problem, in_artifact=True
+)
 
 
 def index_html(art: KeyTokenArtifact, pages: set[str]) -> str:
@@ -134,8 +160,8 @@ def index_html(art: KeyTokenArtifact, pages: set[str]) -> str:
             " &middot; a document without a link: <code>make show ARGS=&quot;doc_id=&lt;id&gt;&quot;</code>"
         )
     return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Key tokens: {html.escape(art.root.name)}</title><style>{STYLE}{INDEX_STYLE}</style></head>\n"
+        f"{HEAD}<title>Key tokens: {html.escape(art.root.name)}</title>"
+        f"<style>{STYLE}{INDEX_STYLE}</style></head>\n"
         f"<body><header>{header}</header>\n<table><tr><th>document</th><th>tokens</th><th>key tokens</th>"
         "<th>key share</th><th>spans</th><th>truncated</th></tr>\n"
         + "\n".join(rows)
@@ -157,6 +183,7 @@ def write_views(artifact: str | Path | KeyTokenArtifact, doc_ids: list[str] | No
     out = views_dir(art.root)
     ids = art.documents["doc_id"].to_pylist() if doc_ids is None else doc_ids
     refuse_links([out, out / INDEX, *(out / page_name(doc_id) for doc_id in ids)])
+    check(Output("views", out, VIEWS_FOLDER))
     for doc_id in ids:
         write_bytes_atomic(out / page_name(doc_id), document_html(art, doc_id).encode("utf-8"))
     pages = {p.name for p in out.glob("*.html")} - {INDEX}
@@ -191,7 +218,8 @@ def show(options: ShowOptions) -> list[Path]:
     page last."""
     artifact = Path(options.artifact)
     if options.out:
-        return [write_page(artifact, Path(options.out), options.doc_id)]
+        checked = check(Output("out", Path(options.out), PAGES))
+        return [write_page(artifact, checked.path, options.doc_id, checked)]
     art = load_artifact(artifact)
     doc_id = options.doc_id or art.documents["doc_id"][0].as_py()
     index = write_views(art, None if options.all else [doc_id])

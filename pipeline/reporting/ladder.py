@@ -15,6 +15,8 @@ from typing import Any
 
 from pipeline.files import write_bytes_atomic
 from pipeline.formats import fmt
+from pipeline.marks import picture
+from pipeline.outputs import Output, check
 from pipeline.reporting.common import figure, png
 from pipeline.reporting.forgetting import draw_forgetting
 from pipeline.results.forgetting import memory_text
@@ -116,11 +118,14 @@ def ladder_png(row: dict[str, Any], forgetting: dict[str, Any] | None = None) ->
         draw_ladder(top, row, forgetting)
         draw_forgetting(bottom, forgetting)
     fig.tight_layout()
-    return png(fig)
+    return png(fig, "ladder")
 
 
 def write_plot(row: dict[str, Any], forgetting: dict[str, Any] | None, path: Path) -> None:
-    write_bytes_atomic(path, ladder_png(row, forgetting))
+    """The picture at ``path`` (in ``plot_dir``), only over a picture of this command's
+    (``pipeline.outputs``)."""
+    checked = check(Output("plot_dir", path, picture("ladder")))
+    write_bytes_atomic(path, ladder_png(row, forgetting), checked)
 
 
 def curves_png(rows: list[dict[str, Any]], artifact: str) -> bytes:
@@ -151,7 +156,7 @@ def curves_png(rows: list[dict[str, Any]], artifact: str) -> bytes:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    return png(fig)
+    return png(fig, "leaderboard")
 
 
 def summary_text(row: dict[str, Any], results: Path) -> str:

@@ -20,6 +20,10 @@ Models with a forgetting curve (``forgetting.jsonl`` beside the scores file, or
 ``forgetting_results=<file>``) get their fine and coarse memory lengths as two more columns; models
 with a context ladder on the artifact (``ladder.jsonl``, or ``ladder_results=<file>``) their effective
 context length and its interval, and ``ladder.png`` their ladders.
+
+``out_dir`` is a folder the command made (``BOARD_FOLDER``: it holds ``.longppl-leaderboard``; a new
+or empty folder is made one), checked before anything is read (``pipeline.outputs``): it rewrites and
+removes its files by name, and a CSV cannot carry a mark of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ import polars as pl
 import pydantic.dataclasses
 
 from pipeline.files import write_bytes_atomic
+from pipeline.marks import marked_folder
+from pipeline.metric_registry import RANKED_BY, metrics
+from pipeline.outputs import Output, check, make_folder
 from pipeline.provenance import file_sha256
 from pipeline.reporting import correlations
 from pipeline.reporting import ladder as ladder_plot
@@ -55,15 +62,15 @@ from pipeline.results.lmeval import read_lmeval_results
 from pipeline.results.score import read_scores
 from pipeline.settings import Text
 
-# The leaderboard's columns: CSV name -> Markdown header (None: CSV only).
+BOARD_FOLDER = marked_folder(
+    "leaderboard", older="if it is a leaderboard written before its folders were marked, delete it"
+)
+
+# The leaderboard's columns: CSV name -> Markdown header (None: CSV only). ``board_columns``: the entry,
+# every metric of the registry (the one it ranks by first; bits per byte n/a on results before schema
+# 2), then the others.
+ENTRY_COLUMNS: dict[str, str | None] = {"rank": "#", "model": "model"}
 COLUMNS: dict[str, str | None] = {
-    "rank": "#",
-    "model": "model",
-    "longppl": "LongPPL",
-    "ppl": "PPL",
-    "longppl_soft": "LongPPL-soft",
-    "bpb": "bits/byte",  # tokenizer-independent (pipeline.score.bpb); n/a on results before schema 2
-    "key_bpb": "key bits/byte",
     "n_key_tokens": "key tokens",
     "n_tokens": "tokens",
     "key_char_coverage": "key-char coverage",
@@ -106,19 +113,24 @@ FORGETTING_NOTE = (
 # Outputs
 
 
+def board_columns() -> dict[str, str | None]:
+    """The entry's columns, every metric of the registry (its label the header), then ``COLUMNS``."""
+    ranked = sorted(metrics(), key=lambda m: m.name != RANKED_BY)  # stable: the registry's order after it
+    return ENTRY_COLUMNS | {m.name: m.label for m in ranked} | COLUMNS
+
+
 def table(
     board: pl.DataFrame, memory: dict[str, dict] | None = None, ladder: dict[str, dict] | None = None
 ) -> list[dict[str, str | None]]:
-    """The leaderboard's cells by column (``COLUMNS``, ``MEMORY_COLUMNS`` when ``memory`` holds an
+    """The leaderboard's cells by column (``board_columns``, ``MEMORY_COLUMNS`` when ``memory`` holds an
     entry's model, ``LADDER_COLUMNS`` when ``ladder`` does): formatted numbers, None where missing."""
     rows = []
     for i, r in enumerate(board.iter_rows(named=True), start=1):
         cells: dict[str, str | None] = {
-            "rank": str(i) if r["longppl"] is not None else "",
+            "rank": str(i) if r[RANKED_BY] is not None else "",
             "model": r["entry"],
         }
-        cells |= {m: fmt(r[m], missing=None) for m in ("longppl", "ppl", "longppl_soft", "key_char_coverage")}
-        cells |= {m: fmt(r[m], missing=None) for m in ("bpb", "key_bpb")}
+        cells |= {k: fmt(r[k], missing=None) for k in (*(m.name for m in metrics()), "key_char_coverage")}
         cells |= {m: fmt(r[m], "d", missing=None) for m in ("n_key_tokens", "n_tokens", "context_limit")}
         cells |= {k: r[k] for k in ("model_name", "artifact", "fingerprint", "contents", "result_id")}
         cells["date"] = r["date"].isoformat() if r["date"] is not None else None
@@ -196,7 +208,7 @@ def columns(
     board: pl.DataFrame, memory: dict[str, dict] | None, ladder: dict[str, dict] | None = None
 ) -> dict[str, str | None]:
     rows = list(board.iter_rows(named=True))
-    shown = COLUMNS | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
+    shown = board_columns() | (MEMORY_COLUMNS if any(memory_of(r, memory) for r in rows) else {})
     return shown | (LADDER_COLUMNS if any(ladder_of(r, ladder) for r in rows) else {})
 
 
@@ -269,7 +281,7 @@ def leaderboard_png(board: pl.DataFrame) -> bytes:
     ax.set_ylabel("LongPPL")
     ax.set_title(plot_text(newest(board)["artifact"]), fontsize=9)
     fig.tight_layout()
-    return png(fig)
+    return png(fig, "leaderboard")
 
 
 def render(
@@ -291,6 +303,7 @@ def render(
     before anything is written; correlation files of an earlier run that this one does not produce
     are removed. Returns {file name: path}.
     """
+    folder = check(Output("out_dir", Path(out_dir), BOARD_FOLDER))
     board = select(df, artifact)
     memory = forgetting_memory(forgetting)
     ladders = ladder_results.newest_on(ladder, newest(board))
@@ -305,14 +318,14 @@ def render(
         files["ladder.png"] = ladder_plot.curves_png(shown, newest(board)["artifact"])
     if benchmarks_csv is not None:
         files.update(correlations.files(board, benchmarks_csv))
-    out = Path(out_dir)
+    out = make_folder(folder)
     correlations.remove_stale(out, set(files))
     if "ladder.png" not in files:  # an earlier run's, of other models or another artifact
         (out / "ladder.png").unlink(missing_ok=True)
     paths = {}
     for name, data in files.items():
         write_bytes_atomic(out / name, data)
-        paths[name] = out / name
+        paths[name] = Path(out_dir) / name
     return paths
 
 
@@ -356,6 +369,7 @@ def write_leaderboard(options: LeaderboardOptions) -> Leaderboard:
     """Every result read (scores, lm-eval's), the entries selected, the tables and plots rendered and
     written into ``out_dir``, LooGLE's table beside LongPPL's."""
     results = Path(options.results)
+    check(Output("out_dir", Path(options.out_dir), BOARD_FOLDER))  # before any work
     scores = read_all_results(results, options.lmeval_results)
     paths = render(
         scores,
@@ -367,8 +381,9 @@ def write_leaderboard(options: LeaderboardOptions) -> Leaderboard:
         ladder=options.ladder_results or results.with_name("ladder.jsonl"),
     )
     markdown = [paths["leaderboard.md"].read_text(encoding="utf-8")]
+    out = make_folder(check(Output("out_dir", Path(options.out_dir), BOARD_FOLDER)))
     for name, data in loogle_board.files(results.with_name("loogle.jsonl")).items():
-        write_bytes_atomic(Path(options.out_dir) / name, data)
+        write_bytes_atomic(out / name, data)
         paths[name] = Path(options.out_dir) / name
         if name.endswith(".md"):
             markdown.append(data.decode())

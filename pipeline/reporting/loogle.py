@@ -82,6 +82,10 @@ def result_lines(result: dict[str, Any]) -> list[str]:
     if reorder and reorder["n_questions"]:
         values = ", ".join(f"{k} {fmt(v)}" for k, v in reorder["metrics"].items())
         lines.append(f"reorder       {values} over {reorder['n_questions']} timeline questions")
+    elif reorder:
+        lines.append(
+            "reorder       none: no timeline question (type timeline_reorder, or untyped with an order)"
+        )
     return lines
 
 
@@ -92,9 +96,10 @@ def metrics_summary(result: dict[str, Any]) -> str:
 
 
 def run_summary(results: dict[str, dict[str, Any]], path: Path | None) -> str:
-    """`make loogle`'s summary: each task's metrics, its predictions file, where its line went, and its
-    wall and CPU seconds (CPU: this process's, the steadier on a shared machine)."""
-    out = []
+    """`make loogle`'s summary: the tasks it ran (``task=all``: each the data has), then each task's
+    metrics, its predictions file, where its line went, and its wall and CPU seconds (CPU: this
+    process's, the steadier on a shared machine)."""
+    out = [f"tasks         {terminal_text(', '.join(results))}"]
     for result in results.values():
         paths = [f"predictions   {terminal_text(result['predictions'])}"]
         paths.append(f"appended to   {terminal_text(path)}")

@@ -11,6 +11,7 @@ import numpy as np
 
 from pipeline.files import write_bytes_atomic
 from pipeline.formats import fmt, terminal_text
+from pipeline.outputs import Checked
 from pipeline.reporting.common import figure, plot_text, png
 
 
@@ -71,11 +72,12 @@ def evidence_png(analysis: Analysis, name: str) -> bytes:
     draw_dependency(bottom, analysis)
     fig.suptitle(plot_text(f"key tokens against LooGLE evidence: {name}"), fontsize=10)
     fig.tight_layout()
-    return png(fig)
+    return png(fig, "loogle-keytokens")
 
 
-def write_evidence_plot(analysis: Analysis, name: str, path: Path) -> None:
-    write_bytes_atomic(path, evidence_png(analysis, name))
+def write_evidence_plot(analysis: Analysis, name: str, plot: Checked) -> None:
+    """The figure, where its output was checked (``pipeline.outputs``)."""
+    write_bytes_atomic(plot.path, evidence_png(analysis, name), plot)
 
 
 def table_lines(report: dict[str, Any]) -> list[str]:

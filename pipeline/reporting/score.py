@@ -1,5 +1,6 @@
-"""`make score`'s summary: the corpus values of one results line, the grid, what was checked of the
-artifact, the wall time and where the line went."""
+"""`make score`'s summary: the corpus values of one results line (every metric of the registry,
+``pipeline.metric_registry``), the grid, what was checked of the artifact, the wall time and where the
+line went."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from typing import Any
 
 from pipeline.definition import no_key_reason
 from pipeline.formats import fmt
+from pipeline.metric_registry import metrics
+
+# The metrics whose lines below say what they are over; any other metric gets a line of its own.
+OWN_LINES = ("ppl", "longppl", "longppl_soft", "bpb", "key_bpb")
 
 
 def summary(row: dict[str, Any], path: Path | None) -> str:
@@ -25,6 +30,11 @@ def summary(row: dict[str, Any], path: Path | None) -> str:
         f"LongPPL-soft  {fmt(c['longppl_soft'])}{unavailable_note(c, 'longppl_soft')}",
         f"bits/byte     {fmt(c['bpb'])} over {c['n_bytes']} bytes, {fmt(c['key_bpb'])} over "
         f"{c['n_key_bytes']} bytes of key tokens",
+        *(
+            f"{m.label:<13} {fmt(c.get(m.name))}{unavailable_note(c, m.name)}"
+            for m in metrics()
+            if m.name not in OWN_LINES
+        ),
         f"grid          {grid or 'n/a'}{unavailable_note(c, 'grid')}",
         f"artifact      discrete {row['artifact']['identity']['discrete'][:12]}, contents "
         f"{row['artifact']['contents'][:12]}; {checked}",

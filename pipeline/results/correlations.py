@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import PipelineError
-from pipeline.results.score import METRICS
+from pipeline.metric_registry import perplexities
 
 MISSING = {"", "nan", "na", "n/a", "null", "none"}
 SCHEMA: dict[str, Any] = {
@@ -117,15 +117,15 @@ def correlations(
 ) -> pl.DataFrame:
     """Pearson and Spearman correlation (two-sided p-values) of each metric with each benchmark.
 
-    One row per (metric, benchmark), metrics in METRICS order and benchmarks in file order, over the
-    common models that have both values (``models``, ``;``-separated). Fewer than 3 such models or a
-    constant column gives nulls and a ``note``.
+    One row per (metric, benchmark), the registry's perplexities in its order and benchmarks in file
+    order, over the common models that have both values (``models``, ``;``-separated). Fewer than 3
+    such models or a constant column gives nulls and a ``note``.
     """
     common = common_models(board, benchmarks, source)
     metric_rows = {r["entry"]: r for r in board.iter_rows(named=True)}
     bench_rows = {r["model"]: r for r in benchmarks.iter_rows(named=True)}
     rows = []
-    for metric, label in METRICS.items():
+    for metric, label in perplexities().items():
         for bench in benchmarks.columns[1:]:
             pairs = [
                 (m, metric_rows[m][metric], bench_rows[m][bench])

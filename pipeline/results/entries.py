@@ -12,9 +12,10 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import PipelineError
+from pipeline.metric_registry import RANKED_BY, metrics
 from pipeline.provenance import json_sha256
 from pipeline.results.keys import context_name
-from pipeline.results.score import BPB_METRICS, METRICS, SCORE_HINT, same_artifact
+from pipeline.results.score import SCORE_HINT, same_artifact
 
 ENTRY_KEY = ["name", "model", "settings"]  # what one entry is: its name, the model's identity, the settings
 # Two results of one entry on the same artifact whose numbers differ by more than this (relative; the
@@ -24,7 +25,8 @@ COUNTS = ("n_tokens", "n_key_tokens")  # compared exactly
 
 
 def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
-    """The leaderboard of one artifact: newest result per entry, sorted by LongPPL.
+    """The leaderboard of one artifact: newest result per entry, sorted by LongPPL
+    (``metric_registry.RANKED_BY``).
 
     An artifact is its fingerprint and its identity as the same artifact (``same_artifact``: the same
     discrete contents and values within the measured tolerance, so a regeneration on another machine
@@ -57,7 +59,7 @@ def select(df: pl.DataFrame, artifact: str | None = None) -> pl.DataFrame:
     rows = mark_conflicts(rows).unique(subset=ENTRY_KEY, keep="last", maintain_order=True)
     rows = rows.with_columns(pl.Series("entry", entry_names(rows), dtype=pl.String))
     shown = [c for c in ordered.columns if c != "name"]
-    return rows.select("entry", *shown).sort(["longppl", "entry"], nulls_last=True)
+    return rows.select("entry", *shown).sort([RANKED_BY, "entry"], nulls_last=True)
 
 
 def mark_conflicts(rows: pl.DataFrame) -> pl.DataFrame:
@@ -82,7 +84,7 @@ def mark_conflicts(rows: pl.DataFrame) -> pl.DataFrame:
         return rows
     marked = pl.Series([i in notes for i in range(rows.height)])
     note = pl.Series([notes.get(i) for i in range(rows.height)], dtype=pl.String)
-    nulled = [pl.when(marked).then(None).otherwise(pl.col(c)).alias(c) for c in (*METRICS, *BPB_METRICS)]
+    nulled = [pl.when(marked).then(None).otherwise(pl.col(m.name)).alias(m.name) for m in metrics()]
     return rows.with_columns(
         *nulled, pl.when(marked).then(note).otherwise(pl.col("unavailable")).alias("unavailable")
     )
@@ -92,7 +94,7 @@ def number_differences(a: dict[str, Any], b: dict[str, Any]) -> str:
     """What differs between two results' numbers (``a``'s against ``b``'s), or empty; a number either
     lacks (a result before bits per byte) is not compared."""
     out = []
-    for column in (*METRICS, *BPB_METRICS, *COUNTS):
+    for column in (*(m.name for m in metrics()), *COUNTS):
         x, y = a.get(column), b.get(column)
         if x is None or y is None:
             continue

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag
 
 from pipeline import __version__
+from pipeline.outputs import Checked
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 from pipeline.results.keys import model_key
@@ -143,10 +144,15 @@ def result_row(
     }
 
 
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate, then append one strict-JSON line."""
+# A file of these lines as an output (``pipeline.outputs``): one that holds only such lines
+KIND = lines.results_lines("forgetting-curve", "forgetting-curve", ForgettingLine)
+
+
+def append(target: Path | Checked, row: dict[str, Any]) -> None:
+    """Validate (a line its readers would refuse is never written), then append one strict-JSON line
+    where ``target`` was checked (a path is checked now, as ``results=``)."""
     lines.validate(row, ForgettingLine)
-    lines.append(path, row)
+    lines.append(target, row, KIND)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.outputs import Checked
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per
 from pipeline.results.keys import ladder_key, ladder_partial
@@ -116,10 +117,15 @@ def ladder_row(
     }
 
 
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate, then append one strict-JSON line."""
+# A file of these lines as an output (``pipeline.outputs``): one that holds only such lines
+KIND = lines.results_lines("ladder", "ladder", LadderLine)
+
+
+def append(target: Path | Checked, row: dict[str, Any]) -> None:
+    """Validate (a line its readers would refuse is never written), then append one strict-JSON line
+    where ``target`` was checked (a path is checked now, as ``results=``)."""
     lines.validate(row, LadderLine)
-    lines.append(path, row)
+    lines.append(target, row, KIND)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

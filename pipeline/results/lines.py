@@ -2,30 +2,29 @@
 
 Every results file of the pipeline (``scores.jsonl``, ``forgetting.jsonl``) is written and read here;
 each line's schema is a pydantic model in its own module (``pipeline.results.score``,
-``pipeline.results.forgetting``).
+``pipeline.results.forgetting``), which describes its files as an output (``results_lines``: a file
+``pipeline.outputs.check`` lets a command append to holds only lines of its schema).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import functools
 import json
 import math
 import os
-import re
-import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pipeline.errors import PipelineError
-from pipeline.files import nearest_existing, strict_json
+from pipeline.files import strict_json
+from pipeline.outputs import Checked, FileKind, Output, check, command_name, confirm, unchanged
 
 # What a line may hold, read or written: at most MAX_LINE_BYTES (a result of ~15,000 documents; a
 # longer line would cost gigabytes to read), containers nested at most MAX_DEPTH deep (a result
@@ -36,34 +35,52 @@ MAX_DEPTH = 32
 LARGEST = 1e300
 MAX_DIGITS = 400  # an integer literal longer than this is beyond LARGEST, and read as a LongInteger
 SHOWN_DIGITS = 40  # an integer of more digits is shown as its number of digits
-# The kernel's own filesystems (type -> name): views of the system, where a results line is refused,
-# lost or changes a setting, whatever a file's mode says (root may "write" /proc/self/status).
-KERNEL_FILESYSTEMS = {
-    "proc": "procfs",
-    "sysfs": "sysfs",
-    "devtmpfs": "devtmpfs",
-    "devpts": "devpts",
-    "cgroup": "cgroupfs",
-    "cgroup2": "cgroupfs",
-    "debugfs": "debugfs",
-    "tracefs": "tracefs",
-    "securityfs": "securityfs",
-    "pstore": "pstore",
-    "bpf": "bpffs",
-    "configfs": "configfs",
-    "efivarfs": "efivarfs",
-    "fusectl": "fusectl",
-    "mqueue": "mqueue",
-    "binfmt_misc": "binfmt_misc",
-    "nsfs": "nsfs",
-}
 
 
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Append one strict-JSON line (NaN or inf is an error), whole or not at all: the file is locked
+class AnyLine(BaseModel):
+    """A line of no particular schema: any JSON object (``results_lines``' default)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def results_lines(what: str, command: str, schema: type[BaseModel] = AnyLine) -> FileKind:
+    """A results file of one kind of line as an output (``pipeline.outputs``): ``what`` names the kind
+    (``scores``), ``command`` the make target that appends such lines; an existing file is this
+    command's when every line is a line of ``schema`` (a line cut short by a killed write skipped, as
+    its readers skip it; an empty file is anybody's)."""
+    mine = functools.partial(foreign_line, schema, what)
+    return FileKind(f"{what} files", command_name(command), "results.jsonl", mine, appended=True)
+
+
+def foreign_line(schema: type[BaseModel], what: str, stream: IO[bytes]) -> str | None:
+    """The first line of ``stream`` that is no line of ``schema`` and was not cut short, as "line N, ...";
+    None when there is none."""
+    number = 0
+    while data := stream.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(data) > MAX_LINE_BYTES and not data.endswith(b"\n"):
+            return f"line {number}, longer than any results line ({MAX_LINE_BYTES} bytes)"
+        data = data.removesuffix(b"\n")
+        if data.strip():
+            try:
+                parse(decoded(data), schema)
+            except ValueError as exc:
+                if not torn(data):
+                    return f"line {number}, which is no {what} line ({exc})"
+    return None
+
+
+JSON_LINES = results_lines("results", "score")  # any JSON object per line
+
+
+def append(target: Path | Checked, row: dict[str, Any], kind: FileKind = JSON_LINES) -> None:
+    """Append one strict-JSON line (NaN or inf is an error), whole or not at all, where ``target`` was
+    checked (a path is checked here, as ``results=`` holding ``kind``'s lines): the file is locked
     for the write (concurrent runs never mix or cut each other's lines), a short write continues, a
     failed one (a full disk) is cut back to the file's size before it and is a PipelineError. A file
     whose last line was cut short by an earlier failure gets a newline first, so no line is glued to it."""
+    checked = target if isinstance(target, Checked) else check(Output("results", Path(target), kind))
+    path = checked.path
     line = (strict_json(row, sort_keys=True, ensure_ascii=False) + "\n").encode()
     if why := problem(row):
         raise PipelineError(f"the line for {path}: {why}, which its readers refuse: nothing was written")
@@ -72,7 +89,7 @@ def append(path: Path, row: dict[str, Any]) -> None:
             f"the line for {path} is {len(line) - 1} bytes, over the {MAX_LINE_BYTES}-byte limit of a "
             "results line: score fewer documents per run (documents=...): nothing was written"
         )
-    fd = open_for_append(path)
+    fd = open_for_append(checked)
     try:
         with contextlib.suppress(OSError):  # a filesystem without flock: the one O_APPEND write stays
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -91,100 +108,25 @@ def append(path: Path, row: dict[str, Any]) -> None:
         os.close(fd)  # releases the lock
 
 
-def open_for_append(path: Path) -> int:
-    """A descriptor appending to ``path`` (made, with its folders, when missing), where ``check_writable``
-    allows it, and only to a regular file: the write never follows a path the check refuses."""
-    if why := unwritable(path):
-        raise PipelineError(f"could not append the result: {path}{why} (nothing was written)")
+def open_for_append(checked: Checked) -> int:
+    """A descriptor appending to the checked file (made, with its folders, when missing), only where the
+    check found it (a symlink on the way swapped since is refused, the last one is never followed)
+    and only to the file it found, or a new one, or another of its kind (``pipeline.outputs.confirm``)."""
+    real = unchanged(checked)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(real, flags, 0o644)
     except OSError as exc:
-        raise PipelineError(f"could not append the result to {path} ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # it changed since the check
+        raise PipelineError(
+            f"could not append the result to {checked.path} ({exc.strerror or exc}): nothing was written"
+        ) from None
+    try:
+        confirm(checked, fd)
+    except BaseException:
         os.close(fd)
-        raise PipelineError(f"could not append the result: {path} is no longer a regular file")
+        raise
     return fd
-
-
-def check_writable(path: str | Path, setting: str = "results") -> Path:
-    """Fail now, in one line, when a line could not be appended to ``path`` (a folder, a path under a
-    file or under a symlink that leads nowhere, a FIFO or a device, a file of the kernel's (procfs,
-    sysfs), a folder without write permission): checked before a model loads, so no scoring is lost.
-    ``append`` runs the same check before it writes. Creates nothing."""
-    path = Path(path)
-    if why := unwritable(path):
-        raise PipelineError(f"{setting}={path}{why}")
-    return path
-
-
-def unwritable(path: Path) -> str | None:
-    """Why no line could be appended to ``path``, as the rest of a message that names it (``" is a
-    folder: ..."``, ``": <folder> is ..."``); None when one can. Each parent is resolved: a symlink on
-    the way that leads nowhere is named, and so is a kernel filesystem the path resolves into."""
-    if path.is_dir():
-        return f" is a folder: pass a file in it, e.g. {path / 'results.jsonl'}"
-    for parent in reversed(path.parents):
-        if broken := special_file(parent):
-            return f": {parent} is {broken}: pass a path in a folder that exists or can be made"
-    if not_a_file := special_file(path):
-        return f" is {not_a_file}: pass the path of a regular file"
-    folder = nearest_existing(path.parent)
-    if not folder.is_dir():
-        return f": {folder} is a file, not a folder: pass a path in a folder"
-    target = path if path.exists() else folder
-    if kernel := kernel_filesystem(target):
-        return f": {os.path.realpath(target)} is {kernel}, not a place for files: pass a path on a disk"
-    if not os.access(target, os.W_OK | (0 if path.exists() else os.X_OK)):
-        return f": {target} is not writable here: pass a path you can write"
-    return None
-
-
-def special_file(path: Path) -> str | None:
-    """What ``path`` is when a line could not be appended to it although it is no folder (a symlink
-    that leads nowhere or loops, a FIFO, a socket, a device), else None (a regular file, a folder, or
-    nothing)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "a symlink loop"
-        return f"a symlink to {os.readlink(path)}, which does not exist" if path.is_symlink() else None
-    kinds = {
-        "a FIFO": stat.S_ISFIFO,
-        "a socket": stat.S_ISSOCK,
-        "a device": stat.S_ISCHR,
-        "a block device": stat.S_ISBLK,
-    }
-    return next((kind for kind, test in kinds.items() if test(mode)), None)
-
-
-def kernel_filesystem(path: Path) -> str | None:
-    """Where ``path`` (an existing file or folder) resolves into one of the kernel's own filesystems
-    (``KERNEL_FILESYSTEMS``: its files are views of the system, whatever their mode says), what it
-    is (``"in procfs (/proc)"``); else None."""
-    real = os.path.realpath(path)
-    mounted = [(point, kind) for point, kind in mounts() if within(real, point)]
-    point, kind = max(mounted, key=lambda m: len(m[0]), default=("/", ""))
-    if kind in KERNEL_FILESYSTEMS:
-        return f"in {KERNEL_FILESYSTEMS[kind]} ({point})"
-    root = next((r for r in ("/proc", "/sys") if within(real, r)), None)  # without a mount table
-    return None if root is None or mounted else f"in {root}, the kernel's view of the system"
-
-
-def mounts() -> list[tuple[str, str]]:
-    """The mount table (mount point, filesystem type), in mount order; empty where there is none."""
-    try:
-        text = Path("/proc/self/mounts").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    found = [line.split() for line in text.splitlines()]
-    unescape = functools.partial(re.sub, r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)))
-    return [(unescape(fields[1]), fields[2]) for fields in found if len(fields) > 2]
-
-
-def within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -21,36 +21,30 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 
 from pipeline.artifact.identity import check_record
 from pipeline.errors import PipelineError
+from pipeline.metric_registry import Metric, metrics
 from pipeline.results import lines
 from pipeline.results.keys import model_key
-from pipeline.results.score import METRICS, Bits, Count, Perplexity, frame_schema, result_id
+from pipeline.results.score import Count, frame_schema, metric_fields, result_id, unavailable_text
 
 FILTER = "none"  # the tasks' only filter: lm-eval's metric keys are "<metric>,none"
-# The frame's column -> the task's metric in lm-eval
-COLUMNS = {"ppl": "ppl", "longppl": "longppl", "longppl_soft": "longppl_soft", "bpb": "bits_per_byte",
-           "key_bpb": "key_bits_per_byte"}  # fmt: skip
 RESULTS_KEYS = ("results", "configs", "config", "n-samples")
 MAX_FILE_BYTES = 64 * 2**20  # lm-eval's results JSON (its samples are other files)
 RESULTS_PREFIX = "results_"  # lm-eval's results_<date>.json
 
 
-class TaskValues(BaseModel):
-    """One task's metrics and what they were computed against, checked as ``ScoreLine`` checks them."""
+class TaskRecord(BaseModel):
+    """What one task's metrics were computed against (``task_values`` adds the metrics)."""
 
     model_config = ConfigDict(strict=True)
-    ppl: Perplexity = None
-    longppl: Perplexity = None
-    longppl_soft: Perplexity = None
-    bpb: Bits = None
-    key_bpb: Bits = None
     fingerprint: str
     contents: str | None = None  # the tables' hash (``artifact.contents``); None: written before it
     identity: dict[str, Any] | None = None  # ``artifact.identity`` (the same artifact); None: before it
@@ -65,6 +59,13 @@ class TaskValues(BaseModel):
         if value is not None:
             check_record(value, "longppl_artifact_record.identity")
         return value
+
+
+@cache
+def task_values(registered: tuple[Metric, ...]) -> type[TaskRecord]:
+    """One task's metrics (each metric of ``registered``, checked as ``ScoreLine`` checks it) and what
+    they were computed against."""
+    return create_model("TaskValues", __base__=TaskRecord, **metric_fields(registered))
 
 
 @dataclass
@@ -156,9 +157,9 @@ def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any
     }
     if why := lines.problem(read):
         raise PipelineError(f"{path}: task {task}: {why}")
-    values = {column: data["results"][task].get(f"{metric},{FILTER}") for column, metric in COLUMNS.items()}
+    values = {m.name: data["results"][task].get(f"{m.lmeval_name},{FILTER}") for m in metrics()}
     try:
-        checked = TaskValues(
+        checked = task_values(metrics())(
             **values,
             fingerprint=meta["longppl_fingerprint"],
             artifact=(meta.get("longppl_artifact_record") or {}).get("name"),
@@ -176,7 +177,8 @@ def task_row(path: Path, data: dict[str, Any], task: str) -> tuple[dict[str, Any
     return flat_row(data, checked, settings), None
 
 
-def flat_row(data: dict[str, Any], task: TaskValues, settings: dict[str, Any]) -> dict[str, Any]:
+def flat_row(data: dict[str, Any], task: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """The task's row of ``frame_schema()`` (``task``: its ``task_values``)."""
     model = data["config"].get("longppl_model")
     return {
         "line": None,
@@ -192,12 +194,12 @@ def flat_row(data: dict[str, Any], task: TaskValues, settings: dict[str, Any]) -
         "model": model_key(model),
         "partial": None,  # a run on part of the documents (--limit) is left out before
         "context_limit": task.context_limit,
-        **{column: getattr(task, column) for column in COLUMNS},
+        **{m.name: getattr(task, m.name) for m in metrics()},
         "n_tokens": None,
         "n_key_tokens": None,
         "key_char_coverage": None,
         "date": evaluation_date(data.get("date")),
-        "unavailable": "; ".join(v for k, v in task.unavailable.items() if k in METRICS) or None,
+        "unavailable": unavailable_text(task.unavailable),
     }
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline import __version__
 from pipeline.errors import PipelineError
+from pipeline.outputs import Checked
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 from pipeline.results.forgetting import Finite, Length, newest_per
@@ -42,6 +43,20 @@ METRIC_LABELS = {  # LooGLE's metrics by the name results lines use, as people r
     "exact_match": "exact match",
     "partial_match": "partial match",
 }
+
+# Each metric's range (docs/loogle.md): BLEU, ROUGE recall, METEOR and the cloze matches are fractions;
+# BERTScore (precision of cosine similarities, no rescaling) lies in [-1, 1]. A value past its range by
+# more than float rounding (RANGE_SLACK: bert-score computes in float32) is no measurement.
+METRIC_RANGES = {name: (0.0, 1.0) for name in METRIC_LABELS} | {"bertscore": (-1.0, 1.0)}
+RANGE_SLACK = 1e-6
+
+
+def range_problem(where: str, value: float | None, low: float, high: float | None, label: str) -> str | None:
+    """Why ``value`` is outside [low, high] (``high`` None: no upper bound), or None."""
+    if value is None or (low - RANGE_SLACK <= value and (high is None or value <= high + RANGE_SLACK)):
+        return None
+    bound = f"[{low:g}, {high:g}]" if high is not None else f"at least {low:g}"
+    return f"`{where}` is {value!r}, outside {label}'s range {bound}"
 
 
 class _Part(BaseModel):
@@ -98,6 +113,25 @@ class LooGLELine(_Part):
             raise ValueError("`settings.max_length` is missing (only a file of LooGLE's Output/ has none)")
         return self
 
+    @model_validator(mode="after")
+    def _metrics_in_range(self) -> LooGLELine:
+        """Each metric within its range (``METRIC_RANGES``), each reorder deviation at least 0 and no
+        more questions ordered than there are: a value past them is one line naming the metric."""
+        problems = [
+            range_problem(f"metrics.{name}", self.metrics.get(name), low, high, METRIC_LABELS[name])
+            for name, (low, high) in METRIC_RANGES.items()
+        ]
+        reorder = self.reorder
+        if reorder is not None:
+            problems += [range_problem(f"reorder.metrics.{name}", value, 0.0, None, "a deviation")
+                         for name, value in reorder.metrics.items()]  # fmt: skip
+            if reorder.n_ordered > reorder.n_questions:
+                n, ordered = reorder.n_questions, reorder.n_ordered
+                problems.append(f"`reorder.n_ordered` is {ordered}, more than its {n} questions")
+        if problem := next((p for p in problems if p), None):
+            raise ValueError(problem)
+        return self
+
 
 def loogle_row(
     model_name: str, model: dict[str, Any], result: dict[str, Any], settings: dict[str, Any],
@@ -135,11 +169,16 @@ def loogle_row(
     }
 
 
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate, then append one strict-JSON line; a line its reader would refuse (a field a predictions
-    file gave it, of the wrong type) is one line, and nothing is written."""
-    check(row, f"the line for {path}")
-    lines.append(path, row)
+# A file of these lines as an output (``pipeline.outputs``): one that holds only such lines
+KIND = lines.results_lines("LooGLE results", "loogle", LooGLELine)
+
+
+def append(target: Path | Checked, row: dict[str, Any]) -> None:
+    """Validate, then append one strict-JSON line where ``target`` was checked (a path is checked now, as
+    ``results=``); a line its reader would refuse (a field a predictions file gave it, of the wrong
+    type) is one line, and nothing is written."""
+    check(row, f"the line for {target.path if isinstance(target, Checked) else target}")
+    lines.append(target, row, KIND)
 
 
 def check(row: dict[str, Any], where: str) -> None:

@@ -3,7 +3,9 @@
 Written by the score stage (``score_row``, ``lines.append``), read by the leaderboard (``read_scores``: one
 validated, flattened row per line) and by reproducible refreshes (``read_lines``). A line holds the
 model and its hash or revision, the artifact's name and fingerprint, the settings, library versions,
-date and wall time, and the corpus and per-document values of ``METRICS`` and ``BPB_METRICS``.
+date and wall time, and the corpus and per-document values of every metric of the registry
+(``pipeline.metric_registry``: each a field of the corpus values, checked as its kind says, and a
+column of the leaderboard frame).
 
 Lines carry ``schema_version`` (``RESULTS_VERSION``); a line without it is version 1, from before
 bits per byte (its ``bpb`` and ``key_bpb`` read as missing). From version 3 a line names the contents
@@ -25,22 +27,22 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
+from pydantic import BaseModel, ConfigDict, PlainValidator, create_model, model_validator
 
 from pipeline import __version__
 from pipeline.artifact.identity import Identity, check_record, differences
 from pipeline.files import recorded_path
+from pipeline.metric_registry import Metric, metrics
 from pipeline.models.identity import identify_in_memory
+from pipeline.outputs import Checked
 from pipeline.provenance import json_sha256, library_versions
 from pipeline.results import lines
 from pipeline.results.keys import model_key, partial
 
-METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
-# Tokenizer-independent forms (``pipeline.score.bpb``): all text, and the key tokens' characters.
-BPB_METRICS = {"bpb": "bits/byte", "key_bpb": "key bits/byte"}
 RESULTS_VERSION = 5  # 2: bits per byte (bpb, key_bpb, n_bytes, n_key_bytes); 3: artifact.contents;
 # 4: artifact.identity; 5: settings.documents of a partial run, Hub commits and tokenizer hashes
 SCORE_HINT = "run `make score MODEL=...` first"
@@ -118,6 +120,8 @@ def _version(value: Any) -> int:
 Perplexity = Annotated[float | None, PlainValidator(_perplexity)]
 Fraction = Annotated[float | None, PlainValidator(_fraction)]
 Bits = Annotated[float | None, PlainValidator(_bits)]
+Number = Annotated[float | None, PlainValidator(_number)]
+CHECKS = {"perplexity": Perplexity, "bits": Bits, "fraction": Fraction, "number": Number}  # by metric kind
 Count = Annotated[int | None, PlainValidator(_count)]
 Date = Annotated[datetime | None, PlainValidator(_date)]
 Version = Annotated[int, PlainValidator(_version)]
@@ -134,16 +138,32 @@ class ArtifactRef(_Part):
     identity: dict[str, Any] | None = None  # from schema 4: ``Identity.record`` of the artifact scored
 
 
-class CorpusValues(_Part):
-    ppl: Perplexity = None
-    longppl: Perplexity = None
-    longppl_soft: Perplexity = None
-    bpb: Bits = None
-    key_bpb: Bits = None
+class CorpusCounts(_Part):
+    """The corpus values other than the metrics'."""
+
     key_char_coverage: Fraction = None
     n_tokens: Count = None
     n_key_tokens: Count = None
     unavailable: dict[str, str] | None = None  # metric -> why it is null (e.g. a key_spans artifact)
+
+
+def metric_fields(registered: tuple[Metric, ...]) -> dict[str, Any]:
+    """Each metric as a field of a pydantic model: null when missing (a line older than the metric),
+    else checked as its kind says."""
+    return {m.name: (CHECKS[m.kind], None) for m in registered}
+
+
+@cache
+def corpus_model(registered: tuple[Metric, ...]) -> type[CorpusCounts]:
+    """The corpus values of a line: the counts and every metric of ``registered``."""
+    return create_model("CorpusValues", __base__=CorpusCounts, **metric_fields(registered))
+
+
+def _corpus_values(value: Any) -> CorpusCounts:
+    return corpus_model(metrics()).model_validate(value)
+
+
+CorpusValues = Annotated[CorpusCounts, PlainValidator(_corpus_values)]  # the metrics registered now
 
 
 class SettingsRef(_Part):
@@ -199,13 +219,12 @@ def frame_schema() -> dict[str, Any]:
         "model": pl.String,  # the model's identity as JSON (``keys.model_key``); null for a line without one
         "partial": pl.String,  # "1 of 3 documents" for a run on part of the artifact (``keys.partial``)
         "context_limit": pl.Int64,
-        **dict.fromkeys(METRICS, pl.Float64),
-        **dict.fromkeys(BPB_METRICS, pl.Float64),
+        **{m.name: pl.Float64 for m in metrics()},
         "n_tokens": pl.Int64,
         "n_key_tokens": pl.Int64,
         "key_char_coverage": pl.Float64,
         "date": pl.Datetime("us", "UTC"),
-        "unavailable": pl.String,  # why a metric of METRICS is null ("; "-separated), or null
+        "unavailable": pl.String,  # why a metric is null ("; "-separated), or null
     }
 
 
@@ -234,10 +253,15 @@ def score_row(model_name: str, lm: Any, result: Any, seconds: float) -> dict[str
     }
 
 
-def append(path: Path, row: dict[str, Any]) -> None:
-    """Validate (a line its readers would refuse is never written), then append one strict-JSON line."""
+# A file of these lines as an output (``pipeline.outputs``): one that holds only such lines
+KIND = lines.results_lines("scores", "score", ScoreLine)
+
+
+def append(target: Path | Checked, row: dict[str, Any]) -> None:
+    """Validate (a line its readers would refuse is never written), then append one strict-JSON line
+    where ``target`` was checked (a path is checked now, as ``results=``)."""
     lines.validate(row, ScoreLine)
-    lines.append(path, row)
+    lines.append(target, row, KIND)
 
 
 def model_record(lm: Any, add_bos: bool) -> dict[str, Any]:
@@ -359,10 +383,16 @@ def _flat(number: int, obj: dict[str, Any], line: ScoreLine) -> dict[str, Any]:
         "model": model_key(obj.get("model")),
         "partial": partial(obj),
         "context_limit": line.settings.context_limit if line.settings else None,
-        **{name: getattr(corpus, name) for name in (*METRICS, *BPB_METRICS)},
+        **{m.name: getattr(corpus, m.name) for m in metrics()},
         "n_tokens": corpus.n_tokens,
         "n_key_tokens": corpus.n_key_tokens,
         "key_char_coverage": corpus.key_char_coverage,
         "date": line.date,
-        "unavailable": "; ".join(v for k, v in (corpus.unavailable or {}).items() if k in METRICS) or None,
+        "unavailable": unavailable_text(corpus.unavailable),
     }
+
+
+def unavailable_text(unavailable: dict[str, str] | None) -> str | None:
+    """Why the null metrics are null, "; "-separated (the frame's ``unavailable``), or None."""
+    names = {m.name for m in metrics()}
+    return "; ".join(v for k, v in (unavailable or {}).items() if k in names) or None

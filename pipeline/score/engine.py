@@ -1,15 +1,17 @@
-"""The score engine: PPL, LongPPL, LongPPL-soft and bits per byte of a loaded model against key-token
-artifacts, per document and over the corpus, with one loop over documents.
+"""The score engine: every metric of the registry (``pipeline.metric_registry``: PPL, LongPPL,
+LongPPL-soft, bits per byte) of a loaded model against a key-token artifact, per document and over the
+corpus, with one loop over documents.
 
-``texts_of`` takes the chosen documents of one or several artifacts and tokenizes each distinct text
-once, whole. ``passes`` is the one loop: for each text and each context limit, the model's log-probs
-(one forward pass, or windows of the limit). ``score_texts`` carries each artifact's key spans and
-soft weights onto those tokens and sums every metric; ``score`` is one artifact at one context limit,
+``texts_of`` takes the chosen documents of an artifact and tokenizes each distinct text once, whole.
+``passes`` is the one loop: for each text and each context limit, the model's log-probs (one forward
+pass, or windows of the limit). ``score_texts`` carries the artifact's key spans and soft weights onto
+those tokens and sums every metric at each limit (the ladder's rungs); ``score`` is one context limit,
 the call `make score` and the Python API make. What does not depend on the context limit is computed
 once per text and shared by the limits: the tokenization, the alignment of the key spans onto the
 tokens, the byte and character counts. A text whose sequence fits a limit is, at that limit, the
 full-context pass (``context_limited_logprobs`` runs that very pass): its log-probs are the full
-pass's, not computed again.
+pass's, not computed again. Texts without an artifact (lm-eval's requests: ``plain_texts``) take the
+same loop (``logprobs``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from pipeline import metric_registry
 from pipeline.artifact.reader import ArtifactDocument, iter_documents
 from pipeline.artifact.schema import NEEDS_TOKEN_VALUES, KeyTokenArtifact
 from pipeline.errors import PipelineError
+from pipeline.models import compilation
 from pipeline.models.loading import LoadedModel, dtype_name, eval_mode
 from pipeline.models.logprobs import TargetScorer, scorer_for
 from pipeline.models.pairing import worse_than_uniform
@@ -85,20 +89,20 @@ class Text:
 
 @dataclass(frozen=True)
 class Texts:
-    """The documents chosen of each artifact and the model's tokens of each distinct text, whole
+    """The documents chosen of an artifact and the model's tokens of each distinct text, whole
     (``texts_of``): what every context limit shares."""
 
     settings: ScoreSettings
-    artifacts: list[KeyTokenArtifact]
-    docs: list[list[ArtifactDocument]]  # per artifact, its chosen documents
+    artifact: KeyTokenArtifact | None  # None: texts without an artifact (``plain_texts``)
+    docs: list[ArtifactDocument]  # the chosen documents
     texts: list[Text]  # the distinct texts, in order of first appearance
     sequences: list[ModelSequence]  # per distinct text, whole
 
     @property
     def lengths(self) -> list[int]:
-        """Per document of the first artifact, the tokens of its whole sequence (the BOS included)."""
+        """Per document, the tokens of its whole sequence (the BOS included)."""
         index = {t.text: i for i, t in enumerate(self.texts)}
-        return [len(self.sequences[index[d.text]].seq) for d in self.docs[0]]
+        return [len(self.sequences[index[d.text]].seq) for d in self.docs]
 
     @property
     def n_prefix(self) -> int:
@@ -108,18 +112,18 @@ class Texts:
 
 @dataclass
 class Scores:
-    """The results of ``score_texts``: per artifact and limit the ``ScoreResult`` that ``score`` gives
-    at that ``context_limit``; per limit its model time and the documents whose sequence fits it (the
-    full pass's log-probs); per artifact, document and limit the key tokens' NLL sum and how many of
-    them the limit cuts off from some of the context before them."""
+    """The results of ``score_texts``: per limit the ``ScoreResult`` that ``score`` gives at that
+    ``context_limit``, its model time and the documents whose sequence fits it (the full pass's
+    log-probs); per document and limit the key tokens' NLL sum and how many of them the limit cuts off
+    from some of the context before them."""
 
     limits: tuple[Limit, ...]
-    results: list[list[ScoreResult]]  # [artifact][limit]
-    key_nll: list[np.ndarray]  # per artifact: (documents, limits)
-    key_n: list[np.ndarray]  # per artifact: (documents,) the key tokens (the same at every limit)
-    key_limited: list[np.ndarray]  # per artifact: (documents, limits)
+    results: list[ScoreResult]  # per limit
+    key_nll: np.ndarray  # (documents, limits)
+    key_n: np.ndarray  # (documents,) the key tokens (the same at every limit)
+    key_limited: np.ndarray  # (documents, limits)
     seconds: list[float]  # per limit
-    copied: list[int]  # per limit, documents of the first artifact whose sequence fits it
+    copied: list[int]  # per limit, documents whose sequence fits it
 
 
 Scoring = TargetScorer | Compute  # the model's scorer, or the compute settings to build it with
@@ -136,8 +140,8 @@ def score(
 ) -> ScoreResult:
     """``lm`` against ``artifact`` at ``settings.context_limit``: one forward pass per document
     (windows with a context limit)."""
-    texts = texts_of([artifact], lm, settings, documents=documents)
-    return score_texts(texts, lm, scoring, progress=progress).results[0][0]
+    texts = texts_of(artifact, lm, settings, documents=documents)
+    return score_texts(texts, lm, scoring, progress=progress).results[0]
 
 
 def scorer_of(lm: LoadedModel, scoring: Scoring) -> TargetScorer:
@@ -146,27 +150,22 @@ def scorer_of(lm: LoadedModel, scoring: Scoring) -> TargetScorer:
 
 
 def texts_of(
-    artifacts: list[KeyTokenArtifact],
-    lm: LoadedModel,
-    settings: ScoreSettings,
-    *,
-    documents: Documents = None,
+    artifact: KeyTokenArtifact, lm: LoadedModel, settings: ScoreSettings, *, documents: Documents = None
 ) -> Texts:
-    """The chosen documents of each artifact (the same choice in each) and ``lm``'s tokens of each
-    distinct text, tokenized once."""
-    docs = [pick_documents(a, documents) for a in artifacts]
-    texts = list({d.text: Text(d.doc_id, d.text) for chosen in docs for d in chosen}.values())
-    sequences = [whole_sequence(lm, t, settings.add_bos) for t in texts]
-    return Texts(settings, artifacts, docs, texts, sequences)
+    """The chosen documents of ``artifact`` and ``lm``'s tokens of each distinct text, tokenized once."""
+    docs = pick_documents(artifact, documents)
+    plain = plain_texts([Text(d.doc_id, d.text) for d in docs], lm, settings)
+    return replace(plain, artifact=artifact, docs=docs)
 
 
 def plain_texts(texts: list[Text], lm: LoadedModel, settings: ScoreSettings) -> Texts:
-    """Texts without an artifact (lm-eval's requests), each tokenized once: what ``logprobs`` scores."""
+    """Texts without an artifact (lm-eval's requests), each distinct text tokenized once (the first of
+    its ids kept): what ``logprobs`` scores."""
     first: dict[str, Text] = {}
     for t in texts:
         first.setdefault(t.text, t)
     unique = list(first.values())
-    return Texts(settings, [], [], unique, [whole_sequence(lm, t, settings.add_bos) for t in unique])
+    return Texts(settings, None, [], unique, [whole_sequence(lm, t, settings.add_bos) for t in unique])
 
 
 def logprobs(texts: Texts, lm: LoadedModel, scoring: Scoring, *, progress: bool = False) -> list[ModelTokens]:
@@ -179,9 +178,11 @@ def logprobs(texts: Texts, lm: LoadedModel, scoring: Scoring, *, progress: bool 
 def score_texts(
     texts: Texts, lm: LoadedModel, scoring: Scoring, limits: Sequence[Limit] | None = None, *, progress=False
 ) -> Scores:
-    """Every artifact's documents at each context limit (default: ``settings.context_limit`` alone),
+    """The artifact's documents at each context limit (default: ``settings.context_limit`` alone),
     each limit checked as `make score` checks its ``context_limit``. The model is in eval mode
     throughout, then back in the mode it was in."""
+    if texts.artifact is None:
+        raise PipelineError("scoring needs the texts of a key-token artifact (texts_of), not plain texts")
     limits = (texts.settings.context_limit,) if limits is None else tuple(limits)
     scorer = scorer_of(lm, scoring)
     tally = Tally(texts, limits)
@@ -189,11 +190,9 @@ def score_texts(
         tally.add(one)
     records = [settings_record(at, scorer.compute, lm, scorer) for at in at_limits(texts.settings, limits)]
     results = [
-        [result(artifact, tally.in_order(a, r), records[r], tally.seconds[r]) for r in range(len(limits))]
-        for a, artifact in enumerate(texts.artifacts)
+        result(texts.artifact, tally.in_order(r), records[r], tally.seconds[r]) for r in range(len(limits))
     ]
-    for row in results:
-        warn(row, lm, scorer)
+    warn(results, lm, scorer)
     return tally.scores_of(results)
 
 
@@ -249,60 +248,55 @@ def at_limits(settings: ScoreSettings, limits: tuple[Limit, ...]) -> list[ScoreS
 
 @dataclass
 class Tally:
-    """What ``score_texts`` gathers pass by pass: per artifact and limit the documents' sums, per
-    limit the model time and the documents its full pass served, per document the key tokens each
-    limit cuts off from some of the context before them."""
+    """What ``score_texts`` gathers pass by pass: per limit the documents' sums, the model time and the
+    documents its full pass served; per document the key tokens each limit cuts off from some of the
+    context before them."""
 
     texts: Texts
     limits: tuple[Limit, ...]
-    scores: list[list[dict[int, DocumentScore]]] = field(init=False)
-    limited: list[np.ndarray] = field(init=False)
+    scores: list[dict[int, DocumentScore]] = field(init=False)  # per limit, by document row
+    limited: np.ndarray = field(init=False)
     seconds: list[float] = field(init=False)
     copied: list[int] = field(init=False)
-    aligned: dict[tuple[int, int], TokenAlignment] = field(init=False, default_factory=dict)
+    holders: list[list[int]] = field(init=False)  # per distinct text, the rows of the documents with it
+    aligned: dict[int, TokenAlignment] = field(init=False, default_factory=dict)  # by document row
 
     def __post_init__(self) -> None:
-        n, m = len(self.texts.artifacts), len(self.limits)
-        self.scores = [[{} for _ in range(m)] for _ in range(n)]  # by document row
-        self.limited = [np.zeros((len(docs), m), dtype=np.int64) for docs in self.texts.docs]
+        m = len(self.limits)
+        self.scores = [{} for _ in range(m)]
+        self.limited = np.zeros((len(self.texts.docs), m), dtype=np.int64)
         self.seconds, self.copied = [0.0] * m, [0] * m
         index = {t.text: i for i, t in enumerate(self.texts.texts)}
-        self.holders: list[list[tuple[int, int]]] = [
-            [] for _ in self.texts.texts
-        ]  # per text: (artifact, row)
-        for a, docs in enumerate(self.texts.docs):
-            for row, doc in enumerate(docs):
-                self.holders[index[doc.text]].append((a, row))
+        self.holders = [[] for _ in self.texts.texts]
+        for row, doc in enumerate(self.texts.docs):
+            self.holders[index[doc.text]].append(row)
 
     def add(self, one: Pass) -> None:
         """One pass: the sums of every document with its text (each document's key spans carried
         onto the tokens once, for every limit)."""
         self.seconds[one.limit] += one.seconds
         limit = self.limits[one.limit]
-        for a, row in self.holders[one.text]:
-            doc = self.texts.docs[a][row]
-            if (a, row) not in self.aligned:
-                self.aligned[(a, row)] = align_tokens(doc, one.tokens, self.texts.settings)
-            aligned = self.aligned[(a, row)]
-            self.scores[a][one.limit][row] = document_score(doc.doc_id, one.tokens, aligned)
+        for row in self.holders[one.text]:
+            doc = self.texts.docs[row]
+            if row not in self.aligned:
+                self.aligned[row] = align_tokens(doc, one.tokens, self.texts.settings)
+            aligned = self.aligned[row]
+            self.scores[one.limit][row] = document_score(doc.doc_id, one.tokens, aligned)
             if not one.fits:
                 cut = key_positions(aligned, one.sequence.n_prefix) >= limit
-                self.limited[a][row, one.limit] = int(cut.sum())
-            if a == 0:
-                self.copied[one.limit] += int(one.fits and limit is not None)
+                self.limited[row, one.limit] = int(cut.sum())
+            self.copied[one.limit] += int(one.fits and limit is not None)
 
-    def in_order(self, a: int, r: int) -> list[DocumentScore]:
-        """Artifact ``a``'s document sums at limit ``r``, in the artifact's order."""
-        return [self.scores[a][r][row] for row in range(len(self.texts.docs[a]))]
+    def in_order(self, r: int) -> list[DocumentScore]:
+        """The document sums at limit ``r``, in the artifact's order."""
+        return [self.scores[r][row] for row in range(len(self.texts.docs))]
 
-    def scores_of(self, results: list[list[ScoreResult]]) -> Scores:
+    def scores_of(self, results: list[ScoreResult]) -> Scores:
         """The results with the ladder's per-document statistics."""
         m = len(self.limits)
-        key_nll, key_n = [], []
-        for a in range(len(self.texts.docs)):
-            by_limit = [self.in_order(a, r) for r in range(m)]
-            key_nll.append(np.array([[s.key.nll for s in scores] for scores in by_limit]).T.reshape(-1, m))
-            key_n.append(np.array([s.key.n for s in by_limit[-1]]))
+        by_limit = [self.in_order(r) for r in range(m)]
+        key_nll = np.array([[s.key.nll for s in scores] for scores in by_limit]).T.reshape(-1, m)
+        key_n = np.array([s.key.n for s in by_limit[-1]])
         return Scores(self.limits, results, key_nll, key_n, self.limited, self.seconds, self.copied)
 
 
@@ -352,7 +346,8 @@ def settings_record(
     settings: ScoreSettings, compute: Compute | None, lm: LoadedModel, scorer: TargetScorer
 ) -> dict[str, Any]:
     """What a result records of how it was computed: the score settings, the head blocks and window
-    batches, the resolved dtypes and where the model ran (on a GPU: which, ``gpu_record``)."""
+    batches, the resolved dtypes, a compiled body (``compilation.record``) and where the model ran (on
+    a GPU: which, ``gpu_record``)."""
     names = ("head_chunk", "vocab_tile", "window_batch_tokens")  # a scorer made without scorer_for: its own
     blocks = compute.record() if compute is not None else {name: getattr(scorer, name) for name in names}
     return {
@@ -361,15 +356,19 @@ def settings_record(
         "dtype": dtype_name(lm.dtype),
         "head_dtype": dtype_name(scorer.head_dtype),
         "device": lm.placement,
+        **compilation.record(lm.model),
         **gpu_record(lm.model),
     }
 
 
-def unavailable_metrics(artifact: KeyTokenArtifact) -> dict[str, str]:
-    """Why a metric is null for this artifact, by name (empty when every metric is computed)."""
+def unavailable_metrics(artifact: KeyTokenArtifact, *, grid: bool = True) -> dict[str, str]:
+    """Why a metric (and, with ``grid``, the alpha/beta grid) is null for this artifact, by name; empty
+    when every metric is computed."""
     if artifact.has_token_values:
         return {}
-    return {
-        "longppl_soft": f"LongPPL-soft {NEEDS_TOKEN_VALUES}",
-        "grid": f"the alpha/beta grid {NEEDS_TOKEN_VALUES}",
+    reasons = {
+        m.name: f"{m.label} {NEEDS_TOKEN_VALUES}"
+        for m in metric_registry.metrics()
+        if m.subset in metric_registry.NEEDS_TOKEN_VALUES
     }
+    return reasons | ({"grid": f"the alpha/beta grid {NEEDS_TOKEN_VALUES}"} if grid else {})

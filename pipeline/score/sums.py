@@ -2,8 +2,10 @@
 
 Per document, per token subset (all tokens for PPL, key tokens for LongPPL, weights for LongPPL-soft,
 each (alpha, beta) of the grid): the count and the NLL sum, and the UTF-8 bytes for bits per byte
-(``pipeline.score.bpb``). The corpus values are token-weighted, as in the paper: the exponential of
-the mean negative log-likelihood over all scored tokens of all documents (``corpus_summary``).
+(``pipeline.score.bpb``). Each metric of the registry (``pipeline.metric_registry``) is a value of one
+subset's sums: per document of the document's, per corpus of the documents' pooled. The corpus values
+are token-weighted, as in the paper: the exponential of the mean negative log-likelihood over all
+scored tokens of all documents (``corpus_summary``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from pipeline.metric_registry import SUBSETS, metrics
 
 
 @dataclass
@@ -61,11 +65,7 @@ class DocumentScore:
     def summary(self) -> dict[str, Any]:
         return {
             "doc_id": self.doc_id,
-            "ppl": self.all.perplexity(),
-            "longppl": self.key.perplexity(),
-            "longppl_soft": self.soft.perplexity(),
-            "bpb": self.all.bits_per_byte(),
-            "key_bpb": self.key.bits_per_byte(),
+            **metric_values(self),
             "n_tokens": self.n_tokens,
             "n_scored": int(self.all.n),
             "n_key_tokens": int(self.key.n),
@@ -75,6 +75,11 @@ class DocumentScore:
             "n_bytes": self.all.bytes,
             "n_key_bytes": self.key.bytes,
         }
+
+
+def metric_values(sums: DocumentScore) -> dict[str, float | None]:
+    """Every registered metric's value of a document's sums, or of a corpus's (``corpus_summary``)."""
+    return {m.name: m.value(getattr(sums, m.subset)) for m in metrics()}
 
 
 def grid_label(alpha: float, beta: float) -> str:
@@ -92,23 +97,20 @@ def pool(parts: Iterable[Sums]) -> Sums:
 
 def corpus_summary(scores: list[DocumentScore]) -> dict[str, Any]:
     """Token-weighted corpus values over all documents."""
-    total = {name: pool(getattr(s, name) for s in scores) for name in ("all", "key", "soft")}
+    pooled = {name: pool(getattr(s, name) for s in scores) for name in SUBSETS}
+    total = DocumentScore("corpus", sum(s.n_tokens for s in scores), False, **pooled)  # the corpus's sums
     labels = dict.fromkeys(label for s in scores for label in s.grid)
     grid = {label: pool(s.grid[label] for s in scores if label in s.grid) for label in labels}
     key_chars = sum(s.key_chars for s in scores)
     return {
-        "ppl": total["all"].perplexity(),
-        "longppl": total["key"].perplexity(),
-        "longppl_soft": total["soft"].perplexity(),
-        "bpb": total["all"].bits_per_byte(),
-        "key_bpb": total["key"].bits_per_byte(),
-        "n_tokens": int(total["all"].n),
-        "n_key_tokens": int(total["key"].n),
+        **metric_values(total),
+        "n_tokens": int(total.all.n),
+        "n_key_tokens": int(total.key.n),
         "key_char_coverage": sum(s.covered_key_chars for s in scores) / key_chars if key_chars else None,
         "n_documents": len(scores),
         "n_truncated": sum(s.truncated for s in scores),
-        "n_bytes": total["all"].bytes,
-        "n_key_bytes": total["key"].bytes,
+        "n_bytes": total.all.bytes,
+        "n_key_bytes": total.key.bytes,
         "grid": {k: {"longppl": v.perplexity(), "n_key_tokens": int(v.n)} for k, v in grid.items()},
     }
 

@@ -8,6 +8,7 @@ hashes still verify) plus a dataset card whose YAML front matter declares one co
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,19 @@ import yaml
 
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import MANIFEST, KeyTokenArtifact, artifact_kind, table_names
+from pipeline.artifact.shards import (
+    SHARDING,
+    artifact_files,
+    recorded_rows,
+    shard_count,
+    shard_name,
+    shard_pattern,
+    table_files,
+)
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
+from pipeline.marks import marked_folder
+from pipeline.outputs import FolderKind, Output, check, make_folder
 from pipeline.reporting.common import md_code
 from pipeline.settings import Text
 
@@ -50,7 +62,7 @@ def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
         "configs": [
             {
                 "config_name": name,
-                "data_files": f"{name}.parquet",
+                "data_files": data_files(manifest, name),
                 **({"default": True} if name == "spans" else {}),
             }
             for name in table_names(manifest)
@@ -64,8 +76,16 @@ def front_matter(artifact: KeyTokenArtifact, license_id: str) -> dict[str, Any]:
             "kind": artifact_kind(manifest),
             "evaluator_revision": evaluator.get("revision") or evaluator.get("file_sha256"),
             **params,
+            **({"shards": shard_count(manifest)} if shard_count(manifest) else {}),
         },
     }
+
+
+def data_files(manifest: dict[str, Any], table: str) -> str:
+    """A config's ``data_files``: the table's one file, or the glob of its shards (as ``datasets`` names
+    a split's: ``tokens-*-of-00004.parquet``)."""
+    files = table_files(manifest, table)
+    return files[0] if len(files) == 1 else shard_pattern(table, len(files))
 
 
 def dataset_card(artifact: KeyTokenArtifact, repo: str, license_id: str) -> str:
@@ -74,10 +94,11 @@ def dataset_card(artifact: KeyTokenArtifact, repo: str, license_id: str) -> str:
     manifest = artifact.manifest
     s = manifest["settings"]
     evaluator = s["evaluator"]
-    n_docs = manifest["files"]["documents.parquet"]["rows"]
+    n_docs = recorded_rows(manifest, "documents")
     tables = table_names(manifest)
     front = yaml.safe_dump(front_matter(artifact, license_id), sort_keys=False, allow_unicode=True)
     definition = md_code(", ".join(f"{k}={s[k]}" for k in ("K", "d", "alpha", "beta", "gamma")))
+    notes = shard_list(manifest, tables) + origin(manifest)
     body = f"""
 # Key tokens for LongPPL: {repo}
 
@@ -88,7 +109,7 @@ its long-context log-prob exceeds beta ({definition}). Spans are character offse
 texts, so any model, with any tokenizer, can be scored against them.
 
 {table_rows(manifest, tables)}
-{origin(manifest)}`manifest.json` records every setting, library versions and the sha256 of each file.
+{notes}`manifest.json` records every setting, library versions and the sha256 of each file.
 Fingerprint {md_code(manifest["fingerprint"])}, contents {md_code(artifact.contents)}: a download must
 match both (the exact bytes). Discrete hash {md_code(artifact.identity.discrete)}: the texts, tokens and
 key spans, which `make keytokens` with these settings reproduces on any machine, with per-token values
@@ -148,8 +169,26 @@ TABLE_TEXT = {
 
 
 def table_rows(manifest: dict[str, Any], tables: tuple[str, ...]) -> str:
-    rows = [f"| `{t}` | {manifest['files'][f'{t}.parquet']['rows']} | {TABLE_TEXT[t]} |" for t in tables]
+    rows = [f"| `{t}` | {recorded_rows(manifest, t)} | {TABLE_TEXT[t]} |" for t in tables]
     return "\n".join(["| config | rows | what |", "|---|---:|---|", *rows]) + "\n"
+
+
+def shard_list(manifest: dict[str, Any], tables: tuple[str, ...]) -> str:
+    """For a sharded artifact, every shard with its documents and rows (shard ``i`` of each table holds
+    the same whole documents); nothing for one file per table."""
+    count = shard_count(manifest)
+    if count is None:
+        return ""
+    documents, files = manifest[SHARDING]["documents"], manifest["files"]
+    head = ["| file | documents | rows |", "|---|---:|---:|"]
+    names = [(shard_name(t, i, count), i) for t in tables for i in range(count)]
+    rows = [f"| `{name}` | {documents[i]} | {files[name]['rows']} |" for name, i in names]
+    return (
+        f"The tables are in {count} shards each, named as Hub datasets name theirs "
+        f"(`{shard_name('tokens', 0, count)}`), cut at document boundaries: shard `i` of every table "
+        "holds the same whole documents. `manifest.json` records each shard's sha256, and a reader that "
+        "finds one missing, extra or of another artifact refuses it.\n\n" + "\n".join([*head, *rows]) + "\n\n"
+    )
 
 
 def origin(manifest: dict[str, Any]) -> str:
@@ -172,43 +211,43 @@ def prepare_folder(artifact_dir: str | Path, out_dir: str | Path, repo: str, lic
     check_repo(repo)
     artifact = load_artifact(artifact_dir)
     out = Path(out_dir)
-    names = [*(f"{t}.parquet" for t in table_names(artifact.manifest)), MANIFEST, CARD]
-    own_folder(out, artifact.root, names)
+    names = [*artifact_files(artifact.manifest, table_names(artifact.manifest)), MANIFEST, CARD]
+    folder = own_folder(out, artifact.root, names)
     for name in names[:-1]:
-        (out / name).unlink(missing_ok=True)
-        shutil.copy2(artifact.root / name, out / name)
+        (folder / name).unlink(missing_ok=True)
+        shutil.copy2(artifact.root / name, folder / name)
     card = dataset_card(artifact, repo, license_id)
     check_card(card, artifact, license_id)
-    write_bytes_atomic(out / CARD, card.encode())
+    write_bytes_atomic(folder / CARD, card.encode())
     load_artifact(out)  # the copy verifies like the original
     return out
 
 
-def own_folder(out: Path, source: Path, names: list[str]) -> None:
+def own_folder(out: Path, source: Path, names: list[str]) -> Path:
     """Make ``out`` (with ``MARKER``), or check that an earlier run made it (a failed upload's folder is
-    prepared anew): a folder this command did not make (an artifact, any other), the artifact itself,
-    or one with files it did not write is never written into."""
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise PipelineError(f"out_dir={out} is not a folder `make publish` made: choose a new out_dir")
-        if out.resolve() == source.resolve():
-            raise PipelineError(f"out_dir={out} is the artifact being published: choose a new out_dir")
-        if not (out / MARKER).is_file():
-            raise PipelineError(
-                f"out_dir={out} is a folder `make publish` did not make (nothing was written into it): "
-                "choose a new out_dir, which it makes"
-            )
-        others = sorted(p.name for p in out.iterdir() if p.name not in [*names, MARKER])
-        if others:
-            raise PipelineError(
-                f"{out} holds files that `make publish` did not write ({', '.join(others[:3])}): choose "
-                "another out_dir or delete it"
-            )
-        return
+    prepared anew): a folder this command did not make (an artifact, any other, even an empty one),
+    the artifact itself, or one with files it did not write is never written into (``pipeline.outputs``);
+    the folder, where it leads."""
+    if out.exists() and out.resolve() == source.resolve():
+        raise PipelineError(f"out_dir={out} is the artifact being published: choose a new out_dir")
     if source.resolve() in out.resolve().parents:
         raise PipelineError(f"out_dir={out} is inside the artifact being published: choose a new out_dir")
-    out.mkdir(parents=True)
-    write_bytes_atomic(out / MARKER, b"made by make publish: the folder it uploads\n")
+    return make_folder(check(Output("out_dir", out, publish_folder(names))))
+
+
+def publish_folder(names: list[str]) -> FolderKind:
+    """A folder `make publish` made (``MARKER``; an empty one is not), holding only ``names``: a copy of
+    an artifact, so an artifact's folder as far as its files go."""
+    marked = marked_folder("publish", MARKER, empty=False)
+
+    def mine(folder: Path) -> str | None:
+        if why := marked.mine(folder):
+            return why
+        others = sorted(p.name for p in folder.iterdir() if p.name not in [*names, MARKER])
+        listed = ", ".join(others[:3])
+        return f"a folder that holds files that `make publish` did not write ({listed})" if others else None
+
+    return dataclasses.replace(marked, mine=mine, is_artifact=True)
 
 
 def upload(folder: Path, repo: str, private: bool) -> str:
@@ -224,6 +263,7 @@ def upload(folder: Path, repo: str, private: bool) -> str:
             repo_type="dataset",
             commit_message="LongPPL key-token artifact",
             ignore_patterns=[MARKER],
+            delete_patterns=["*.parquet"],  # an earlier upload's tables, of another layout, go
         )
     except Exception as exc:  # offline, no token, no rights: one line that says what to do
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]

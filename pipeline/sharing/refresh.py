@@ -40,8 +40,11 @@ from pipeline.artifact.identity import Identity, differences
 from pipeline.artifact.reader import normalized_location, open_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
-from pipeline.files import conf_file, locate_input, strict_json
+from pipeline.files import conf_file, locate_input, strict_json, write_bytes_atomic
+from pipeline.marks import folder_for
+from pipeline.metric_registry import perplexities
 from pipeline.models.loading import ModelChoice
+from pipeline.outputs import Output, check
 from pipeline.results import score as results
 from pipeline.results.keys import context_name, model_identity
 from pipeline.score.sums import official_aggregate, official_aggregate_before_a7082c3
@@ -196,12 +199,13 @@ def compare(
     fresh: dict[str, Any],
     expected: dict[str, Any],
     tolerance: float,
-    metrics=results.METRICS,
+    metrics: list[str] | None = None,
     source: str = "recorded",
 ) -> list[str]:
-    """The mismatches of one model (``fresh`` and ``expected`` are corpus values), one line each."""
+    """The mismatches of one model (``fresh`` and ``expected`` are corpus values), one line each;
+    ``metrics``: those compared (default: the registry's perplexities)."""
     problems = []
-    for metric in metrics:
+    for metric in perplexities() if metrics is None else metrics:
         new, old = fresh[metric], expected[metric]
         if (new is None) != (old is None) or (new is not None and not abs(new - old) <= tolerance * abs(old)):
             problems.append(
@@ -273,7 +277,7 @@ def recorded_value(
     check_recorded_artifact(refresh, name, recorded[name].get("artifact") or {}, artifact)
     try:
         values = corpus_values(recorded[name], refresh.aggregate)
-        missing = next((f"corpus.{m}" for m in results.METRICS if m not in values), None)
+        missing = next((f"corpus.{m}" for m in perplexities() if m not in values), None)
     except (KeyError, TypeError, AttributeError) as exc:
         values, missing = {}, f"the per-document values ({type(exc).__name__}: {exc})"
     if missing:
@@ -328,7 +332,7 @@ def check_model(
     if recorded is not None:
         same_run(refresh, model.name, row, recorded)
         others = [p for p in results.differing_numbers(row, recorded, refresh.tolerance)
-                  if p.split(" ", 1)[0] not in {f"corpus.{m}" for m in results.METRICS}]  # fmt: skip
+                  if p.split(" ", 1)[0] not in {f"corpus.{m}" for m in perplexities()}]  # fmt: skip
         problems += [f"{model.name}: {p}" for p in others[:6]]
         problems += [f"{model.name}: and {len(others) - 6} more numbers"] if len(others) > 6 else []
     return problems
@@ -362,20 +366,23 @@ class Refreshed:
     tolerance: float
 
 
+# The record a refresh writes whole (record=true): a file of scores lines (``pipeline.outputs``)
+RECORD = dataclasses.replace(results.KIND, appended=False)
+
+
 def refresh_leaderboard(refresh: Refresh) -> Refreshed:
     """Every pinned model rescored against the pinned artifact; the results recorded (``record``) or
     compared with the expected ones (a difference is an error naming it)."""
+    check(Output("work_dir", Path(refresh.work_dir), folder_for("folders of runs", "leaderboard-refresh")))
+    record = check(Output("recorded", Path(refresh.recorded), RECORD)) if refresh.record else None
     models = refresh.pinned()
     artifact = check_identity(refresh)
     expected = recorded_values(refresh, models, artifact)  # before the (long) scoring
     fresh_rows = score_all(refresh, models)
-    if refresh.record:
-        recorded_path = Path(refresh.recorded)
-        recorded_path.parent.mkdir(parents=True, exist_ok=True)
-        recorded_path.write_text(
-            "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows), encoding="utf-8"
-        )
-        return Refreshed(fresh_rows, recorded_path, refresh.tolerance)
+    if record is not None:
+        data = "".join(strict_json(r, sort_keys=True) + "\n" for r in fresh_rows).encode()
+        write_bytes_atomic(record.path, data, record)
+        return Refreshed(fresh_rows, record.path, refresh.tolerance)
     problems = []
     recorded = {} if all(m.expected is not None for m in models) else recorded_rows(Path(refresh.recorded))
     for model, row in zip(models, fresh_rows, strict=True):

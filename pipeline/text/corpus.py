@@ -8,17 +8,19 @@ artifacts index into these exact strings, tied to them by their sha256.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic.dataclasses
+from pydantic import AfterValidator
 from tqdm.auto import tqdm
 
 from pipeline.definition import Positive
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, settings_type
 from pipeline.files import locate_input
 from pipeline.provenance import text_sha256
 from pipeline.settings import NonNegative, parse
@@ -47,6 +49,18 @@ def check_unicode(text: str, where: str) -> None:
         ) from None
 
 
+def distinct_tasks(tasks: Sequence[str]) -> Sequence[str]:
+    """LooGLE's ``corpus.tasks`` (and `make validate`'s ``loogle.tasks``), each named once: a task named
+    twice would add its questions twice to its documents, and the artifact would fail its own checks
+    after the whole stage ran."""
+    twice = next((task for number, task in enumerate(tasks) if task in tasks[:number]), None)
+    if twice is not None:
+        once = ",".join(dict.fromkeys(tasks))
+        raise ValueError(f"names {twice} twice: name each task once ([{once}])")
+    return tasks
+
+
+@settings_type
 @pydantic.dataclasses.dataclass(frozen=True)
 class CorpusSpec:
     """Where a corpus comes from. ``path`` (JSONL or Parquet) or ``dataset`` (a Hub id, or a local
@@ -79,7 +93,7 @@ class CorpusSpec:
     # (``dataset`` at ``revision``) or a folder of its task files; ``tasks``: the tasks whose documents
     # are read.
     loogle: str | None = None
-    tasks: tuple[str, ...] = ("shortdep_qa", "longdep_qa")
+    tasks: Annotated[tuple[str, ...], AfterValidator(distinct_tasks)] = ("shortdep_qa", "longdep_qa")
 
     @classmethod
     def parse(cls, node: Any) -> CorpusSpec:

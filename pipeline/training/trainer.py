@@ -27,6 +27,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
+from pipeline.outputs import FolderKind, Output, check
 from pipeline.training.longce import LongCE, LongCEOutput, LongCESettings
 from pipeline.training.sequences import RightPadCollator, SequenceDataset, TrainingSequence
 
@@ -125,6 +126,32 @@ def training_arguments(run_dir: Path, training: dict[str, Any], device: str, see
         return TrainingArguments(**{**training, **fixed})
     except (TypeError, ValueError) as exc:
         raise PipelineError(f"training arguments: {exc} (see transformers.TrainingArguments)") from exc
+
+
+RECORD_FIELDS = {"name", "loss", "model", "training"}  # what a run's run.json holds, from its start
+
+
+def foreign_folder(folder: Path) -> str | None:
+    """Why ``folder`` is no fine-tuning run's folder: it holds files, but no ``run.json`` of one."""
+    if next(folder.iterdir(), None) is None:
+        return None
+    try:
+        record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        record = None
+    if isinstance(record, dict) and set(record) >= RECORD_FIELDS:
+        return None
+    return "a folder that holds no fine-tuning run (no run.json of one)"
+
+
+RUN_FOLDER = FolderKind("runs' folders (new, empty, or a run's)", "`make finetune`", foreign_folder)
+
+
+def check_output(run_dir: Path) -> None:
+    """Where a run writes, checked before the model loads (``pipeline.outputs``): a new or empty folder,
+    or a run's (resumed, or made anew), in no artifact's or model's folder, on a disk this process can
+    write."""
+    check(Output("output_dir", run_dir, RUN_FOLDER))
 
 
 def finetune(

@@ -5,8 +5,8 @@ group or a local checkpoint, with a context limit: the score stage's ``context_l
 (``evaluators``) are key-token artifacts on the same GovReport documents: an existing one, or one
 built here by the keytokens stage with a ``conf/evaluator/`` group. Per member: the teacher-forced
 answer-token accuracy on the synthetic documents (``study.retrieval``), and the score call on the
-GovReport documents against every evaluator at once (``score.engine.score_texts``: one pass of the
-model per text), so a second evaluator costs no model time.
+GovReport documents against every evaluator at once (``shared_passes.score_artifacts``: one pass of
+the model per text), so a second evaluator costs no model time.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from pipeline.jobs.keytokens import KeyTokensJob
 from pipeline.jobs.recipe import run as run_job
 from pipeline.models.loading import ModelChoice
 from pipeline.models.logprobs import TargetScorer
-from pipeline.score.engine import score_texts, texts_of
 from pipeline.settings import Compute, ScoreSettings
 from studies.validation import study
 from studies.validation.options import ValidateSettings
+from studies.validation.shared_passes import score_artifacts
 from studies.validation.synthetic import SyntheticDocument
 
 # The built artifact takes the numbers' settings of the reference artifact (`govreport`) ...
@@ -242,8 +242,8 @@ def member_row(
     settings = ScoreSettings(context_limit=m.context_limit)
     ids = [d.doc_id for d in evals[0].documents]
     started = time.time()
-    texts = texts_of([ev.artifact for ev in evals], lm, settings, documents=ids)
-    corpora = [row[0].corpus for row in score_texts(texts, lm, compute).results]
+    scored = score_artifacts([ev.artifact for ev in evals], lm, settings, compute, documents=ids)
+    corpora = [r.corpus for r in scored]
     seconds = time.time() - started
     row = {
         "label": m.label,

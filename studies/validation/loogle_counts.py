@@ -18,7 +18,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.shared import arguments, output_file
 from pipeline.artifact.qa import ArtifactQuestion, Evidence
+from pipeline.errors import one_line_errors
 from pipeline.loogle.data.reading import DataSource, load_questions
 from pipeline.loogle.evidence import answer_gain
 from pipeline.models.loading import ModelChoice
@@ -48,10 +50,14 @@ def questions(data: str) -> tuple[list[ArtifactQuestion], dict[str, str]]:
     return out, texts
 
 
-def counts(data: str, limits: tuple[int | None, ...] = LIMITS) -> dict[str, Any]:
+def counts(
+    data: str,
+    limits: tuple[int | None, ...] = LIMITS,
+    read: tuple[list[ArtifactQuestion], dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """Per member (each model at each of ``limits`` below its context): its counted questions and its
-    exclusions by reason, on ``data``'s questions."""
-    asked, texts = questions(data)
+    exclusions by reason, on ``data``'s questions (``read``: as ``questions(data)`` gave them)."""
+    asked, texts = read or questions(data)
     out: dict[str, Any] = {"questions": len(asked), "documents": len(texts), "members": {}}
     for spec in MODELS:
         choice = ModelChoice(spec=spec)
@@ -77,20 +83,30 @@ def limit_arg(text: str) -> int | None:
     return int(text)
 
 
+def data_arg(text: str) -> str:
+    """A data source: ``sample``, ``hub`` or a folder that exists (its files are read before any model
+    loads)."""
+    if text in ("sample", "hub") or Path(text).is_dir():
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is no folder here: sample, hub or a folder of LooGLE's files")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", nargs="+", default=[str(TEST_DATA), "sample"])
-    parser.add_argument(
-        "--limits", nargs="+", type=limit_arg, default=list(LIMITS), metavar="LIMIT",
-        help="context limits in tokens, or full (default: the study's: 256 1024 2048 full)",
-    )  # fmt: skip
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    limits = tuple(dict.fromkeys(args.limits))
-    out = {("test data" if Path(d) == TEST_DATA else d): counts(d, limits) for d in args.data}
-    print(json.dumps(out, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    with one_line_errors():
+        parser = arguments(__doc__.splitlines()[0])
+        parser.add_argument("--data", nargs="+", type=data_arg, default=[str(TEST_DATA), "sample"])
+        parser.add_argument(
+            "--limits", nargs="+", type=limit_arg, default=list(LIMITS), metavar="LIMIT",
+            help="context limits in tokens, or full (default: the study's: 256 1024 2048 full)",
+        )  # fmt: skip
+        parser.add_argument("--json", type=output_file, help="write the counts here too (its folder exists)")
+        args = parser.parse_args()
+        limits = tuple(dict.fromkeys(args.limits))
+        read = {d: questions(d) for d in args.data}  # every data set checked before any model loads
+        out = {("test data" if Path(d) == TEST_DATA else d): counts(d, limits, read[d]) for d in args.data}
+        print(json.dumps(out, indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ that family on the same documents (its PPL, LongPPL and LongPPL-soft).
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 from typing import Any
 
+from bench.shared import arguments, existing, output_file
 from pipeline.artifact.qa import ArtifactQuestion, Evidence
+from pipeline.errors import PipelineError, one_line_errors
 from pipeline.loogle.data.reading import DataSource, load_questions
 from pipeline.loogle.evidence import answer_gain
 from pipeline.models.loading import ModelChoice
@@ -84,19 +84,31 @@ def correlations(gains: dict[str, Any], results: dict[str, Any]) -> dict[str, An
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--results", type=Path, required=True, help="a results.json of the family on the sample"
-    )
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    gains: dict[str, Any] = {}
-    for spec, limits in MEMBERS.items():
-        gains |= member_gains(spec, limits)
-    out = {"gains": gains, "correlations": correlations(gains, json.loads(args.results.read_text()))}
-    print(json.dumps(out["correlations"], indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    with one_line_errors():
+        parser = arguments(__doc__.splitlines()[0])
+        parser.add_argument(
+            "--results", type=existing, required=True, help="a results.json of the family on the sample"
+        )
+        parser.add_argument("--json", type=output_file, help="write the gains here too (its folder exists)")
+        args = parser.parse_args()
+        try:
+            results = json.loads(args.results.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise PipelineError(f"--results {args.results}: no results.json ({exc})") from None
+        family = results.get("family") if isinstance(results, dict) else None
+        if not isinstance(family, list) or not all(isinstance(r, dict) and {"label", "loogle"} <= r.keys()
+                                                   for r in family):  # fmt: skip
+            raise PipelineError(
+                f"--results {args.results}: no family with LooGLE metrics (a results.json of `make "
+                "validate` on the sample: docs/reports/validation/results.json)"
+            )
+        gains: dict[str, Any] = {}
+        for spec, limits in MEMBERS.items():
+            gains |= member_gains(spec, limits)
+        out = {"gains": gains, "correlations": correlations(gains, results)}
+        print(json.dumps(out["correlations"], indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

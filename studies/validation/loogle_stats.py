@@ -9,11 +9,15 @@ members share.
   each model (its counting members, one per context limit).
 - Each group twice: each member's mean over its own counted questions, and over the questions every
   member of the group counts (``common``, when there are at least ``min_questions``).
-- p-values: scipy's (members taken as independent, which they are not) and a paired bootstrap over
-  questions: the questions resampled with replacement, the same resample for every member, each
-  member's mean over its counted questions in it, the metrics taken as fixed; p (two-sided) is twice
-  the share of replicates on the far side of 0 (at most 1), with the 95% interval of Spearman's rho,
-  and the same for the difference of LongPPL's rho and PPL's.
+- p-values: scipy's (members taken as independent, which they are not) and a paired cluster bootstrap
+  over documents: the documents resampled with replacement, each drawn document bringing all of its
+  questions (a document's questions share its text, so they are not independent of each other), the
+  same resample for every member, each member's mean over its counted questions in it, the metrics
+  taken as fixed; p (two-sided) is twice the share of replicates on the far side of 0 (at most 1),
+  with the 95% interval of Spearman's rho, and the same for the difference of LongPPL's rho and PPL's.
+  It does not cover what varies with the members (their PPL, LongPPL and LongPPL-soft are taken as
+  exact), nor documents beyond the data's: with few documents (LooGLE's test data has 5) few distinct
+  resamples exist, and the interval is coarse.
 - A verdict is ``undetermined`` unless the group has at least 3 members and the bootstrap interval
   excludes 0.
 """
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.formats import fmt
 from pipeline.results.correlations import correlate
 
 METRICS = {"ppl": "PPL", "longppl": "LongPPL", "longppl_soft": "LongPPL-soft"}
@@ -53,21 +58,33 @@ def spearman(xs: np.ndarray, ys: np.ndarray) -> float:
     return float(stats.spearmanr(xs, ys).statistic)
 
 
+def documents_of(members: list[dict[str, Any]]) -> dict[str, str]:
+    """Each question's document (source id -> doc id), from the members' question records."""
+    return {q["source_id"]: q["doc_id"] for r in members for q in r["loogle"]["questions"]}
+
+
 def bootstrap(
     members: list[dict[str, Any]], questions: list[str], resamples: int, seed: int
 ) -> dict[str, np.ndarray]:
-    """Per metric, Spearman's rho of the metric against each member's mean gain over the resampled
-    ``questions`` it counts (a replicate where a member has none of its questions is NaN)."""
+    """Per metric, Spearman's rho of the metric against each member's mean gain over the ``questions``
+    it counts of each resample of their documents (a cluster bootstrap: a document drawn k times
+    weighs each of its questions k times; a replicate where a member has none of its questions is
+    NaN)."""
     gains = np.array([[counted(r).get(q, math.nan) for q in questions] for r in members])
+    document = documents_of(members)
+    names = list(dict.fromkeys(document[q] for q in questions))
+    of_question = np.array([names.index(document[q]) for q in questions])
     rng = np.random.default_rng(seed)
+    counts_of = ~np.isnan(gains)
+    values = np.where(counts_of, gains, 0.0)
+    xs = {metric: np.array([r["loogle"][metric] for r in members]) for metric in METRICS}
     out: dict[str, list[float]] = {m: [] for m in METRICS}
     for _ in range(resamples):
-        pick = gains[:, rng.integers(0, len(questions), len(questions))]
-        with np.errstate(invalid="ignore"):
-            means = np.nanmean(pick, axis=1) if not np.isnan(pick).all(axis=1).any() else None
+        weights = np.bincount(rng.integers(0, len(names), len(names)), minlength=len(names))[of_question]
+        total = (counts_of * weights).sum(axis=1)
+        means = (values * weights).sum(axis=1) / total if (total > 0).all() else None
         for metric in METRICS:
-            xs = np.array([r["loogle"][metric] for r in members])
-            out[metric].append(math.nan if means is None else spearman(xs, means))
+            out[metric].append(math.nan if means is None else spearman(xs[metric], means))
     return {m: np.array(v) for m, v in out.items()}
 
 
@@ -107,8 +124,10 @@ def group(
                      "bootstrap_interval": None if boot is None else interval(boot)})  # fmt: skip
     difference = replicates["longppl"] - replicates["ppl"] if replicates else None
     by = {r["metric"]: r for r in rows}
+    documents = len({documents_of(members)[q] for q in pool})
     return {
-        "labels": [r["label"] for r in members], "questions": len(pool), "common": questions is not None,
+        "labels": [r["label"] for r in members], "questions": len(pool), "documents": documents,
+        "common": questions is not None,
         "mean_gains": means, "rows": rows,
         "longppl_minus_ppl": None if difference is None else {
             "observed": None if by["longppl"]["spearman_r"] is None or by["ppl"]["spearman_r"] is None
@@ -146,10 +165,70 @@ def statistics(rows: list[dict[str, Any]], minimum: int, resamples: int, seed: i
     within = {m: both_ways([r for r in usable if r["model"] == m], minimum, resamples, seed) for m in models}
     return {
         "min_questions": minimum,
-        "bootstrap": {"resamples": resamples, "seed": seed, "level": LEVEL},
+        "bootstrap": {"resamples": resamples, "seed": seed, "level": LEVEL, "resampled": "documents"},
         "members": [{"label": r["label"], "model": r["model"], "n_counted": r["loogle"]["n_counted"],
                      "self_evaluation": r["loogle"]["self_evaluation"], "counts": r in usable} for r in rows],
         "across": both_ways(others, minimum, resamples, seed),
         "evaluator": both_ways(evaluator, minimum, resamples, seed),
         "within": within,
     }  # fmt: skip
+
+
+def recorded_rows(results: dict[str, Any]) -> tuple[list[dict[str, Any]], int, int, int]:
+    """The members, ``min_questions``, resamples and seed a results file recorded: `make validate`'s
+    ``results.json`` (its ``family``, each member's questions inside it) or a file of the LooGLE part
+    alone (``members`` with the ``questions`` of each beside them, as the SmolLM2 limits' raw JSON)."""
+    if "family" in results:
+        recorded = results["loogle"]["correlations"]
+        rows = [r for r in results["family"] if r.get("loogle")]
+        boot = recorded["bootstrap"]
+        return rows, recorded["min_questions"], boot["resamples"], boot["seed"]
+    questions = results["questions"]
+    rows = [{**m, "loogle": {**m["loogle"], "questions": questions[m["label"]]}} for m in results["members"]]
+    return rows, results["min_questions"], results["resamples"], results["seed"]
+
+
+def group_lines(name: str, result: dict[str, Any] | None) -> list[str]:
+    """A group's members, its questions and documents, each metric's rho with the bootstrap's p and
+    95% interval, and its verdict, as ``main`` prints them."""
+    if result is None:
+        return []
+    size = f"{result['questions']} questions of {result['documents']} documents"
+    lines = [f"{name}: {', '.join(result['labels']) or 'no member'} ({size})"]
+    for r in result["rows"]:
+        low, high = r["bootstrap_interval"] or (None, None)
+        span = f"[{fmt(low, '+.2f')}, {fmt(high, '+.2f')}]"
+        p = fmt(r["bootstrap_p"], ".2g")
+        lines.append(
+            f"  {r['label']:<13} rho {fmt(r['spearman_r'], '+.3f')}, bootstrap p {p}, 95% interval {span}"
+        )
+    return [*lines, f"  LongPPL against PPL: {result['verdict']}"]
+
+
+def main() -> None:
+    """The statistics of a results file recomputed with this module's bootstrap (over documents),
+    printed, and written as JSON with ``--json``: ``python -m studies.validation.loogle_stats --results
+    docs/reports/validation/results.json``."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, required=True, help="results.json, or a LooGLE part's JSON")
+    parser.add_argument("--json", type=Path, help="write the statistics here")
+    args = parser.parse_args()
+    stats = statistics(*recorded_rows(json.loads(args.results.read_text(encoding="utf-8"))))
+    groups = [("across", stats["across"]), ("evaluator", stats["evaluator"])]
+    groups += [(f"within {model}", both) for model, both in stats["within"].items()]
+    for name, both in groups:
+        print(
+            "\n".join(
+                group_lines(f"{name}, own", both["own"]) + group_lines(f"{name}, common", both["common"])
+            )
+        )
+    if args.json:
+        args.json.write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@ context is scored on the prefix that fits, counted as truncated), and the answer
 (``pipeline.loogle.evidence.answer_gain``, ``loogle.count``). Then the statistics of
 ``studies.validation.loogle_stats``: the members with at least ``loogle.min_questions`` counted
 questions, each metric against the mean answer gain within each model, across the members that are not
-the evaluator, and the evaluator's apart, with p-values of a paired bootstrap over questions.
+the evaluator, and the evaluator's apart, with p-values of a paired bootstrap over documents.
 """
 
 from __future__ import annotations

@@ -7,14 +7,16 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic.dataclasses
+from pydantic import AfterValidator
 
 from pipeline.definition import KeyTokenDefinition, Positive
 from pipeline.jobs.keytokens import KeyTokensJob
 from pipeline.models.loading import ModelChoice
 from pipeline.settings import Compute, NonNegative
+from pipeline.text.corpus import distinct_tasks
 
 
 @pydantic.dataclasses.dataclass(frozen=True, config=pydantic.ConfigDict(extra="forbid"))
@@ -29,10 +31,12 @@ class LoogleTargetOptions:
     evaluator: str = "gemma3-270m"
     preset: str = "cpu"
     max_tokens: Positive | None = 32767
-    tasks: list[str] = dataclasses.field(default_factory=lambda: ["longdep_qa"])
+    tasks: Annotated[list[str], AfterValidator(distinct_tasks)] = dataclasses.field(
+        default_factory=lambda: ["longdep_qa"]
+    )
     count: Literal["all", "some"] = "all"  # a question counts with all (or some) of its evidence located
     min_questions: Positive = 5  # a member counts with at least this many counted questions
-    resamples: Positive = 2000  # the paired bootstrap over questions
+    resamples: Positive = 2000  # the paired bootstrap over documents (each with all its questions)
     seed: NonNegative = 0
     only: bool = False  # recompute this target alone, into the previous run's results.json and report
 

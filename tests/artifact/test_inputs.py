@@ -40,7 +40,7 @@ def tokenizer_at_hand(monkeypatch, tokenizer, tiny_model_dir, tmp_path):
     """The tiny evaluator's tokenizer as the one at hand (a local evaluator never is): its
     ``tokenizer.json`` first, then as transformers loads it; and a fresh record of completed checks."""
 
-    def at_hand(settings):
+    def at_hand(settings, views):
         return inputs.Retokeniser("tiny", str(tiny_model_dir), {}, tiny_model_dir / "tokenizer.json")
 
     monkeypatch.setattr(inputs, "evaluator_tokenizer", at_hand)
@@ -95,7 +95,7 @@ def test_the_tokenizer_file_first_and_transformers_where_it_disagrees(
     made = []
 
     def at_hand(file):
-        def make(settings):
+        def make(settings, views):
             made.append(inputs.Retokeniser("tiny", str(tiny_model_dir), {}, file))
             return made[-1]
 

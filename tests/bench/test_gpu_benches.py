@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 from argparse import Namespace
-from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
@@ -72,7 +71,7 @@ def measured(tmp_path_factory):
     trained_tokenizer(tokenizer, vocab_size=2000)
     built = gpu.build(work, texts=2, tokens=600, shape="tiny", device="cpu", tokenizer=tokenizer)
     args = Namespace(work=work, texts=2, tokens=600, device="cpu", overrides=["K=128", "d=64"], float32=False)
-    args.budget, args.only, args.compile = 600, None, None
+    args.budget, args.only, args.compile = 600, None, False
     return built, gpu.measure(args), work
 
 
@@ -198,37 +197,32 @@ def test_the_machine_script_names_what_the_benches_read():
         assert option in script
     assert "--reference-scores" in script and "bench.numerics" in script and "bench.gpu_levers" in script
     assert "bench.gpu build" in script and "bench.gpu measure" in script
-    assert "bench.startup --sizes paper" in script and "--compile" in script
+    assert "bench.startup --sizes paper" in script and "--compile" in script and "compile=on" in script
 
 
 def test_compiled_contenders_start_cold_then_share_the_compile_cache(tmp_path):
-    """With --compile, both stages again with their layers under torch.compile: stage 1 first with an
-    empty compile cache and an artifact of its own, then with the cache it filled; each compared with
-    the uncompiled contender's measure (the official code, a plain forward)."""
-    runs = {r["name"]: r for r in gpu.contenders(tmp_path, 2, 600, "cpu", [], False, "default:true")}
+    """With --compile, both stages again with the pipeline's compile=on: stage 1 first with an empty
+    compile cache and an artifact of its own, then with the cache it filled; each compared with the
+    uncompiled contender's measure (the official code, a plain forward)."""
+    runs = {r["name"]: r for r in gpu.contenders(tmp_path, 2, 600, "cpu", [], False, True)}
     cold = runs["stage 1 compiled (ours), cold compile cache"]
     warm = runs["stage 1 compiled (ours), warm compile cache"]
     stage2 = runs["stage 2 compiled (ours), warm compile cache"]
     cache = str(tmp_path / "compile-cache")
     assert cold["env"]["TORCHINDUCTOR_CACHE_DIR"] == warm["env"]["TORCHINDUCTOR_CACHE_DIR"] == cache
     assert tmp_path / "compile-cache" in cold["fresh"] and tmp_path / "compile-cache" not in warm["fresh"]
-    assert cold["child"][-2:] == ["--compile", "default:true"] and stage2["child"][0] == "stage2"
+    assert cold["child"][-1] == stage2["child"][-1] == "compile=on" and stage2["child"][0] == "stage2"
     assert cold["versus"] == "find_key_token (official)" and stage2["versus"] == "plain forward + float32 CE"
     (tmp_path / "compile-cache").mkdir()
     options = {"work": str(tmp_path), "texts": 2, "device": "cpu", "overrides": [], "float32": False}
-    argv, env = gpu.command(cold["name"], 600, **options, compile="default:true")
-    assert not (tmp_path / "compile-cache").exists() and env == cold["env"] and "--compile" in argv
-    assert gpu_child.compile_options("max-autotune-no-cudagraphs:false") == {
-        "mode": "max-autotune-no-cudagraphs",
-        "dynamic": False,
-    }
-    assert gpu_child.compile_options("default") == {"mode": None, "dynamic": None}
+    argv, env = gpu.command(cold["name"], 600, **options, compile=True)
+    assert not (tmp_path / "compile-cache").exists() and env == cold["env"] and "compile=on" in argv
 
 
 def test_every_stage1_contender_starts_without_its_artifact(tmp_path):
     """A finished artifact would be left untouched (no text measured) by a second measure in the same
     work folder; a contender that measured no text is compared with nothing."""
-    runs = gpu.contenders(tmp_path, 2, 600, "cpu", [], True, "default")
+    runs = gpu.contenders(tmp_path, 2, 600, "cpu", [], True, True)
     stage1 = [r for r in runs if r["child"][0] == "stage1"]
     assert len(stage1) == 7 and all(len(r["fresh"]) >= 1 for r in stage1)
     artifact = tmp_path / "keytokens" / "paper600x2"
@@ -240,27 +234,6 @@ def test_every_stage1_contender_starts_without_its_artifact(tmp_path):
     official = {**measured, "name": "find_key_token (official)", "peak_gib": 1.0}
     assert gpu.versus({**measured, "peak_gib": 0.5}, official).startswith("1.00x the time, 0.50x")
     assert gpu.versus({"name": "stage 1 (ours)", "text_s": [], "peak_gib": 0.5}, official) == ""
-
-
-def test_compiled_attention_is_one_graph_for_every_layer(monkeypatch):
-    """The compiled lever: sdpa's kernel choice a constant of the trace (no graph break) asked without
-    the layer itself, and blocked_sdpa's call count kept out of the graph, so two layers share one
-    graph (no recompilation); the same values as eager."""
-    import torch
-
-    from pipeline.models import attention
-
-    monkeypatch.setattr(attention, "runs_on_math_backend", attention.runs_on_math_backend)  # restored after
-    gpu_child.constant_sdpa_choice()
-    layers = [SimpleNamespace(num_key_value_groups=2, is_causal=True, head_dim=16) for _ in range(2)]
-    n = attention.QUERY_BLOCK + 8
-    query, key, value = torch.randn(1, 4, n, 16), torch.randn(1, 2, n, 16), torch.randn(1, 2, n, 16)
-    torch._dynamo.reset()
-    compiled = torch.compile(attention.blocked_sdpa_forward, backend="eager", fullgraph=True)
-    with torch._dynamo.config.patch(error_on_recompile=True):
-        outputs = [compiled(layer, query, key, value, None)[0] for layer in layers]
-    expected = attention.blocked_sdpa_forward(layers[0], query, key, value, None)[0]
-    assert all(torch.allclose(out, expected, atol=1e-6) for out in outputs)
 
 
 def test_startup_stops_each_stage_at_its_first_text(measured, tmp_path):
@@ -303,3 +276,27 @@ def test_levers_time_stage_1_and_keep_its_numbers(measured, tmp_path):
     assert "failed: RuntimeError" in "\n".join(gpu_levers.section(result))  # cuDNN: no such kernel on the CPU
     assert result["load_direct_s"] >= 0 and result["load_ours_s"] > 0 and result["text_tokens"] == 600
     assert str(work) not in out.read_text() and str(ROOT) not in out.read_text()
+
+
+def test_the_page_renders_the_h200_records_with_loogles_decoding(tmp_path):
+    """The committed H200 records (bench.loogle_decode's file names no bench), the older ones named as
+    superseded; the page as committed is this rendering."""
+    records = ROOT / "docs/reports/benchmarks-gpu"
+    files = [records / f"{name}-h200-803d062.json" for name in ("gpu-32767", "loogle-decode")]
+    files += [records / f"{name}-h100.json" for name in ("gpu-131071", "levers", "numerics")]
+    superseded = [records / "gpu-32767-h100.json", records / "gpu-32767-h200.json"]
+    text = gpu_report.report(files, tmp_path / "page.md", superseded)
+    assert "## LooGLE's decoding: 8 questions of one 32,000-token document, 129 new tokens" in text
+    assert "own half after the cached shared half (prompt cut): 1.94 s, 1.44x a whole prefill" in text
+    assert "superseded by these: `gpu-32767-h100.json`, `gpu-32767-h200.json`" in text
+    assert text == (ROOT / "docs/reports/benchmarks-gpu.md").read_text()
+
+
+def test_startup_keeps_within_its_budget_and_writes_what_it_measured(tmp_path):
+    """Past its --budget bench.startup starts no more runs and still writes its file, each skipped run
+    saying why (on the H200 the script killed it at its limit and nothing was written)."""
+    out = tmp_path / "startup.json"
+    startup.main(["--budget", "0", "--runs", "2", "--dir", str(tmp_path / "runs"), "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert [r["median"]["runs"] for r in result["results"]] == [0, 0]
+    assert all("out of time" in r["error"] for r in result["results"])

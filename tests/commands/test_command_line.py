@@ -2,7 +2,11 @@
 override that does not parse are one ``error:`` line with exit status 2 naming the setting and the known
 ones (on 70baafc: Hydra's message, exit status 1 and its HYDRA_FULL_ERROR hint); Ctrl-C is one
 ``error:`` line with exit status 2, and a results line it cuts is taken back (on 70baafc: a
-traceback); `make loogle-keytokens`' numbers are typed, refused before any work."""
+traceback); `make loogle-keytokens`' numbers are typed, refused before any work. A flag no command
+knows, a nested key that is no setting, Ctrl-C while ``python -m`` imports a command, ``longppl``'s
+unknown subcommand with control characters and help read by a program that stops reading (on 803d062:
+argparse's usage block, "(known: )", a KeyboardInterrupt traceback with status 130, the characters
+raw, a BrokenPipeError traceback)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import textwrap
 import pytest
 
 from pipeline import cli
-from pipeline.errors import INTERRUPTED
+from pipeline.errors import CLOSED_PIPE, INTERRUPTED, STOPPED
 from pipeline.results.score import read_lines
 from tests.support import ROOT, score
 
@@ -180,3 +184,95 @@ def test_loogle_keytokens_numbers_are_typed_before_any_work(given, said, capsys,
     argv = [f"artifact={tmp_path / 'none'}", given, f"hydra.run.dir={tmp_path}"]
     code, errors, err = ran(capsys, COMMANDS["loogle-keytokens"], monkeypatch, *argv)
     assert code == 2 and len(errors) == 1 and errors[0].startswith(said), err
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_refuses_a_flag_it_does_not_know_in_one_line(name, capsys, monkeypatch, tmp_path):
+    code, errors, err = ran(capsys, COMMANDS[name], monkeypatch, "--nosuch", f"hydra.run.dir={tmp_path}")
+    assert code == 2 and err.splitlines() == errors, err
+    assert errors == [
+        f"error: longppl {name}: unrecognized arguments: --nosuch (settings are key=value overrides: "
+        f"longppl {name} --help lists them, --hydra-help Hydra's flags)"
+    ]
+
+
+def test_hydras_own_flags_lm_eval_and_setup_loogle_refuse_in_one_line(capsys, monkeypatch):
+    code, errors, err = ran(capsys, COMMANDS["score"], monkeypatch, "--cfg", "nope")
+    assert code == 2 and err.splitlines() == errors, err
+    assert errors[0].startswith("error: longppl score: argument --cfg/-c: invalid choice: 'nope'")
+    setup = importlib.import_module(cli.commands()["setup-loogle"])
+    monkeypatch.setattr(setup, "install", lambda folder: pytest.fail("installed despite its arguments"))
+    for given in ("--nosuch", "x=1"):
+        code, errors, err = ran(capsys, setup.__name__, monkeypatch, given)
+        assert code == 2 and err.splitlines() == errors == [
+            f"error: longppl setup-loogle: unrecognized arguments: {given} (longppl setup-loogle --help "
+            "lists its arguments)"
+        ], err
+    pytest.importorskip("lm_eval")
+    code, errors, err = ran(capsys, cli.commands()["lm-eval"], monkeypatch, "--nosuch")
+    assert code == 2 and [line for line in err.splitlines() if "--nosuch" in line] == errors == [
+        "error: longppl lm-eval: unrecognized arguments: --nosuch (longppl lm-eval run --help lists "
+        "lm-eval's flags)"
+    ], err
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "said"),
+    [
+        ("score", "nosuch.x=1", r"no such group nosuch \(known: add_bos, allow_truncation, artifact, "),
+        ("score", "modl.spec=x", r"no such group modl, did you mean model\? \(known: add_bos, "),
+        ("score", "results.x=1", r"results is a setting of its own, not a group of settings: give results="),
+        ("score", "model.device_map.x=1", r"model\.device_map is a setting of its own, not a group"),
+        ("score", "hydra.nosuch=1", r"no such setting \(known: callbacks, env, help, hydra_help, "),
+        ("keytokens", "evaluator.x.y=1", r"no such group evaluator\.x \(known: attn_implementation, "),
+    ],
+)
+def test_a_nested_key_names_its_groups_keys(name, given, said, capsys, monkeypatch, tmp_path):
+    code, errors, err = ran(capsys, COMMANDS[name], monkeypatch, given, f"hydra.run.dir={tmp_path}")
+    assert code == 2 and len(errors) == 1, err
+    assert errors[0].startswith(f"error: setting {given}: ") and re.search(said, errors[0]), errors[0]
+    assert "(known: )" not in errors[0]
+
+
+def test_longppl_escapes_an_unknown_commands_control_characters(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["sco\x1b]52;c;aGk=\x07re\u202e"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "\x1b" not in err and "\x07" not in err and "\u202e" not in err
+    assert err.startswith("error: unknown command 'sco\\x1b]52;c;aGk=\\x07re\\u202e' (known: ")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["score", "--help"]])
+def test_help_read_by_a_program_that_stops_reading_ends_quietly(argv, capsys, monkeypatch, tmp_path):
+    """`longppl score --help | head`: the reader gone before the help is written."""
+    read, write = os.pipe()
+    os.close(read)
+    stdout = open(write, "w")  # noqa: SIM115  (closed below, whatever happens)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(sys, "argv", ["longppl", *argv, f"hydra.run.dir={tmp_path}"])
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(argv)
+    finally:
+        monkeypatch.undo()
+        stdout.close()
+    assert stopped.value.code == CLOSED_PIPE and capsys.readouterr().err == ""
+
+
+def test_ctrl_c_while_python_m_imports_a_command_is_one_line(tmp_path):
+    """SIGINT once torch is imported, while the command module's own imports go on (each import's line
+    comes from ``-X importtime`` as it ends)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-X", "importtime", "-m", "pipeline.commands.score", f"hydra.run.dir={tmp_path}"]
+    process = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )  # fmt: skip
+    for line in process.stderr:
+        if line.split("|")[-1].strip() == "torch":
+            process.send_signal(signal.SIGINT)
+            break
+    rest = process.stderr.read()
+    assert process.wait(timeout=600) == INTERRUPTED, rest[-3000:]
+    said = [line for line in rest.splitlines() if not line.startswith("import time:")]
+    assert said == [STOPPED], rest[-3000:]

@@ -63,3 +63,63 @@ def test_a_prompt_budget_or_batch_that_is_no_number_is_refused_before_the_model_
             model=lm, tasks=["loogle_longdep_qa"], task_manager=manager, limit=1, gen_kwargs=gen_kwargs,
             bootstrap_iters=0,
         )  # fmt: skip
+
+
+PROTOCOL = r"follows LooGLE's protocol .* only with --model longppl, not --model {}, .*--model longppl"
+
+
+@pytest.mark.parametrize(
+    "args, model",
+    [
+        (["--model", "hf", "--tasks", "loogle_shortdep_qa"], "hf"),
+        (["run", "-M", "vllm", "--tasks", "arc_easy,loogle"], "vllm"),
+        (["--model=hf", "--tasks=loogle_*"], "hf"),
+        (["--tasks", "loogle_longdep_qa", "--model", "longppl", "--model", "hf"], "hf"),
+    ],
+)
+def test_lm_evals_own_models_are_refused_a_loogle_task_before_they_load(monkeypatch, args, model):
+    """`--model hf --tasks loogle_shortdep_qa` kept the prompt's last tokens, dropped LooGLE's
+    instruction and ended in transformers' ValueError about loogle_batch_size: one line naming
+    --model longppl, before lm-eval runs (so before any model loads)."""
+    import lm_eval.__main__
+
+    from pipeline.lmeval.command_line import check_loogle_model, run
+
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: pytest.fail("lm-eval ran"))
+    with pytest.raises(PipelineError, match=PROTOCOL.format(model)):
+        run(args)
+    check_loogle_model(["--tasks", "loogle_shortdep_qa"])  # the default model, longppl
+    check_loogle_model(["--model", "hf", "--tasks", "arc_easy"])  # no LooGLE task
+    check_loogle_model(["validate", "--tasks", "loogle_shortdep_qa"])  # no model runs
+
+
+def test_a_config_files_model_is_refused_a_loogle_task_before_it_loads(tmp_path, monkeypatch):
+    import lm_eval.__main__
+
+    from pipeline.lmeval.command_line import run
+
+    config = tmp_path / "run.yaml"
+    config.write_text("model: hf\nmodel_args: {pretrained: x}\ntasks: [loogle_longdep_qa]\n")
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: pytest.fail("lm-eval ran"))
+    with pytest.raises(PipelineError, match=PROTOCOL.format("hf")):
+        run(["run", "--config", str(config)])
+    config.write_text("tasks: [loogle_longdep_qa]\n")  # lm-eval's default model, hf
+    with pytest.raises(PipelineError, match=PROTOCOL.format("hf")):
+        run(["run", "--config", str(config)])
+
+
+def test_lm_evals_hf_model_in_python_stops_before_it_generates(tiny_model_dir, tmp_path, monkeypatch):
+    """lm_eval.simple_evaluate with lm-eval's own HFLM on a LooGLE task: refused in one line when
+    the model first reads a request's options, before it truncates or generates anything."""
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=str(tiny_model_dir), device="cpu", dtype="float32")
+    monkeypatch.setattr(type(lm), "_model_generate", lambda *a, **k: pytest.fail("the model generated"))
+    manager = task_manager(root=tmp_path / "none")
+    run = dict(model=lm, tasks=["loogle_longdep_qa"], task_manager=manager, limit=1, bootstrap_iters=0)
+    with pytest.raises(PipelineError, match=PROTOCOL.format("hf, vllm or another of lm-eval's own")):
+        lm_eval.simple_evaluate(**run)
+    from pipeline.lmeval.command_line import tasks_need_longppl_model
+
+    with tasks_need_longppl_model(), pytest.raises(PipelineError, match=PROTOCOL.format("HFLM")):
+        lm_eval.simple_evaluate(**run)  # `make lm-eval`: refused before any request reaches the model

@@ -137,9 +137,11 @@ def test_power_of_n_members():
 
 
 def target_row(
-    label: str, model: str, gains: list[float], ppl: float, longppl: float, own: bool = False
-) -> dict:
-    """A member's row with one counted question per gain (q0, q1, ...)."""
+    label: str, model: str, gains: list[float], ppl: float, longppl: float, own: bool = False,
+    documents: list[str] | None = None,
+) -> dict:  # fmt: skip
+    """A member's row with one counted question per gain (q0, q1, ...), each of its own document unless
+    ``documents`` names each question's."""
     counts = {"n_counted": len(gains), "n_questions": 8}
     mean = sum(gains) / len(gains) if gains else None
     part = {"gain_bits_per_byte": mean, "gain_bits_per_byte_se": 0.01, "gain_nats": mean, **counts,
@@ -147,7 +149,8 @@ def target_row(
             "positive": len(gains), "ppl": ppl, "longppl": longppl, "longppl_soft": longppl,
             "n_key_tokens": 5, "n_truncated": 0, "self_evaluation": own, "limit": 64,
             "by_type": [{"type": "computation", "gain_bits_per_byte": mean, **counts}],
-            "questions": [{"source_id": f"q{i}", "excluded": None, "gain_bits_per_byte": g}
+            "questions": [{"source_id": f"q{i}", "doc_id": documents[i] if documents else f"d{i}",
+                           "excluded": None, "gain_bits_per_byte": g}
                           for i, g in enumerate(gains)]}  # fmt: skip
     return {"label": label, "model": model, "loogle": part}
 
@@ -198,6 +201,47 @@ def test_shared_questions_widen_the_bootstrap_interval():
     assert longppl["spearman_r"] == pytest.approx(1.0) and longppl["spearman_p"] < 0.05  # as if independent
     assert low < 0 < high and longppl["bootstrap_p"] > 0.05
     assert stats["across"]["own"]["verdict"] == "undetermined"
+
+
+def test_the_bootstrap_resamples_documents_with_all_their_questions():
+    """Ten questions of document A order four members one way, ten of document B slightly the other
+    way: resampled as questions, almost every replicate keeps A's order (interval [+1, +1]); resampled
+    as documents, a quarter of them hold B alone, and the interval reaches -1. The questions of one
+    document share its text, so the question bootstrap overstated the evidence."""
+    documents = ["A"] * 10 + ["B"] * 10
+    gains = [[0.1 * i] * 10 + [-0.01 * i] * 10 for i in range(4)]
+    rows = [target_row(f"m{i}", "m", g, float(i), float(i), documents=documents) for i, g in enumerate(gains)]
+    stats = loogle_target.correlations(rows, LoogleTargetOptions(resamples=400))
+    own = stats["across"]["own"]
+    longppl = {r["metric"]: r for r in own["rows"]}["longppl"]
+    assert own["documents"] == 2 and longppl["spearman_r"] == pytest.approx(1.0)
+    assert longppl["bootstrap_interval"][0] == pytest.approx(-1.0)  # the question bootstrap: +1.0
+    assert stats["bootstrap"]["resampled"] == "documents"
+
+
+def test_the_statistics_of_a_recorded_file_are_recomputed(tmp_path, monkeypatch, capsys):
+    """python -m studies.validation.loogle_stats --results <file>: the statistics of a results file
+    (the study's, or a LooGLE part's raw JSON) recomputed with the document bootstrap."""
+    import json
+    import sys
+
+    from studies.validation import loogle_stats
+
+    documents = ["A"] * 3 + ["B"] * 3
+    rows = [target_row(f"m{i}", "m", [0.1 * i + 0.01 * j for j in range(6)], float(i), float(-i),
+                       documents=documents) for i in range(3)]  # fmt: skip
+    part = {"members": [{**r, "loogle": {k: v for k, v in r["loogle"].items() if k != "questions"}}
+                        for r in rows], "questions": {r["label"]: r["loogle"]["questions"] for r in rows},
+            "min_questions": 5, "resamples": 50, "seed": 0}  # fmt: skip
+    (tmp_path / "part.json").write_text(json.dumps(part))
+    out = tmp_path / "stats.json"
+    monkeypatch.setattr(
+        sys, "argv", ["loogle_stats", "--results", str(tmp_path / "part.json"), "--json", str(out)]
+    )
+    loogle_stats.main()
+    printed = capsys.readouterr().out
+    assert "across, own: m0, m1, m2 (6 questions of 2 documents)" in printed
+    assert json.loads(out.read_text())["within"]["m"]["own"]["documents"] == 2
 
 
 def test_an_artifact_without_questions_is_one_error(tiny_artifact, tmp_path):

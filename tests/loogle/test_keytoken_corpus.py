@@ -30,6 +30,7 @@ from tests.support import (
     keytokens_overrides,
     one_error,
     run_cli,
+    run_keytokens,
 )
 
 
@@ -159,6 +160,27 @@ def test_the_hub_corpus_is_pinned_and_offline_is_one_line(tiny_model_dir, tmp_pa
     ]
     line = one_error(run_cli("pipeline.commands.keytokens", *overrides, "corpus=loogle"))
     assert "bigainlco/LooGLE" in line and "hf download" in line and "corpus.loogle=DIR" in line
+    assert not (tmp_path / "test").exists()
+
+
+def test_a_task_named_twice_is_refused_before_anything_runs(tiny_model_dir, tmp_path, monkeypatch):
+    """corpus.tasks=[longdep_qa,longdep_qa] ran the whole stage 1, then refused its own artifact as
+    "damaged or edited": one line at once, naming the task and the setting to give."""
+    from pipeline.models import loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    overrides = [
+        o for o in keytokens_overrides(tiny_model_dir, "unused", tmp_path) if not o.startswith("corpus")
+    ]
+    cfg = compose_keytokens(
+        [*overrides, "corpus=loogle_sample", "corpus.tasks=[longdep_qa,shortdep_qa,longdep_qa]"]
+    )
+    with pytest.raises(PipelineError) as caught:
+        run_keytokens(cfg)
+    assert str(caught.value) == (
+        "setting corpus.tasks=['longdep_qa', 'shortdep_qa', 'longdep_qa']: names longdep_qa twice: name each "
+        "task once ([longdep_qa,shortdep_qa])"
+    )
     assert not (tmp_path / "test").exists()
 
 

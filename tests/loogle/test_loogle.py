@@ -154,7 +154,7 @@ def test_bad_inputs_are_one_error_line_and_write_nothing(tiny_model_dir, tmp_pat
         "empty": "is empty",
         "task": "predictions of task longdep_qa, not shortdep_qa",
         "sample": "predictions of other questions",
-        "count": "1 distinct predictions \\(1 lines\\) for 11 questions",
+        "count": "has predictions for 1 of its 11 questions: finish the run",
         "malformed": "not a Python literal",
         "shape": "no question per answer",
     }
@@ -218,3 +218,58 @@ def test_make_loogle_refuses_a_timeline_question_without_an_order_before_the_mod
     with pytest.raises(PipelineError, match=r"type 'timeline_reorder' has the answer 'red'"):
         loogle(cfg)
     assert not list(tmp_path.glob("*.jsonl"))
+
+
+def test_make_loogle_refuses_a_type_none_of_loogles_before_the_model_loads(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """A question typed "reorder" (no LooGLE type) was silently not a timeline question: one error,
+    naming the question and the type, before any model loads."""
+    from pipeline.commands.loogle import run as loogle
+    from pipeline.models import loading
+    from tests.support import loogle_folder
+
+    folder = loogle_folder(tmp_path / "data")
+    path = folder / "longdep_qa.jsonl"
+    path.write_text(path.read_text().replace("'computation'", "'reorder'"))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    overrides = [o for o in loogle_overrides(tiny_model_dir, tmp_path) if not o.startswith("task=")]
+    cfg = compose_config("loogle", [*overrides, "task=longdep_qa", f"data={folder}"])
+    with pytest.raises(PipelineError, match=r"longdep_qa Alpha#1: type 'reorder' is none of LooGLE's"):
+        loogle(cfg)
+
+
+@pytest.mark.parametrize("value", ["true", "2.5", "'3'"])
+def test_a_batch_size_that_is_no_whole_number_is_refused_before_the_model_loads(
+    tiny_model_dir, tmp_path, monkeypatch, value
+):
+    """batch_size=true was taken as 1."""
+    from pipeline.commands.loogle import run as loogle
+    from pipeline.models import loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    cfg = compose_config("loogle", loogle_overrides(tiny_model_dir, tmp_path, f"batch_size={value}"))
+    with pytest.raises(PipelineError, match=r"^setting batch_size="):
+        loogle(cfg)
+
+
+def test_task_all_on_a_folder_runs_each_task_it_has(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """task=all on a data folder demanded all four tasks; it runs each the folder has, says which, and
+    a folder with none is one line."""
+    from pipeline.commands.loogle import run as loogle
+    from tests.support import loogle_folder
+
+    folder = loogle_folder(tmp_path / "data")
+    overrides = [o for o in loogle_overrides(tiny_model_dir, tmp_path / "out") if not o.startswith("task=")]
+    cfg = compose_config("loogle", [*overrides, "task=all", f"data={folder}", "limit=1", "max_new_tokens=1"])
+    path = folder / "longdep_qa.jsonl"
+    path.write_text(path.read_text().replace("'timeline_reorder'", "'computation'"))
+    result = loogle(cfg)
+    assert list(result) == ["shortdep_qa", "longdep_qa"]
+    assert "task=all: " in capsys.readouterr().out
+    assert loogle_board.run_summary(result, None).startswith("tasks         shortdep_qa, longdep_qa\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cfg = compose_config("loogle", [*overrides, "task=all", f"data={empty}"])
+    with pytest.raises(PipelineError, match=r"holds none of LooGLE's tasks"):
+        loogle(cfg)

@@ -92,3 +92,28 @@ def test_what_is_no_file_at_its_path_is_refused_before_the_model_loads(
         loogle(compose_config("loogle", overrides(tiny_model_dir, tmp_path)))
     message = str(caught.value)
     assert f"predictions_dir={tmp_path}: {path.name} is {expected}" in message and "\n" not in message
+
+
+def test_a_question_predicted_twice_says_which_line_to_delete(one_run, tiny_model_dir, tmp_path, monkeypatch):
+    """A predictions file with a question twice told the user to "finish the run (make loogle resumes
+    it)", the command that refused it: now both refuse it naming the two lines, and the fix."""
+    import shutil
+
+    from pipeline.commands.loogle import run as loogle
+    from pipeline.loogle.data.reading import DataSource
+    from pipeline.loogle.generation import answering
+    from pipeline.loogle.metrics.evaluation import evaluate
+
+    out = tmp_path / "out"
+    shutil.copytree(one_run[0], out)
+    path = out / one_run[1].name
+    path.write_text(path.read_text() * 2)
+    monkeypatch.setattr(answering, "decode_document", lambda *a: pytest.fail("a question was generated"))
+    fix = r"line 2: question '.+#0' again \(first on line 1\): delete the line of the two"
+    with pytest.raises(PipelineError, match=fix):
+        evaluate(path, "shortdep_qa", DataSource(), "false")
+    with pytest.raises(PipelineError, match=fix) as caught:
+        loogle(compose_config("loogle", overrides(tiny_model_dir, out)))
+    assert "make loogle resumes it" not in str(caught.value)
+    path.write_text(path.read_text().splitlines(keepends=True)[0])  # the fix: the line deleted
+    assert loogle(compose_config("loogle", overrides(tiny_model_dir, out)))["shortdep_qa"]["n_questions"] == 1

@@ -136,6 +136,111 @@ def test_timeline_deviations():
     assert scores["n_questions"] == 1 and scores["n_ordered"] == 1
 
 
+def repository_swap_distance(p: list[int]) -> int:
+    """LooGLE's ``swap_distance_deviation`` as its ``get_reorder_deviation.py`` runs it: swap the pair
+    that most lowers the summed displacement per unit of distance until every event is in place."""
+    p, weight = list(p), 0
+    while any(v != i for i, v in enumerate(p)):
+        best, pair = 0.0, (0, 0)
+        for i in range(len(p)):
+            for j in range(i + 1, len(p)):
+                gain = ((abs(p[i] - i) + abs(p[j] - j)) - (abs(p[j] - i) + abs(p[i] - j))) / (j - i)
+                if gain > best:
+                    best, pair = gain, (i, j)
+        i, j = pair
+        p[i], p[j] = p[j], p[i]
+        weight += j - i
+    return weight
+
+
+def test_the_closed_forms_are_the_repositorys_enumeration_and_greedy():
+    """The swap distance is the repository's greedy on every order of up to 7 events (and 500 random
+    orders of up to 30), and each largest deviation its enumeration over the wrong orders."""
+    import itertools
+    import random
+
+    for n in range(1, 8):
+        orders = [list(p) for p in itertools.permutations(range(n))]
+        assert all(reorder.swap_distance(p) == repository_swap_distance(p) for p in orders)
+        wrong = [reorder.deviations(p) for p in orders if p != list(range(n))]
+        expected = {k: max(d[k] for d in wrong) for k in reorder.NAMES} if wrong else reorder.largest(1)
+        assert reorder.largest(n) == pytest.approx(expected), n
+    rng = random.Random(0)
+    for _ in range(500):
+        p = list(range(rng.randint(2, 30)))
+        rng.shuffle(p)
+        assert reorder.swap_distance(p) == repository_swap_distance(p)
+
+
+def test_a_timeline_of_many_events_is_scored_at_once():
+    """A 10-event question passed the load check and failed after the whole generation (the largest
+    deviations were enumerated up to 9 events, 45 s for 9): any number of events is scored now."""
+    import time
+
+    answer = ",".join(reorder.roman(i) for i in range(1, 11))
+    started = time.perf_counter()
+    wrong, ok = reorder.question_deviations(answer, "I and II")
+    assert not ok and wrong == {
+        "location_square": 33.0,
+        "location_mean": 5.0,
+        "swap": 9.0,
+        "swap_distance": 25.0,
+    }
+    many = ",".join(str(i) for i in range(200, 0, -1))
+    reversed_order, ok = reorder.question_deviations(many, " ".join(str(i) for i in range(1, 201)))
+    assert ok and reversed_order["swap_distance"] == 200 * 200 // 4 and reversed_order["swap"] == 100
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize(
+    "kind", ["timeline  reorder", "timeline\u00a0reorder", "Timeline_Reorder ", "timeline-reorder", "时间线"]
+)
+def test_a_timeline_type_written_another_way_is_a_timeline(kind):
+    """Two spaces or a no-break space were silently not a timeline question (no reorder line)."""
+    assert reorder.is_reorder("II,I,III", kind)
+    reorder.check_timeline("longdep_qa", [Scored("II I III", "II,I,III", "Q?", kind)])
+    scores = reorder.reorder_scores([Scored("II I III", "II,I,III", "Q?", kind)])
+    assert scores["n_questions"] == 1 and scores["n_ordered"] == 1
+
+
+def test_make_loogle_metrics_prints_the_reorder_line_of_a_type_written_another_way(tmp_path):
+    """The printed summary has its reorder line for a type with two spaces, and says when a task has
+    no timeline question at all, instead of leaving the line out."""
+    path = tmp_path / "longdep_qa_output.jsonl"
+    path.write_text(official_line(("II,I,III", "timeline  reorder"), ("3", "Computation")))
+    shown = "\n".join(loogle_board.result_lines(evaluate(path, "longdep_qa", DataSource(), "false")))
+    assert "over 1 timeline questions" in shown
+    path.write_text(official_line(("3", "computation")))
+    shown = "\n".join(loogle_board.result_lines(evaluate(path, "longdep_qa", DataSource(), "false")))
+    assert "reorder       none: no timeline question" in shown
+    path.write_text(official_line(("II,I,III", "reorder")))
+    with pytest.raises(PipelineError, match=r"question 0: type 'reorder' is none of LooGLE's"):
+        evaluate(path, "longdep_qa", DataSource(), "false")
+
+
+@pytest.mark.parametrize("kind", ["", " ", "\u00a0", "\t"])
+def test_a_type_of_only_whitespace_is_no_type(kind):
+    """An empty type is no type: the question is a timeline one by its answer alone."""
+    assert reorder.is_reorder("2,1,3", kind) and not reorder.is_reorder("20,300", kind)
+    reorder.check_timeline("longdep_qa", [Scored("1 2 3", "2,1,3", "Q?", kind)])
+
+
+@pytest.mark.parametrize("kind", ["reorder", "timeline reordering", "other"])
+def test_a_type_none_of_loogles_is_refused(kind):
+    """A type that is no LooGLE type ("reorder") was silently not a timeline question: one line naming
+    the question, the type and the known types."""
+    with pytest.raises(PipelineError) as caught:
+        reorder.check_timeline("longdep_qa", [Scored("II I III", "II,I,III", "Q?", kind)])
+    message = str(caught.value)
+    assert f"type {kind!r} is none of LooGLE's question types" in message and "timeline_reorder" in message
+    assert "question 0" in message and "\n" not in message
+    reorder.check_timeline("shortdep_qa", [Scored("x", "y", "Q?", kind)])  # other tasks have no types
+    reorder.check_timeline(
+        "longdep_qa", [Scored("x", "y", "Q?", k) for k in ("Computation", "multiple information retrieval",
+                                                           "Comprehension & Reasoning", None)]
+    )  # fmt: skip
+
+
 def test_text_tasks_refuse_a_cloze_answer():
     with pytest.raises(PipelineError, match="expected text"):
         score_task("shortdep_qa", [Scored({"<mask-0>": "a"}, "b")])

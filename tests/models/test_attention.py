@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -16,9 +18,9 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-from pipeline.models import attention
+from pipeline.models import attention, loading
 from studies.random_models import tiny_config
-from tests.support import build_model
+from tests.support import ROOT, build_model
 
 
 def _hidden(model, impl: str, ids: torch.Tensor) -> torch.Tensor:
@@ -273,6 +275,8 @@ def test_queries_after_a_cache_are_described_only_where_the_mask_is_plain_causal
     )
     after = attention.window_mask(mask_function=causal_mask_function, **common)
     assert after == attention.CausalAfterCache(300)
+    on_cuda = attention.window_mask(mask_function=causal_mask_function, device="cuda", **common)
+    assert on_cuda == after  # described there too: one fused pass (lower_right_causal)
     dense = sdpa_mask(mask_function=causal_mask_function, **common)
     assert torch.equal(after.dense(block + 1, block + 301, torch.device("cpu")), dense)
     others = [  # a window, padding, a short block of queries, another device: transformers' dense mask
@@ -302,6 +306,9 @@ def test_attention_after_a_cache_equals_the_dense_masked_computation(heads, kv_h
     )
     got = attention.attention_after_cache(query, key, value, past, 0.3)
     assert torch.allclose(got, reference.transpose(1, 2), rtol=0, atol=1e-12)
+    layer = SimpleNamespace(num_key_value_groups=heads // kv_heads)
+    lower_right = attention.lower_right_causal(layer, query, key, value, 0.3)  # CUDA's (mask built here)
+    assert torch.allclose(lower_right, reference.transpose(1, 2), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -325,3 +332,17 @@ def test_a_prompt_after_its_cached_start_gives_the_whole_prompts_logits(arch):
         after = model(input_ids=ids[:, 200:], past_key_values=cache, use_cache=True).logits
     assert calls and set(calls) == {200}  # the full-attention layers took the two-pass path
     assert torch.allclose(after, whole[:, 200:], rtol=0, atol=1e-10)
+
+
+def test_transformers_model_code_is_imported_with_the_first_model_not_with_a_command():
+    """`longppl keytokens` and `longppl score` import neither this module nor transformers' model code
+    (its distributed tensors, sympy, dynamo, flash-attention integration), nor transformers at all (its
+    auto classes, its caches), before a model loads; the name the loader asks for is this module's."""
+    heavy = ["pipeline.models.attention", "transformers", "transformers.modeling_utils",
+             "torch.distributed.tensor", "sympy", "torch._dynamo",
+             "transformers.integrations.flash_attention"]  # fmt: skip
+    commands = "pipeline.commands.keytokens, pipeline.commands.score"
+    code = f"import sys, {commands}; print([m for m in {heavy} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    assert loading.ATTENTION == attention.NAME

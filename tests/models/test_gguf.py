@@ -1,7 +1,8 @@
 """A GGUF model's cached conversion (``pipeline.models.gguf``): checked by content on use, a damaged one
 named as the damaged cache (never blamed on float16 overflow or on the artifact), read once while
 whole, never left half-made by a kill, made with the umask's modes; a cache folder that cannot be made
-is one line."""
+is one line. A cached conversion holds only what its record names, and a load reads only those files
+(``pipeline.models.conversion_view``); a record re-sealed over an edited file is one line."""
 
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ from pipeline.artifact import inputs
 from pipeline.artifact.reader import load_artifact
 from pipeline.errors import PipelineError
 from pipeline.files import umask
-from pipeline.models import gguf
+from pipeline.models import gguf, loading
+from pipeline.models.loading import load_model
+from pipeline.provenance import file_sha256
 from tests.support import ROOT, STAGE1_TEXTS, build_model, one_error, run_cli, swap_two_token_ids
 
 
-def fake_gguf(path):
+def fake_gguf(path, body: bytes = b"\0" * 64):
     """A file with a valid GGUF header (its contents are read by ``read_gguf``, replaced in tests)."""
-    path.write_bytes(gguf.HEADER.pack(gguf.MAGIC, 3, 0, 0) + b"\0" * 64)
+    path.write_bytes(gguf.HEADER.pack(gguf.MAGIC, 3, 0, 0) + body)
     return path
 
 
@@ -198,10 +201,10 @@ def test_the_cached_conversion_has_the_umask_modes(conversion):
     assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask()
 
 
-def test_a_damaged_cached_tokenizer_is_blamed_not_the_artifact(conversion, tiny_artifact):
-    """The artifact's evaluator, as if it were this GGUF file: its cached conversion's tokenizer.json
-    with two ids swapped is named as the damaged cache (delete it), not as the artifact's fault."""
-    model, folder, sha = conversion
+@pytest.fixture
+def as_gguf(conversion, tiny_artifact):
+    """The tiny artifact as if its evaluator were the converted GGUF file (the same tokenizer)."""
+    model, _, sha = conversion
     art = load_artifact(tiny_artifact, verify_hashes=False)
     manifest = json.loads(json.dumps(art.manifest))
     manifest["settings"]["evaluator"] = {
@@ -210,7 +213,13 @@ def test_a_damaged_cached_tokenizer_is_blamed_not_the_artifact(conversion, tiny_
         "path": str(model),
         "file_sha256": sha,
     }
-    as_gguf = dataclasses.replace(art, manifest=manifest)
+    return dataclasses.replace(art, manifest=manifest)
+
+
+def test_a_damaged_cached_tokenizer_is_blamed_not_the_artifact(conversion, as_gguf):
+    """The artifact's evaluator, as if it were this GGUF file: its cached conversion's tokenizer.json
+    with two ids swapped is named as the damaged cache (delete it), not as the artifact's fault."""
+    model, folder, _ = conversion
     assert inputs.check_now(as_gguf)[0]["tokenizer"] == f"re-tokenised with {model}'s tokenizer"
     swap_two_token_ids(folder / "tokenizer.json", STAGE1_TEXTS[0])
     with pytest.raises(
@@ -219,3 +228,173 @@ def test_a_damaged_cached_tokenizer_is_blamed_not_the_artifact(conversion, tiny_
         inputs.check_now(as_gguf)
     with pytest.raises(PipelineError, match=rf"cached GGUF conversion {folder} is damaged"):
         gguf.convert_gguf(model)  # and so is loading the model from it
+
+
+# What transformers reads from a checkpoint folder beside the files a conversion writes (an
+# ``added_tokens.json`` gave SmolLM2 PPL 39.898 for 27.925 under its genuine record), anything else
+# the folder may hold, at any depth, and a recorded file made a link.
+UNNAMED = {
+    "added_tokens.json": '{"<extra>": 400}',
+    "special_tokens_map.json": '{"bos_token": "<eos>"}',
+    "chat_template.jinja": "{{ messages }}",
+    "additional_chat_templates/extra.jinja": "{{ messages }}",
+    ".notes": "a hidden file",
+}
+
+
+@pytest.mark.parametrize("name", UNNAMED)
+def test_a_file_the_record_does_not_name_is_refused_naming_it(conversion, name):
+    """An extra ``added_tokens.json`` was read (one more token, other numbers, the same result id); an
+    extra ``special_tokens_map.json`` was blamed on the tokenizer ("not the model's"). Any file the
+    record does not name is refused on use, named, with the fix; deleted, the conversion is whole."""
+    model, folder, _ = conversion
+    (folder / name).parent.mkdir(exist_ok=True)
+    (folder / name).write_text(UNNAMED[name])
+    with pytest.raises(
+        PipelineError,
+        match=rf"^the cached GGUF conversion {re.escape(str(folder))} holds {re.escape(name)}, which its "
+        r"longppl-source\.json does not name .*: delete that folder \(the next load converts",
+    ):
+        load_model(str(model), dtype="float32", device="cpu")
+    (folder / name).unlink()
+    shutil.rmtree(folder / "additional_chat_templates", ignore_errors=True)
+    assert len(load_model(str(model), dtype="float32", device="cpu").tokenizer) == 400
+
+
+def test_a_recorded_file_made_a_link_or_an_empty_folder_is_refused(conversion, tmp_path):
+    model, folder, _ = conversion
+    (folder / "empty").mkdir()
+    with pytest.raises(PipelineError, match=r"holds empty/, which its longppl-source\.json does not name"):
+        gguf.convert_gguf(model)
+    (folder / "empty").rmdir()
+    elsewhere = tmp_path / "tokenizer.json"
+    shutil.copyfile(folder / "tokenizer.json", elsewhere)  # the same bytes
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer.json").symlink_to(elsewhere)
+    with pytest.raises(PipelineError, match=r"is damaged .*: tokenizer\.json is missing, not a file"):
+        gguf.convert_gguf(model)
+
+
+def test_the_pipelines_own_records_in_the_folder_are_not_refused(conversion):
+    """The weights' version record (``longppl-verified.json``, written on a check) and an atomic write
+    of it in progress (another process checking the same conversion)."""
+    model, folder, _ = conversion
+    gguf.convert_gguf(model)  # checked: the weights' version recorded
+    assert (folder / gguf.VERIFIED).is_file()
+    (folder / f".{gguf.VERIFIED}.a1b2.tmp").write_text("{}")
+    assert gguf.convert_gguf(model)[0] == folder
+
+
+def test_a_file_that_appears_after_the_check_is_not_read(conversion, monkeypatch):
+    """The load reads a view of exactly the recorded files: an ``added_tokens.json`` dropped into the
+    conversion between its check and the tokenizer's load is not read (the next use refuses it)."""
+    model, folder, _ = conversion
+    original = loading.load_tokenizer
+
+    def dropped_in_first(location, cache):
+        (folder / "added_tokens.json").write_text(UNNAMED["added_tokens.json"])
+        return original(location, cache)
+
+    monkeypatch.setattr(loading, "load_tokenizer", dropped_in_first)
+    assert len(load_model(str(model), dtype="float32", device="cpu").tokenizer) == 400
+    with pytest.raises(PipelineError, match=r"holds added_tokens\.json"):
+        gguf.convert_gguf(model)
+
+
+def test_a_conversion_in_a_cache_this_process_cannot_write_still_loads(conversion, monkeypatch):
+    """Another user's cache (readable, not writable: no staging folder can be made in it): the view is
+    made in a temporary folder of the system's."""
+    from pipeline.models import conversion_view
+
+    model, _, _ = conversion
+
+    def unwritable(parent):
+        raise PermissionError(13, "Permission denied", str(parent))
+
+    monkeypatch.setattr(conversion_view, "staging_folder", unwritable)
+    assert len(load_model(str(model), dtype="float32", device="cpu").tokenizer) == 400
+
+
+def test_weights_changed_while_they_load_are_refused(conversion, monkeypatch):
+    model, folder, _ = conversion
+    original = loading._from_pretrained
+
+    def touched_after(source, location, kwargs):
+        loaded = original(source, location, kwargs)
+        os.utime(folder / "model.safetensors")  # a new version of the file, during the load
+        return loaded
+
+    monkeypatch.setattr(loading, "_from_pretrained", touched_after)
+    with pytest.raises(PipelineError, match=r"is damaged .*: model\.safetensors changed while it was loaded"):
+        load_model(str(model), dtype="float32", device="cpu")
+
+
+def test_a_conversion_of_another_gguf_file_is_refused(conversion, tmp_path, tokenizer):
+    """Another GGUF file's conversion copied into this one's folder (its files whole, its record its
+    own) was taken for this file: the other model's numbers under this file's sha256."""
+    model, folder, _ = conversion
+    other, _ = gguf.convert_gguf(fake_gguf(tmp_path / "other.gguf", b"other weights"))
+    shutil.rmtree(folder)
+    shutil.copytree(other, folder)
+    with pytest.raises(
+        PipelineError, match=r"is damaged .*: its longppl-source\.json is the record of another GGUF file"
+    ):
+        gguf.convert_gguf(model)
+
+
+def test_a_conversion_folder_without_its_record_is_one_line(conversion):
+    """It gave a traceback (the new conversion's rename onto a folder that is not empty)."""
+    model, folder, _ = conversion
+    (folder / gguf.SOURCE_RECORD).unlink()
+    with pytest.raises(PipelineError, match=rf"{re.escape(str(folder))} is damaged .*: it has no longppl"):
+        gguf.convert_gguf(model)
+
+
+def reseal(folder, name: str, edit) -> None:
+    """``name`` edited and the conversion's record rewritten with its new hash and size."""
+    path = folder / name
+    path.write_bytes(edit(path.read_bytes()))
+    record = json.loads((folder / gguf.SOURCE_RECORD).read_text())
+    record["files"][name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
+    (folder / gguf.SOURCE_RECORD).write_text(json.dumps(record))
+
+
+RESEALED = {
+    "tokenizers' own exception": ("tokenizer.json", lambda data: data.replace(b'"BPE"', b'"Other"')),
+    "cut short": ("tokenizer.json", lambda data: data[: len(data) // 2]),
+    "safetensors' own exception": ("model.safetensors", lambda data: data[:100]),
+}
+
+
+@pytest.mark.parametrize("case", RESEALED)
+def test_a_record_resealed_over_an_edited_file_is_one_line(conversion, case):
+    """A file edited and the record rewritten with its new hash passes the record's checks; what then
+    fails to read (tokenizers' and safetensors' own exceptions gave tracebacks) names the conversion."""
+    model, folder, _ = conversion
+    reseal(folder, *RESEALED[case])
+    with pytest.raises(
+        PipelineError,
+        match=rf"^the cached GGUF conversion {re.escape(str(folder))} does not load \(.*\), though its "
+        r"files are those its longppl-source\.json names: .* delete that folder",
+    ):
+        load_model(str(model), dtype="float32", device="cpu")
+
+
+def test_a_resealed_record_is_one_error_line_from_the_command(conversion, tiny_artifact, tmp_path):
+    model, folder, _ = conversion
+    reseal(folder, *RESEALED["tokenizers' own exception"])
+    done = run_cli(
+        "pipeline.commands.score", "model=local", f"model.spec={model}", f"results={tmp_path / 's.jsonl'}",
+        f"artifact={tiny_artifact}", "device=cpu",
+        LONGPPL_CACHE=str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert one_error(done).startswith(f"error: the cached GGUF conversion {folder} does not load (Exception:")
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_the_artifact_check_refuses_a_file_the_record_does_not_name(conversion, as_gguf):
+    """The evaluator's tokenizer, re-made to check an artifact's tokens, is read from the same view."""
+    _, folder, _ = conversion
+    (folder / "added_tokens.json").write_text(UNNAMED["added_tokens.json"])
+    with pytest.raises(PipelineError, match=rf"conversion {re.escape(str(folder))} holds added_tokens\.json"):
+        inputs.check_now(as_gguf)

@@ -11,8 +11,11 @@ import sys
 import pytest
 
 from pipeline import api
+from pipeline.models import weight_hashes
 from pipeline.models.loading import load_model
+from pipeline.models.weight_hashes import file_version
 from pipeline.results.entries import select
+from pipeline.results.keys import model_key
 from pipeline.results.score import read_lines, read_scores
 from tests.support import (
     STAGE1_TEXTS,
@@ -56,6 +59,28 @@ def test_a_model_folder_with_another_tokenizer_is_another_model(other_model_dir,
     assert before["model"]["weights_sha256"] == after["model"]["weights_sha256"]
     assert before["model"]["tokenizer_sha256"] != after["model"]["tokenizer_sha256"]
     assert before["result_id"] != after["result_id"]
+    assert select(read_scores(tmp_path / "scores.jsonl")).height == 2
+
+
+def test_a_forged_weight_hash_record_never_gives_another_models_identity(
+    tokenizer, tiny_artifact, tmp_path, monkeypatch
+):
+    """Two checkpoints of one config and tokenizer: an entry of the cache folder's ``weight-hashes.json``
+    (as 803d062 kept it: the file's version and a sha256) giving checkpoint a the weights hash of b
+    recorded a's numbers under b's identity, one leaderboard entry. The hashes are read in each process."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LONGPPL_CACHE", str(cache))
+    a, b = (save_tiny_model(tmp_path / name, tokenizer, seed=seed) for name, seed in (("a", 3), ("b", 4)))
+    genuine = score(b, tiny_artifact, tmp_path, "model.name=ckpt")
+    weights = (a / "model.safetensors").resolve()
+    claimed = genuine["model"]["weights_sha256"]["model.safetensors"]
+    cache.mkdir(exist_ok=True)
+    forged = {str(weights): {"stat": file_version(weights), "sha256": claimed}}
+    (cache / "weight-hashes.json").write_text(json.dumps(forged))
+    monkeypatch.setattr(weight_hashes, "HASHED", {}, raising=False)  # a new process
+    other = score(a, tiny_artifact, tmp_path, "model.name=ckpt")
+    assert other["corpus"]["ppl"] != genuine["corpus"]["ppl"]
+    assert model_key(other["model"]) != model_key(genuine["model"])
     assert select(read_scores(tmp_path / "scores.jsonl")).height == 2
 
 

@@ -14,8 +14,9 @@ from scipy import stats
 
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
+from pipeline.metric_registry import perplexities
 from pipeline.reporting import correlations, leaderboard
-from pipeline.results.score import METRICS, RESULTS_VERSION, read_scores
+from pipeline.results.score import RESULTS_VERSION, read_scores
 from tests.support import BOARD_ARTIFACT as ARTIFACT
 from tests.support import BOARD_SCORES as SCORES
 from tests.support import ROOT, base_rows, write_lines
@@ -94,7 +95,7 @@ def test_correlations_match_scipy(scores, bench, tmp_path):
     table = correlations.correlations(board, correlations.load_benchmarks(bench))
     computed = {(r["metric"], r["benchmark"]): r for r in table.iter_rows(named=True)}
     assert len(written) == len(computed) == 9
-    for m, (metric, label) in enumerate(METRICS.items()):
+    for m, (metric, label) in enumerate(perplexities().items()):
         assert metric in ("ppl", "longppl", "longppl_soft")
         xs = [SCORES[name][m] for name in models]
         for b, bench_name in enumerate(("LongBench", "LongEval", "RULER")):
@@ -134,14 +135,15 @@ def test_second_render_is_byte_identical(scores, bench, tmp_path):
     assert sorted(first) == sorted(second) and len(first) == 8
     for name in first:
         assert first[name].read_bytes() == second[name].read_bytes(), name
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(first)  # no temp files left
+    made = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert made == sorted([*first, ".longppl-leaderboard"])  # its mark, and no temp files left
 
 
 def test_rerender_without_benchmarks_removes_stale_correlations(scores, bench, tmp_path):
     df = read_scores(scores)
     leaderboard.render(df, tmp_path / "out", bench)
     paths = leaderboard.render(df, tmp_path / "out")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(paths)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([*paths, ".longppl-leaderboard"])
 
 
 def test_newest_row_wins(tmp_path):
@@ -331,3 +333,26 @@ def test_names_with_dollars_and_html_are_shown_literally(tmp_path):
         in paths["leaderboard.md"].read_text()
     )
     assert {r["model"] for r in csv.DictReader(paths["leaderboard.csv"].open())} >= {HOSTILE}  # CSV: as is
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A2)"]
+
+
+def test_a_csv_cell_that_a_spreadsheet_would_run_is_neutralised(tmp_path, bench):
+    """Model names starting with =, +, - or @ (a tab or a carriage return too) were written as they are,
+    so a spreadsheet ran them as formulas: they get OWASP's leading single quote, while a negative number (a
+    correlation) stays a number."""
+    rows = [*base_rows()] + [result(name, (20.0 + i, 10.0, 12.0), "2026-11-22T09:00:00+00:00")
+                             for i, name in enumerate(FORMULAS)]  # fmt: skip
+    paths = leaderboard.render(read_scores(write_lines(tmp_path / "s.jsonl", rows)), tmp_path / "out", bench)
+    models = {r["model"] for r in read_csv(paths["leaderboard.csv"])}
+    assert {"'" + name for name in FORMULAS} <= models and not set(FORMULAS) & models
+    cells = [c for r in read_csv(paths["correlations.csv"]) for c in r.values()]
+    assert any(c.startswith("-0.") for c in cells) and not any(c.startswith("'-") for c in cells)
+    from pipeline.reporting.common import csv_cell
+
+    assert [csv_cell(c) for c in ("-0.25", "+1e-05", "-3", "1.5", "-12.5%", "", None)] == [
+        "-0.25", "+1e-05", "-3", "1.5", "-12.5%", None, None
+    ]  # fmt: skip
+    assert [csv_cell(c) for c in ("-inf", "-1-1", "=1", "a=b")] == ["'-inf", "'-1-1", "'=1", "a=b"]
+    assert [csv_cell(c) for c in ("\tx", "\rx", "x\t")] == ["'\tx", "'\rx", "x\t"]  # a tab, a carriage return

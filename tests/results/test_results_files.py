@@ -14,12 +14,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from pipeline import api
 from pipeline.commands import leaderboard as leaderboard_command
 from pipeline.errors import PipelineError
+from pipeline.outputs import Checked, Output, check
 from pipeline.reporting import leaderboard
 from pipeline.results import lines
 from pipeline.results.score import read_lines, read_scores
@@ -59,6 +61,11 @@ FULL_DISK = textwrap.dedent(
     main()
     """
 )
+
+
+def results_output(path: str | Path) -> Checked:
+    """``results=<path>`` checked as every command checks it (any results lines)."""
+    return check(Output("results", Path(path), lines.JSON_LINES))
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to inject the write")
@@ -151,14 +158,14 @@ def test_results_that_cannot_take_a_line_are_refused_before_scoring(kind, tmp_pa
     with pytest.raises(
         PipelineError, match=f"results={path} {said[kind]}.*: pass the path of a regular file"
     ):
-        lines.check_writable(path)
+        results_output(path)
 
 
 def test_a_symlink_to_a_regular_file_is_still_written(tmp_path):
     target = tmp_path / "real.jsonl"
     target.write_text("")
     (tmp_path / "link.jsonl").symlink_to(target)
-    assert lines.check_writable(tmp_path / "link.jsonl") == tmp_path / "link.jsonl"
+    assert results_output(tmp_path / "link.jsonl").path == tmp_path / "link.jsonl"
 
 
 def test_results_that_cannot_be_written_fail_before_the_model_runs(other_model_dir, tiny_artifact, tmp_path):

@@ -1,7 +1,8 @@
 """Results readers on hand-edited lines: an integer of 400 or 5000 digits in any results file, and a LooGLE
-line whose settings or reorder deviations are of the wrong type, are one error naming the file, the
-line and the field (on 70baafc: OverflowError, Python's 4300-digit ValueError without the field,
-KeyError or AttributeError inside `make leaderboard`); what a message shows of a number is bounded."""
+line whose settings or reorder deviations are of the wrong type, or a metric outside its range (a
+BERTScore of -5 on 803d062 was shown), are one error naming the file, the line and the field (on
+70baafc: OverflowError, Python's 4300-digit ValueError without the field, KeyError or AttributeError
+inside `make leaderboard`); what a message shows of a number is bounded."""
 
 from __future__ import annotations
 
@@ -153,6 +154,35 @@ BAD_LOOGLE = {
         lambda line: line.update(n_questions=10**30),
         r"`n_questions` is 10{30}: a length is an integer in \[0, 2\*\*63\)",
     ),
+    # each metric within its range: a BERTScore of -5 or 7 was shown in loogle.md
+    "BERTScore -5": (
+        lambda line: line["metrics"].update(bertscore=-5.0),
+        r"`metrics\.bertscore` is -5\.0, outside BERTScore's range \[-1, 1\]",
+    ),
+    "BERTScore 7": (
+        lambda line: line["metrics"].update(bertscore=7.0),
+        r"`metrics\.bertscore` is 7\.0, outside BERTScore's range \[-1, 1\]",
+    ),
+    "BLEU-1 above 1": (
+        lambda line: line["metrics"].update(bleu1=1.5),
+        r"`metrics\.bleu1` is 1\.5, outside BLEU-1's range \[0, 1\]",
+    ),
+    "ROUGE-L negative": (
+        lambda line: line["metrics"].update(rougeL=-0.1),
+        r"`metrics\.rougeL` is -0\.1, outside ROUGE-L's range",
+    ),
+    "partial match above 1": (
+        lambda line: line["metrics"].update(partial_match=2.0),
+        r"`metrics\.partial_match` is 2\.0, outside partial match's range",
+    ),
+    "a reorder deviation negative": (
+        lambda line: line["reorder"]["metrics"].update(swap=-1.0),
+        r"`reorder\.metrics\.swap` is -1\.0, outside a deviation's range at least 0",
+    ),
+    "more ordered than questions": (
+        lambda line: line["reorder"].update(n_ordered=5),
+        r"`reorder\.n_ordered` is 5, more than its 1 questions",
+    ),
 }
 
 
@@ -196,3 +226,11 @@ def test_an_lm_eval_results_file_with_a_huge_integer_is_one_error(tmp_path):
     path.write_text(json.dumps(data))
     (row,) = read_lmeval_results(path).frame.to_dicts()
     assert row["longppl"] == 6.5 and row["date"] is None
+
+
+def test_metrics_at_the_ends_of_their_ranges_are_read():
+    """A BERTScore of -1 or 1 (and float32's rounding past 1), a BLEU of 0 or 1: read and shown."""
+    for edits in ({"bertscore": -1.0, "bleu1": 0.0}, {"bertscore": 1.0000001, "bleu1": 1.0, "rouge1": 1.0}):
+        line = loogle_line()
+        line["metrics"].update(edits)
+        loogle_lines.check(line, "a line")

@@ -12,6 +12,7 @@ import pytest
 from pipeline.commands import loogle as loogle_command
 from pipeline.commands import score as score_command
 from pipeline.errors import PipelineError
+from pipeline.outputs import Checked, Output, check
 from pipeline.results import lines
 from tests.support import compose_config
 
@@ -29,6 +30,11 @@ KERNEL = {  # files and folders of the kernel's own filesystems (root may "write
 }
 
 
+def results_output(path: str | Path) -> Checked:
+    """``results=<path>`` checked as every command checks it (any results lines)."""
+    return check(Output("results", Path(path), lines.JSON_LINES))
+
+
 def broken(tmp_path: Path, case: str) -> Path:
     (tmp_path / "link").symlink_to(tmp_path / "gone", target_is_directory=True)
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
@@ -41,7 +47,7 @@ def test_a_results_path_under_a_broken_symlink_is_refused_by_the_check(tmp_path,
     lost after the work, with a FileExistsError from mkdir."""
     path = broken(tmp_path, case)
     with pytest.raises(PipelineError, match=rf"^results={re.escape(str(path))}: .*{BROKEN[case][1]}"):
-        lines.check_writable(path)
+        results_output(path)
 
 
 @pytest.mark.parametrize("given", list(KERNEL))
@@ -50,16 +56,16 @@ def test_a_kernel_file_or_folder_is_refused_by_the_check(given):
     if not Path(given).parent.is_dir():
         pytest.skip(f"{Path(given).parent} is not mounted here")
     with pytest.raises(PipelineError, match=rf"^results={given}: {KERNEL[given]}: pass a path on a disk$"):
-        lines.check_writable(given)
+        results_output(given)
 
 
 @pytest.mark.parametrize("case", [*BROKEN, "/proc/self/status"])
 def test_the_write_refuses_what_the_check_refuses(tmp_path, case):
-    """``append`` runs the check too: it never makes the folder a dangling symlink points at, nor writes
-    into /proc (on 70baafc: FileExistsError from mkdir, or an OSError, after the work)."""
+    """``append`` given a path runs the check too: it never makes the folder a dangling symlink points
+    at, nor writes into /proc (on 70baafc: FileExistsError from mkdir, or an OSError, after the work)."""
     path = Path(case) if case.startswith("/") else broken(tmp_path, case)
     before = Path("/proc/self/status").read_bytes() if case.startswith("/") else None
-    with pytest.raises(PipelineError, match=r"^could not append the result: .*\(nothing was written\)$"):
+    with pytest.raises(PipelineError, match=rf"^results={re.escape(str(path))}(: | is ).*: pass a path"):
         lines.append(path, {"a": 1})
     assert not (tmp_path / "gone").exists()
     assert before is None or b'"a": 1' not in Path("/proc/self/status").read_bytes()
@@ -72,7 +78,7 @@ def test_a_regular_file_and_a_new_folder_are_still_written(tmp_path):
     (tmp_path / "folder").symlink_to(tmp_path / "made", target_is_directory=True)
     (tmp_path / "made").mkdir()
     for path in (tmp_path / "link.jsonl", tmp_path / "folder" / "new" / "scores.jsonl"):
-        assert lines.check_writable(path) == path
+        assert results_output(path).path == path
         lines.append(path, {"a": 1})
         assert path.read_text() == '{"a": 1}\n'
 
@@ -92,7 +98,7 @@ def test_make_score_and_make_loogle_refuse_them_before_the_model_loads(tmp_path)
         "loogle", [*no_model, f"predictions_dir={predictions}", f"results={tmp_path / 'l.jsonl'}"]
     )
     with pytest.raises(
-        PipelineError, match=rf"^predictions_dir={re.escape(str(predictions))}/.*: {link} is a symlink"
+        PipelineError, match=rf"^predictions_dir={re.escape(str(predictions))}: {link} is a symlink"
     ):
         loogle_command.run(cfg)
     assert not (tmp_path / "gone").exists()

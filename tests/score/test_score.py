@@ -127,20 +127,20 @@ def test_several_limits_in_one_call_are_each_limits_score(other_model_dir, tiny_
         Compute(head_chunk=16),
         ScoreSettings(),
     )
-    texts = texts_of([artifact], lm, settings, documents=2)
+    texts = texts_of(artifact, lm, settings, documents=2)
     for limits in [(16,), (32, 500)]:  # windows only (aligned on the windows' log-probs); a limit all fit
         scored = score_texts(texts, lm, compute, limits)
-        for limit, got in zip(limits, scored.results[0], strict=True):
+        for limit, got in zip(limits, scored.results, strict=True):
             want = score_call(artifact, lm, replace(settings, context_limit=limit), compute, documents=2)
             assert (got.corpus, got.documents, got.settings) == (want.corpus, want.documents, want.settings)
-    limited, key_n = scored.key_limited[0], scored.key_n[0]
+    limited, key_n = scored.key_limited, scored.key_n
     assert scored.copied == [0, 2] and limited[:, 1].tolist() == [0, 0]
     assert (limited[:, 0] > 0).all() and key_n.tolist() == [
-        d["n_key_tokens"] for d in scored.results[0][0].documents
+        d["n_key_tokens"] for d in scored.results[0].documents
     ]
     with pytest.raises(PipelineError, match=r"^context_limit=600 exceeds .*: set context_limit<=511$"):
         score_texts(texts, lm, compute, (16, 600))
-    truncating = texts_of([artifact], lm, replace(settings, allow_truncation=True), documents=2)
+    truncating = texts_of(artifact, lm, replace(settings, allow_truncation=True), documents=2)
     with pytest.raises(PipelineError, match=r"^several context limits score whole documents"):
         score_texts(truncating, lm, compute, (16, 32))
 

@@ -99,7 +99,7 @@ def test_publish_never_writes_into_a_folder_it_did_not_make(tiny_artifact, tmp_p
     before = {folder: contents(folder) for folder in (victim, other, tmp_path / "empty")}
     cases = [
         (victim, r"is the artifact being published"),
-        (other, r"is a folder `make publish` did not make \(nothing was written into it\)"),
+        (other, r"is a folder `make publish` did not make \(no .longppl-publish in it\)"),
         (tmp_path / "empty", r"is a folder `make publish` did not make"),
         (victim / "card", r"is inside the artifact being published"),
     ]

@@ -243,3 +243,10 @@ def test_a_long_near_copy_is_aligned_in_bounded_time_and_says_why_it_is_unlocate
     with deadline(60):
         found = locate(near_copy(text, 900), Document(text))
     assert found.rule == "fuzzy" and found.ratio >= 0.9
+
+
+def test_task_all_on_a_folder_locates_each_task_it_has(tmp_path, loogle_dir):
+    """`make loogle-evidence task=all data=<folder>` demanded all four tasks of a folder that holds two;
+    it locates each task the folder has."""
+    result = run(compose_config("loogle_evidence", [f"data={loogle_dir}", f"out={tmp_path / 'e.json'}"]))
+    assert [r["task"] for r in result["tasks"]] == ["shortdep_qa", "longdep_qa"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import PipelineError
 from pipeline.loogle.data.bounds import MAX_ROWS, check_size, jsonl_rows
-from pipeline.loogle.data.questions import SAMPLE_DIR, Question, check_task, questions_from_rows
+from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task, questions_from_rows
 
 # The Hub configs a task may have: later revisions name the summaries' config `summarization`.
 CONFIG_NAMES = {"longdep_summarization": ("longdep_summarization", "summarization")}
@@ -42,19 +42,8 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
     check_task(task)
     if source.data == "hub":
         return questions_from_rows(task, hub_rows(task, source), f"{source.dataset} ({task})")
-    folder = SAMPLE_DIR if source.data == "sample" else Path(source.data)
-    if not folder.is_dir():
-        raise PipelineError(
-            f"setting data={source.data}: not a directory (sample, hub or a folder of <task>.jsonl)"
-        )
-    names = CONFIG_NAMES.get(task, (task,))  # in the folder or its data/ (a Hub download)
-    candidates = [
-        b / f"{n}{ext}"
-        for n in names
-        for b in (folder, folder / "data")
-        for ext in (".jsonl", ".parquet", "")
-    ]
-    path = next((p for p in candidates if found(p)), None)
+    folder = data_folder(source)
+    path = task_file(task, folder)
     if path is None and source.data == "sample":
         raise PipelineError(
             f"the embedded LooGLE sample has no {task}: its texts' licenses do not allow shipping them "
@@ -65,6 +54,44 @@ def load_questions(task: str, source: DataSource) -> list[Question]:
             f"{folder} has no {task}.jsonl, {task}.parquet or {task}/ with Parquet files (nor its data/)"
         )
     return questions_from_rows(task, file_rows(path), str(path))
+
+
+def data_folder(source: DataSource) -> Path:
+    """The folder of a local source (the sample's, or ``data=<folder>``), checked to be one."""
+    folder = SAMPLE_DIR if source.data == "sample" else Path(source.data)
+    if not folder.is_dir():
+        raise PipelineError(
+            f"setting data={source.data}: not a directory (sample, hub or a folder of <task>.jsonl)"
+        )
+    return folder
+
+
+def task_file(task: str, folder: Path) -> Path | None:
+    """Where ``folder`` (or its ``data/``, a Hub download) holds the task: ``<task>.jsonl``,
+    ``<task>.parquet`` or ``<task>/`` with Parquet files (the summaries' also as ``summarization``)."""
+    names = CONFIG_NAMES.get(task, (task,))
+    candidates = [
+        b / f"{n}{ext}"
+        for n in names
+        for b in (folder, folder / "data")
+        for ext in (".jsonl", ".parquet", "")
+    ]
+    return next((p for p in candidates if found(p)), None)
+
+
+def tasks_held(source: DataSource) -> tuple[str, ...]:
+    """The tasks the data has, in LooGLE's order: all four on the Hub, each one a folder holds (at
+    least one, else one line naming the folder and the files it could hold)."""
+    if source.data == "hub":
+        return TASKS
+    folder = data_folder(source)
+    tasks = tuple(task for task in TASKS if task_file(task, folder) is not None)
+    if not tasks:
+        raise PipelineError(
+            f"setting data={source.data}: {folder} holds none of LooGLE's tasks ({', '.join(TASKS)}): "
+            "no <task>.jsonl, <task>.parquet or <task>/ with Parquet files (nor in its data/)"
+        )
+    return tasks
 
 
 def found(path: Path) -> bool:

@@ -13,9 +13,10 @@ import pydantic.dataclasses
 
 from pipeline.files import write_json_atomic
 from pipeline.formats import file_slug
-from pipeline.loogle.data.questions import SAMPLE_DIR, TASKS, Question, check_task
-from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions
-from pipeline.results.lines import check_writable
+from pipeline.loogle.data.questions import Question, check_task
+from pipeline.loogle.data.reading import DataSource, fingerprint, load_questions, tasks_held
+from pipeline.marks import json_report, made_by
+from pipeline.outputs import Output, check
 from pipeline.text import locating as evidence
 
 HEAD = 80  # characters of an unlocated evidence string shown in the report
@@ -79,12 +80,8 @@ def report(task: str, questions: list[Question]) -> dict[str, Any]:
 
 
 def tasks_of(task: str, source: DataSource) -> tuple[str, ...]:
-    """The tasks asked for; ``all`` on the embedded sample: the tasks it has."""
-    if task != "all":
-        return (check_task(task),)
-    if source.data == "sample":
-        return tuple(t for t in TASKS if (SAMPLE_DIR / f"{t}.jsonl").is_file())
-    return TASKS
+    """The tasks asked for; ``all``: each task the data has (a folder or the sample: those it holds)."""
+    return (check_task(task),) if task != "all" else tasks_held(source)
 
 
 def settings() -> dict[str, Any]:
@@ -109,16 +106,18 @@ class EvidenceOptions:
 
 
 def locate_evidence(options: EvidenceOptions) -> tuple[dict[str, Any], Path]:
-    """Every task's evidence located and written as JSON (checked writable before any work); the
-    result and where it went. Its command stays offline unless the data is the Hub's."""
+    """Every task's evidence located and written as JSON (its path checked before any work:
+    ``pipeline.outputs``, a JSON report marked ``made_by``); the result and where it went. Its command
+    stays offline unless the data is the Hub's."""
     source = options.source
     default = Path(options.results_dir) / f"loogle-evidence--{file_slug(source.label, 'data')}.json"
-    out = check_writable(Path(options.out) if options.out else default, "out")
+    out = check(Output("out", Path(options.out) if options.out else default, json_report("loogle-evidence")))
     questions = {task: load_questions(task, source) for task in tasks_of(options.task, source)}
     result = {
+        "made_by": made_by("loogle-evidence"),
         "data": source.label,
         "alignment": settings(),
         "tasks": [report(t, q) for t, q in questions.items()],
     }
-    write_json_atomic(out, result)
-    return result, out
+    write_json_atomic(out.path, result, out)
+    return result, out.path

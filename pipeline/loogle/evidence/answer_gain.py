@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from pipeline.artifact.qa import ArtifactQuestion, artifact_questions
 from pipeline.artifact.schema import KeyTokenArtifact
@@ -193,6 +192,8 @@ def shared_logprobs(scorer: TargetScorer, items: list[tuple[list[int], list[int]
     scorer's head (float64 sums), as ``answer_logprob`` computes each alone."""
     shared = common_prefix([Cut(prompt, len(prompt), 0) for prompt, _ in items])
     first = items[0][0][:shared]
+    from transformers import DynamicCache  # with the model, not at import (the commands' start-up)
+
     cache = DynamicCache(config=scorer.model.config)
     with torch.inference_mode():
         if first:

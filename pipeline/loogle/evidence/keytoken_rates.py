@@ -46,8 +46,9 @@ from pipeline.definition import NotBool
 from pipeline.errors import PipelineError
 from pipeline.files import recorded_path, write_json_atomic
 from pipeline.formats import file_slug
+from pipeline.marks import json_report, made_by, picture
+from pipeline.outputs import Output, check
 from pipeline.reporting.loogle_keytokens import write_evidence_plot
-from pipeline.results.lines import check_writable
 
 NULL = "each document's evidence mask shifted circularly over its scored tokens, offsets uniform per document"
 DISTANCE = (
@@ -327,12 +328,14 @@ def rates_report(options: RatesOptions) -> tuple[dict[str, Any], Path, Path]:
         Path(options.results_dir)
         / f"loogle-keytokens--{file_slug(artifact.root.name, 'artifact')}{suffix}.json"
     )
-    out = check_writable(Path(options.out) if options.out else default, "out")
+    given = Path(options.out) if options.out else default
+    out = check(Output("out", given, json_report("loogle-keytokens")))
+    plot = check(Output("out", given.with_suffix(".png"), picture("loogle-keytokens")))
     analysis = analyse(artifact, settings)
     source = {"path": recorded_path(artifact.root), "fingerprint": artifact.manifest["fingerprint"]}
     source |= {"contents": artifact.contents, "K": artifact.settings["K"], "d": artifact.settings["d"]}
     source["max_tokens"] = artifact.settings.get("max_tokens")
-    result = {"artifact": source, **analysis.report}
-    write_json_atomic(out, result)
-    write_evidence_plot(analysis, artifact.root.name, out.with_suffix(".png"))
-    return result, out, out.with_suffix(".png")
+    result = {"made_by": made_by("loogle-keytokens"), "artifact": source, **analysis.report}
+    write_json_atomic(out.path, result, out)
+    write_evidence_plot(analysis, artifact.root.name, plot)
+    return result, out.path, plot.path

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic
@@ -25,6 +25,7 @@ from pipeline.loogle.data.bounds import (
     text_problem,
 )
 from pipeline.loogle.data.questions import kind_of, literal
+from pipeline.outputs import FileKind
 from pipeline.results.keys import model_key
 
 OURS = {"task", "data", "fingerprint", "qid", "prediction"}
@@ -114,12 +115,26 @@ def check_ours(rows: list[dict[str, Any]], task: str, fingerprint: str, qids: li
                 f"{where}, line {number}, field qid: {row['qid'][:80]!r} names no question of these "
                 f"(fingerprint {fingerprint}): the line was edited, or belongs to another file"
             )
-    found = [row["qid"] for row in rows]
-    if len(set(found)) != len(found) or len(found) != len(qids):
+    check_distinct(rows, where)
+    if len(rows) != len(qids):
         raise PipelineError(
-            f"{where} has {len(set(found))} distinct predictions ({len(found)} lines) for {len(qids)} "
-            "questions: finish the run (make loogle resumes it) or pass the file of a whole run"
+            f"{where} has predictions for {len(rows)} of its {len(qids)} questions: finish the run (make "
+            "loogle resumes it) or pass the file of a whole run"
         )
+
+
+def check_distinct(rows: list[dict[str, Any]], where: str) -> None:
+    """One line per question: a question predicted twice (an edit, two files joined) is one line naming
+    both lines and the fix, which no run makes for it (make loogle would refuse the same file)."""
+    first: dict[Any, int] = {}
+    for number, row in enumerate(rows, start=1):
+        earlier = first.setdefault(row["qid"], number)
+        if earlier != number:
+            raise PipelineError(
+                f"{where}, line {number}: question {str(row['qid'])[:80]!r} again (first on line {earlier}): "
+                f"delete the line of the two whose prediction is not to be scored, or delete the file to run "
+                "its questions again"
+            )
 
 
 def official_pairs(rows: list[dict[str, Any]], task: str, where: str) -> list[Scored]:
@@ -177,6 +192,26 @@ def check_official_values(task: str, outputs: list[Any], answers: list[Any], her
     check_strings(answers, here, "output")
 
 
+def foreign_line(stream: IO[bytes]) -> str | None:
+    """The first line of ``stream`` that is no line of this project's predictions files, as "line N, ...";
+    None when there is none."""
+    number = 0
+    while data := stream.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        try:
+            row = json.loads(data) if data.strip() else {key: None for key in OURS}
+        except (ValueError, RecursionError):
+            row = None
+        if not isinstance(row, dict) or not set(row) >= OURS:
+            return f"line {number}, which is no line of a predictions file"
+    return None
+
+
+# This project's predictions files as an output (``pipeline.outputs``): only their lines; read again,
+# line by line, before a run resumes one (``resumed``)
+KIND = FileKind("predictions files", "`make loogle`", "predictions.jsonl", foreign_line)
+
+
 def write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
     """The whole file, atomically."""
     text = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows)
@@ -193,6 +228,7 @@ def resumed(
         return []
     rows = read_lines(path)
     check_shape(rows, f"predictions file {path}")
+    check_distinct(rows, f"predictions file {path}")
     for row in rows:
         theirs = {key: row.get(key) for key in settings}
         if theirs != settings:

@@ -26,9 +26,9 @@ from pipeline.loogle.generation.predictions import (
 )
 from pipeline.loogle.metrics.reorder import check_timeline, reorder_scores
 from pipeline.loogle.metrics.task_scores import bertscore_mode, score_task
+from pipeline.outputs import Output, check
 from pipeline.provenance import json_sha256
 from pipeline.results import loogle as loogle_lines
-from pipeline.results.lines import check_writable
 
 # What a predictions line of `make loogle` records of its run (``answering.RunSettings.record``).
 RUN_SETTINGS = ("task", "data", "fingerprint", "model", "max_length", "max_new_tokens", "limit")
@@ -60,9 +60,9 @@ def needs_hub(options: MetricsOptions) -> bool:
 
 def evaluate_file(options: MetricsOptions) -> dict[str, Any]:
     """The file's metrics (its command stays offline unless ``needs_hub``), its results line appended
-    to ``options.results`` (checked writable first): the result, with ``appended_to``."""
+    to ``options.results`` (checked first: ``pipeline.outputs``): the result, with ``appended_to``."""
     mode = bertscore_mode(options.bertscore)
-    results = check_writable(options.results, "results")
+    results = check(Output("results", Path(options.results), loogle_lines.KIND))
     wall, cpu = time.perf_counter(), time.process_time()
     path = Path(options.predictions)
     pairs, kind = scored_pairs(path, check_task(options.task), options.source)
@@ -71,7 +71,7 @@ def evaluate_file(options: MetricsOptions) -> dict[str, Any]:
     seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
     row = loogle_lines.loogle_row(name, model, result, settings, seconds, cpu_seconds, "make loogle-metrics")
     loogle_lines.append(results, row)
-    return {**result, "appended_to": str(results), "result_id": row["result_id"]}
+    return {**result, "appended_to": str(results.path), "result_id": row["result_id"]}
 
 
 def file_identity(path: Path, task: str) -> tuple[str, dict[str, Any], dict[str, Any]]:

@@ -2,7 +2,12 @@
 or "2,1,3"), scored by how far the predicted order is from the answer's. A question is one by the data's
 ``type`` where it has one (LooGLE's "timeline_reorder", its ``Output/`` files' "时间线"); without a type,
 by an answer whose labels form a permutation (each of 1..n, or of I..n, once; n at least 2), so a
-computed "20,300" is never taken for an order of two events.
+computed "20,300" is never taken for an order of two events. LooGLE's own code reads no type (its
+``reorder_eval.py`` scores a file of timeline questions alone), so how a type is read is this module's:
+compared after Unicode NFKC (a no-break space is a space), case folding, "_", "-" and "&" read as
+spaces and "and", and runs of whitespace as one space ("Timeline  Reorder" is "timeline_reorder"); a
+type that is only whitespace is no type; any other type of a long-dependency question that is none of
+LooGLE's four (``TYPES``) is refused when the questions load, before any model does.
 
 The repository's ``Reorder/reorder_eval.py`` cannot compute these on its released answers: it indexes a
 list of label strings as positions (every value becomes "None") and replaces a computed value by the
@@ -11,14 +16,25 @@ maximum. Here the deviations are those its ``get_reorder_deviation.py`` defines,
 location mean deviation mean(|p[j]-j|), swap deviation (the fewest swaps: n minus the cycles of p) and
 swap distance deviation (its greedy sum of swap distances). The predicted order is the answer's labels in
 their order of first appearance in the prediction; a prediction that does not order every event exactly
-once scores the largest deviation any wrong order of n events has (its ``get_max_deviation.py``).
+once scores the largest deviation any wrong order of n events has (its ``get_max_deviation.py``, which
+enumerates the n! orders: 45 s for 9 events, and each further event multiplies that by about n).
+
+Both are computed in closed form here, in time linear in n, so a question of any number of events is
+scored at once. The greedy always finds a swap (i < j) that moves both events all the way towards their
+places, p[j] <= i < j <= p[i] (take i the last index with p[i] > i: every later place k holds p[k] <= k,
+so the p[i] - i places i+1..p[i] cannot all hold values in (i, p[i]), which are one fewer), and such a
+swap lowers the summed displacement by 2(j - i), the most any swap of that distance can; so the
+greedy's sum of distances is half the summed displacement sum |p[j] - j|. The largest deviations over
+the wrong orders of n >= 2 events: the reversal's (n^2 - 1) / 3 (location square) and floor(n^2 / 2) / n
+(location mean; the largest summed displacement is floor(n^2 / 2)), n - 1 swaps (one cycle of all n) and
+floor(n^2 / 4) (half the largest displacement).
+``tests/loogle/test_metrics.py`` checks both against the repository's enumeration and greedy.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-from functools import cache
+import unicodedata
 from typing import Any
 
 import numpy as np
@@ -27,7 +43,10 @@ from pipeline.errors import PipelineError
 
 ORDER = re.compile(r"^\s*([IVXLCDM]+|\d+)(\s*,\s*([IVXLCDM]+|\d+))+\s*$")
 NAMES = ("location_square", "location_mean", "swap", "swap_distance")
-TIMELINE_TYPES = ("timeline reorder", "timeline", "时间线")  # normalized: casefolded, "_" as a space
+# LooGLE's long-dependency question types, normalized (``normal_type``); its Output/ files type a timeline
+# question "时间线", and "timeline" alone is read as one.
+TIMELINE_TYPES = ("timeline reorder", "timeline", "时间线")
+TYPES = ("comprehension and reasoning", "multiple information retrieval", "computation", *TIMELINE_TYPES)
 
 
 def roman(n: int) -> str:
@@ -50,14 +69,34 @@ def is_permutation(answer: Any) -> bool:
     return set(labels) in ({str(i) for i in range(1, n + 1)}, {roman(i) for i in range(1, n + 1)})
 
 
+def normal_type(kind: str) -> str:
+    """A question type as it is compared: NFKC, case folded, "_" and "-" as spaces, "&" as "and", each
+    run of whitespace one space (module doc)."""
+    text = unicodedata.normalize("NFKC", kind).casefold().replace("&", " and ")
+    return " ".join(re.sub(r"[_\-]", " ", text).split())
+
+
 def is_timeline_type(kind: str) -> bool:
-    return kind.strip().casefold().replace("_", " ").replace("-", " ") in TIMELINE_TYPES
+    return normal_type(kind) in TIMELINE_TYPES
+
+
+def check_type(kind: str | None, where: str) -> None:
+    """A long-dependency question's type is none, or one of LooGLE's (``TYPES``, normalized); else one
+    line naming the question, the type and the fix."""
+    if kind is None or not normal_type(kind) or normal_type(kind) in TYPES:
+        return
+    known = "comprehension_and_reasoning, multiple_information_retrieval, computation, timeline_reorder"
+    raise PipelineError(
+        f"longdep_qa {where}: type {kind[:60]!r} is none of LooGLE's question types ({known}; or 时间线): "
+        "correct it in the data, or remove it (an untyped question whose answer is an order of labels, "
+        "such as 2,1,3, is a timeline question)"
+    )
 
 
 def is_reorder(answer: Any, kind: str | None = None) -> bool:
     """A timeline question: by its type where the data gives one, else by an answer that is a
     permutation of labels. A question typed a timeline whose answer is no such order is an error."""
-    if kind is None:
+    if kind is None or not normal_type(kind):
         return is_permutation(answer)
     if not is_timeline_type(kind):
         return False
@@ -70,35 +109,23 @@ def is_reorder(answer: Any, kind: str | None = None) -> bool:
 
 
 def check_timeline(task: str, questions: list[Any]) -> None:
-    """Every long-dependency question typed a timeline has an order for its answer (``.answer``,
-    ``.kind``): checked when the questions load, before any model does."""
-    for question in questions if task == "longdep_qa" else ():
+    """Every long-dependency question's type is none or LooGLE's, and one typed a timeline has an order
+    for its answer (``.answer``, ``.kind``): checked when the questions load, before any model does."""
+    for number, question in enumerate(questions if task == "longdep_qa" else ()):
+        check_type(question.kind, getattr(question, "qid", None) or f"question {number}")
         is_reorder(question.answer, question.kind)
 
 
 def predicted_order(labels: list[str], prediction: str) -> list[str]:
     """The answer's labels in their order of first appearance in the prediction (as whole words)."""
-    found = re.findall(r"\b(?:[IVXLCDM]+|\d+)\b", prediction)
-    return list(dict.fromkeys(label for label in found if label in labels))
+    found, known = re.findall(r"\b(?:[IVXLCDM]+|\d+)\b", prediction), set(labels)
+    return list(dict.fromkeys(label for label in found if label in known))
 
 
 def swap_distance(p: list[int]) -> int:
-    """The repository's greedy swap distance: swap the pair that most lowers the mean deviation per unit
-    of distance until every event is in place; the sum of the swaps' distances."""
-    p, weight, n = list(p), 0, len(p)
-    while any(v != i for i, v in enumerate(p)):
-        best, pair = 0.0, (0, 0)
-        for i in range(n):
-            for j in range(i + 1, n):
-                gain = ((abs(p[i] - i) + abs(p[j] - j)) - (abs(p[j] - i) + abs(p[i] - j))) / (j - i)
-                if gain > best:
-                    best, pair = gain, (i, j)
-        if best <= 0:
-            raise AssertionError(f"no swap improves {p}")  # cannot happen for a permutation
-        i, j = pair
-        p[i], p[j] = p[j], p[i]
-        weight += j - i
-    return weight
+    """The repository's greedy swap distance (the sum of the distances of its swaps), in closed form:
+    half the summed displacement (module doc)."""
+    return sum(abs(v - i) for i, v in enumerate(p)) // 2
 
 
 def cycles(p: list[int]) -> int:
@@ -122,17 +149,17 @@ def deviations(p: list[int]) -> dict[str, float]:
     }
 
 
-@cache
 def largest(n: int) -> dict[str, float]:
-    """The largest value of each deviation over the wrong orders of n events (by enumeration, as the
-    repository finds it: up to 9 events)."""
-    if n > 9:
-        raise PipelineError(
-            f"a timeline question of {n} events: the largest deviations are enumerated up to 9"
-        )
-    wrong = [list(p) for p in itertools.permutations(range(n)) if list(p) != list(range(n))]
-    values = [deviations(p) for p in wrong] or [deviations(list(range(n)))]
-    return {name: max(v[name] for v in values) for name in NAMES}
+    """The largest value of each deviation over the wrong orders of n events, in closed form (module
+    doc; the repository enumerates them); n = 1 has no wrong order, and its deviations are 0."""
+    if n < 2:
+        return dict.fromkeys(NAMES, 0.0)
+    return {
+        "location_square": (n * n - 1) / 3,
+        "location_mean": (n * n // 2) / n,
+        "swap": float(n - 1),
+        "swap_distance": float(n * n // 4),
+    }
 
 
 def question_deviations(answer: str, prediction: str) -> tuple[dict[str, float], bool]:
@@ -141,7 +168,8 @@ def question_deviations(answer: str, prediction: str) -> tuple[dict[str, float],
     order = predicted_order(labels, prediction)
     if len(set(labels)) != len(labels) or sorted(order) != sorted(labels):
         return largest(len(labels)), False
-    return deviations([order.index(label) for label in labels]), True
+    place = {label: position for position, label in enumerate(order)}
+    return deviations([place[label] for label in labels]), True
 
 
 def reorder_scores(pairs: list[Any]) -> dict[str, Any]:
