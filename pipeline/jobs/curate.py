@@ -39,11 +39,15 @@ from pipeline.keytokens.curation import (
     shard_writer,
 )
 from pipeline.keytokens.executors import ENGINE_GROUPS, Engine, launch
+from pipeline.marks import marked_folder
 from pipeline.models.loading import ModelChoice, one_line
+from pipeline.outputs import Output, check, make_folder
 from pipeline.provenance import json_sha256
 from pipeline.settings import Compute, Text, parse, parse_group
 
 RECORD = "curate.json"  # written once every task is complete
+# Its output folder: new, empty, or one it made (its marker), checked before any model loads.
+CURATED = marked_folder("curate")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class CurateJob:
     model = None  # the evaluator loads in each task (``pipeline.keytokens.curation``)
     results = None
     results_setting = "output_dir"
+    results_kind = None
     folder_use = ("curate run", "pass output_dir=<another folder>")
 
     @classmethod
@@ -95,8 +100,8 @@ class CurateJob:
     def folder(self) -> Path:
         return Path(self.output_dir).absolute()
 
-    def outputs(self) -> dict[str, Path]:
-        return {"output_dir": self.folder / RECORD}
+    def outputs(self) -> list[Output]:
+        return [Output("output_dir", self.folder, CURATED)]
 
     def needs_hub(self) -> bool:
         return False
@@ -123,7 +128,7 @@ class CurateJob:
         s = self.input
         corpus = inspect_corpus(s.path, s.format, s.text_key, s.id_key)
         settings = self.settings_record(corpus)
-        finished = own_folder(self.folder, settings)
+        finished = own_folder(make_folder(check(Output("output_dir", self.folder, CURATED))), settings)
         tasks, out = self.engine.tasks, self.folder
         steps = [
             corpus.reader(by_rows=len(corpus.files) < tasks),
@@ -134,7 +139,7 @@ class CurateJob:
         return self.engine.datatrove(steps, out / ENGINE, gpus), settings, finished, gpus
 
     @staticmethod
-    def append(path: Path, row: dict[str, Any]) -> None:
+    def append(target: Any, row: dict[str, Any]) -> None:
         raise NotImplementedError("the curate job writes no results lines")
 
     def measure(self, lm: None, scorer: None, opened: tuple, record: Record, started: float) -> JobResult:
@@ -169,8 +174,8 @@ def not_finished(
 
 
 def own_folder(out: Path, settings: dict[str, Any]) -> bool:
-    """Whether ``out`` holds a finished curation with these settings; a folder this command did not make,
-    or made with other settings, is refused; one it began with these settings is resumed."""
+    """Whether ``out`` (this command's: checked) holds a finished curation with these settings; one made
+    with other settings is refused; one begun with these settings is resumed."""
     stamp = {"settings": json_sha256(settings)}
     plan = out / ENGINE / "plan.json"
     if (out / RECORD).is_file():
@@ -186,11 +191,8 @@ def own_folder(out: Path, settings: dict[str, Any]) -> bool:
                 f"output_dir={out} holds an unfinished curation begun with other settings ({plan}): pass "
                 "output_dir=<another folder>, or its settings to resume it"
             )
-    elif out.exists() and any(out.iterdir()):
-        first = sorted(p.name for p in out.iterdir())[0]
-        raise PipelineError(f"output_dir={out} holds files this command did not make ({first}, ...): pass "
-                            "output_dir=<a new or empty folder>")  # fmt: skip
-    write_json_atomic(plan, stamp)
+    else:
+        write_json_atomic(plan, stamp)
     return False
 
 

@@ -26,13 +26,14 @@ from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic, write_table_atomic
 from pipeline.jobs.curate import RECORD
 from pipeline.keytokens.curation import DATA, shard_name
+from pipeline.marks import marked_folder
+from pipeline.outputs import Output, check, make_folder
 from pipeline.reporting.common import md_code
 from pipeline.settings import Text
 from pipeline.sharing.hub_dataset import CARD, CITATION
 
-MARKER = (
-    ".longppl-select"  # written first into every folder it makes; a folder without it is never written into
-)
+# Its output folder: new, empty, or one it made (``.longppl-curate-select``), checked before anything is read.
+SELECTED = marked_folder("curate-select")
 
 
 @dataclass(frozen=True)
@@ -103,9 +104,10 @@ def selected(rows: pl.DataFrame, rule: Rule) -> tuple[pl.DataFrame, str]:
 def select(options: SelectOptions) -> dict[str, Any]:
     """The selection written (module docstring); returns the card's ``longppl`` record."""
     source, out = Path(options.input).absolute(), Path(options.output_dir).absolute()
+    checked = check(Output("output_dir", out, SELECTED))
     curated = read_curation(source)
     kept, rule = selected(curated.rows, options.select)
-    own_folder(out)
+    make_folder(checked)
     tokens = curated.rows["longppl_tokens"]
     record = {
         "evaluator": curated.record["evaluator"],
@@ -125,16 +127,6 @@ def select(options: SelectOptions) -> dict[str, Any]:
     write_table_atomic(out / DATA / shard_name(0, 1), kept.to_arrow())
     write_bytes_atomic(out / CARD, card(record, options.license).encode())
     return {**record, "output_dir": str(out)}
-
-
-def own_folder(out: Path) -> None:
-    """``out`` new, empty or made by this command (its marker); anything else is refused."""
-    if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file():
-        first = sorted(p.name for p in out.iterdir())[0]
-        raise PipelineError(f"output_dir={out} holds files this command did not make ({first}, ...): pass "
-                            "output_dir=<a new or empty folder>")  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).touch()
 
 
 def card(record: dict[str, Any], license_id: str) -> str:

@@ -186,7 +186,7 @@ def test_bad_input_is_one_line_before_any_model_loads(tiny_model_dir, corpus, tm
         + " has no such column",
         ("input.path=" + str(tmp_path / "nowhere"),): "no such file or folder",
         ("input.path=" + str(curated.with_suffix(".parquet")),): "already has the column longppl_ppl",
-        ("output_dir=" + str(foreign),): "holds files this command did not make (notes.txt",
+        ("output_dir=" + str(foreign),): "a folder `make curate` did not make",
         ("tasks=2", "workers=3"): "workers=3 is more than tasks=2",
     }
     for extra, expected in cases.items():
