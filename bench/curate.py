@@ -6,9 +6,10 @@ Contenders, side by side in one run (each its own process, timed by the runner's
 - ``bare-loop``: the same scorer and column function (``CurationScorer.columns``) in a plain Python
   loop over the same rows, written as one Parquet file: what the engine adds is measured against it;
 - ``curate-1-worker``: `longppl curate` with ``tasks=8 workers=1`` (every task in the launcher);
-- ``curate-2-workers``: ``tasks=8 workers=2`` (each task its own process, two at once);
-- ``kill-resume``: ``tasks=8 workers=2``, one task's process killed (SIGKILL) mid-shard, then the same
-  command again; its row counts the rows and distinct ids written (nothing lost, nothing done twice).
+- ``curate-2-workers``: ``tasks=8 workers=2`` (each task its own process, two at once).
+
+Each row counts the rows and distinct ids written. A kill and resume is tests/curate/test_curate.py's
+(a bench case starts no process of its own: the runner does).
 
     make bench-curate                                  # 2,000 and 20,000 documents
     make bench-curate ARGS="--sizes 200 2000 --out docs/reports/scale.json"
@@ -20,15 +21,12 @@ import argparse
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bench import runner
 
-CONTENDERS = ("bare-loop", "curate-1-worker", "curate-2-workers", "kill-resume")
+CONTENDERS = ("bare-loop", "curate-1-worker", "curate-2-workers")
 WORDS = 500  # the tokenizer's words (its vocabulary: these, <s>, </s>)
 SETTINGS = ["K=512", "d=512", "max_tokens=4096", "dtype=float32", "device=cpu", "progress=false"]
 
@@ -84,8 +82,6 @@ def command(contender: str, size: int, root: str) -> list[str]:
     out = base / f"out-{contender}-{size}"
     if contender == "bare-loop":
         return [sys.executable, "-m", "bench.curate", "--bare", str(model), str(corpus), str(out)]
-    if contender == "kill-resume":
-        return [sys.executable, "-m", "bench.curate", "--kill-resume", str(model), str(corpus), str(out)]
     workers = "1" if contender == "curate-1-worker" else "2"
     return curate_args(model, corpus, out, "tasks=8", f"workers={workers}")
 
@@ -119,31 +115,6 @@ def bare_loop(model: str, corpus: str, out: str) -> None:
     pq.write_table(pa.Table.from_pylist(written), Path(out) / "bare.parquet")
 
 
-def kill_resume(model: str, corpus: str, out: str) -> None:
-    """tasks=8 workers=2; one task's process killed mid-shard, then the same command again."""
-    cmd = curate_args(Path(model), Path(corpus), Path(out), "tasks=8", "workers=2")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    engine, killed = Path(out) / ".datatrove", None
-    while killed is None and proc.poll() is None:
-        done = {p.name for p in (engine / "completions").glob("*")}
-        for task in range(8):
-            running = engine / "running" / f"{task:05d}.json"
-            if len(done) >= 2 and f"{task:05d}" not in done and running.is_file():
-                try:
-                    os.kill(json.loads(running.read_text())["pid"], signal.SIGKILL)
-                    killed = task
-                    break
-                except (ValueError, ProcessLookupError):
-                    continue
-        time.sleep(0.05)
-    proc.communicate()
-    finished = sorted(p.name for p in (Path(out) / "data").glob("*.parquet"))
-    again = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    record = {"killed_task": killed, "first_exit": proc.returncode, "shards_kept": finished,
-              "second_exit": again.returncode}  # fmt: skip
-    (Path(out) / "kill-resume.json").write_text(json.dumps(record))
-
-
 def outcome(out: Path) -> dict:
     """What a contender wrote: rows, distinct ids, token range, each task's peak memory."""
     import polars as pl
@@ -159,8 +130,6 @@ def outcome(out: Path) -> dict:
         "max_tokens": int(rows["longppl_tokens"].max()),
     }
     found["task_peak_rss_mb"] = [t.get("peak_rss_mb") for t in tasks]
-    if (out / "kill-resume.json").is_file():
-        found["kill_resume"] = json.loads((out / "kill-resume.json").read_text())
     return found
 
 
@@ -190,7 +159,5 @@ CASE = runner.Case("curate", contenders=CONTENDERS, sizes=(2000, 20000), command
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--bare"]:
         bare_loop(*sys.argv[2:5])
-    elif sys.argv[1:2] == ["--kill-resume"]:
-        kill_resume(*sys.argv[2:5])
     elif not runner.child(CASE):
         main()
