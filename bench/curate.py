@@ -12,7 +12,7 @@ Each row counts the rows and distinct ids written. A kill and resume is tests/cu
 (a bench case starts no process of its own: the runner does).
 
     make bench-curate                                  # 2,000 and 20,000 documents
-    make bench-curate ARGS="--sizes 200 2000 --out docs/reports/scale.json"
+    make bench-curate ARGS="--sizes 200 2000 --out docs/reports/scale-1000.json"
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 1 for data selection: a corpus's Parquet or JSONL shards written back with per-document columns.
+"""Stage 1 for data selection: a corpus's shards written back with per-document columns.
 `make curate` (``conf/curate.yaml``): the job ``pipeline.jobs.curate``, its tasks on datatrove."""
 
 from __future__ import annotations

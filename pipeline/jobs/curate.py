@@ -4,11 +4,12 @@ through the recipe as every job does (the offline rule, its output folder locked
 before any model loads), on stage 1's executors (``pipeline.keytokens.executors``: local, Slurm, Ray;
 ``tasks``, ``workers``, ``gpus_per_task``) with stage 1's step (``pipeline.keytokens.curation``).
 
-Its output folder holds ``data/train-<task>-of-<tasks>.parquet``, ``.datatrove/`` (datatrove's logs,
-completion markers and stats) and, once every task is complete, ``curate.json`` (the settings, the
-evaluator's identity, the input's files, the shards and their rows). A folder it did not make is
-refused; one it made with other settings too; with the same settings the run resumes (the tasks not
-marked complete run again, each its own shard) or, finished, does nothing.
+Its output folder holds ``train-<task>-of-<tasks>.parquet`` in its data folder, ``.datatrove``
+(datatrove's logs, completion markers and stats) and, once every task is complete, ``curate.json``
+(the settings, the evaluator's identity, the input's files, the shards and their rows). A folder it
+did not make is refused (``pipeline.outputs``); one it made with other settings too; with the same
+settings the run resumes (the tasks not marked complete run again, each its own shard) or, finished,
+does nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pipeline.jobs.recipe import JobResult, Record
 from pipeline.keytokens.curation import (
     DATA,
     ENGINE,
+    RECORD,
     CorpusInput,
     CurationScorer,
     FinishShard,
@@ -45,7 +47,6 @@ from pipeline.outputs import Output, check, make_folder
 from pipeline.provenance import json_sha256
 from pipeline.settings import Compute, Text, parse, parse_group
 
-RECORD = "curate.json"  # written once every task is complete
 # Its output folder: new, empty, or one it made (its marker), checked before any model loads.
 CURATED = marked_folder("curate")
 

@@ -2,7 +2,8 @@
 scored by stage 1 (the same evaluator load, scorer and key-token definition as ``KeyTokenScorer``:
 ``keytoken_tables``) and given the per-document columns of ``pipeline.artifact.columns``, then written
 back by datatrove's ``ParquetWriter`` with the input's other columns kept, one shard per task
-(``data/train-<task>-of-<tasks>.parquet``, as Hub datasets name shards), without the per-token tables.
+(``train-<task>-of-<tasks>.parquet`` in its data folder, as Hub datasets name shards), without the
+per-token tables.
 
 How tasks split the corpus (``CorpusInput``): with at least as many files as tasks, as datatrove does
 (each task its share of the files); with fewer (one big file), every task reads the files and keeps the
@@ -46,6 +47,7 @@ from pipeline.text.tokenization import encode_truncated
 
 ENGINE = ".datatrove"  # datatrove's logging folder inside the output: completions, logs, stats, tasks
 DATA = "data"
+RECORD = "curate.json"  # the curation's record, written once every task is complete (pipeline.jobs.curate)
 FLOAT_COLUMNS = [name for name in COLUMNS if name not in ("longppl_tokens", "longppl_scored_tokens")]
 INT_COLUMNS = ["longppl_tokens", "longppl_scored_tokens", "longppl_key_tokens"]
 READERS = {"parquet": ParquetReader, "jsonl": JsonlReader}

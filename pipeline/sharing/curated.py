@@ -1,7 +1,7 @@
 """`make curate-select`: a finished curation (`make curate`'s folder) filtered by any numeric column, the
 top fraction (``select.top``) or a threshold (``select.min``), written as a dataset that
 ``datasets.load_dataset(<folder>)`` or ``load_dataset("parquet", data_files=...)`` reads: its shard
-``data/train-00000-of-00001.parquet`` (the kept rows in the curation's order) and a dataset card
+``train-00000-of-00001.parquet`` in its data folder (the kept rows in the curation's order) and a dataset card
 (README.md with YAML front matter, as `make publish` writes) that records the evaluator and its identity,
 the key-token settings and the selection (column, rule, documents and tokens kept of how many).
 
@@ -24,8 +24,7 @@ from pydantic.dataclasses import dataclass
 
 from pipeline.errors import PipelineError
 from pipeline.files import write_bytes_atomic, write_table_atomic
-from pipeline.jobs.curate import RECORD
-from pipeline.keytokens.curation import DATA, shard_name
+from pipeline.keytokens.curation import DATA, RECORD, shard_name
 from pipeline.marks import marked_folder
 from pipeline.outputs import Output, check, make_folder
 from pipeline.reporting.common import md_code
