@@ -1,4 +1,4 @@
-"""A curation's documents kept by a column (the top fraction or a threshold), as a dataset with its card.
+"""A curation's documents kept by a column's top fraction or threshold, with a dataset card.
 `make curate-select` (``conf/curate_select.yaml``): ``pipeline.sharing.curated``."""
 
 from __future__ import annotations
