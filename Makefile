@@ -31,7 +31,7 @@ comma       := ,
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle setup-ray loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-stage1 bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-official bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics bench-loogle-decode bench-startup
+.PHONY: help setup rehearse-paper rehearse-long setup-lmeval setup-loogle setup-ray loogle loogle-metrics loogle-evidence loogle-keytokens lm-eval bench-lmeval keytokens import-official import-official-all score ladder bench-ladder forgetting-curve bench-forgetting finetune longce-demo bench-longce leaderboard leaderboard-refresh leaderboard-refresh-official compare-artifacts publish show validate test test-gpu browser lint clean-venv bench-stage1 bench-long-memory bench-stage2 bench-attention bench-checks bench bench-quick bench-official bench-head bench-equivalence bench-gpu bench-gpu-levers bench-numerics bench-loogle-decode bench-startup curate curate-select bench-curate
 
 # A bare `make` sets up .venv, as before `make help` came first in the file.
 .DEFAULT_GOAL := setup
@@ -40,6 +40,8 @@ export PYTHONUNBUFFERED := 1
 help:
 	@echo "The two stages (a fresh machine: make keytokens, then make test)"
 	@echo "  keytokens              stage 1: an evaluator's key tokens of a corpus -> artifacts/keytokens/<name>"
+	@echo "  curate                 stage 1 for data selection: corpus shards + longppl_* columns (ARGS=\"input.path=<dir> output_dir=<dir>\")"
+	@echo "  curate-select          keep the top fraction or a threshold by a column, with a dataset card (docs/scale.md)"
 	@echo "  score                  stage 2: MODEL= (name, directory, .gguf, Hub id) against an artifact"
 	@echo "  import-official        the paper's own key spans as an artifact (EVALUATOR=...; needs the Hub)"
 	@echo "  import-official-all    the same for the paper's three evaluators"
@@ -68,6 +70,7 @@ help:
 	@echo "  bench                  the same: make bench-official"
 	@echo "  bench-quick            the same at 4k tokens on one document"
 	@echo "  bench-stage1           peak memory of stage 1 at 2k/4k/8k-token documents"
+	@echo "  bench-curate           make curate on 20,000 generated documents: 1 and 2 workers, a bare loop, kill+resume"
 	@echo "  bench-long-memory      peak memory of both stages at 32k/64k/128k tokens, tiny model"
 	@echo "  bench-stage2           the score stage against a plain-PPL pass"
 	@echo "  bench-attention        peak memory of sliding-window attention at 8k and 16k"
@@ -158,6 +161,13 @@ loogle-keytokens: $(STAMP)
 # ..." or "executor=ray" for a cluster (the Ray extra is installed first).
 keytokens: $(STAMP) $(if $(findstring executor=ray,$(ARGS)),$(RAY_STAMP))
 	$(BIN)/longppl keytokens $(if $(filter-out 1,$(NPROC)),workers=$(NPROC) tasks=$(NPROC)) $(ARGS)
+
+# Stage 1 for data selection (docs/scale.md): the same executors and settings as make keytokens.
+curate: $(STAMP) $(if $(findstring executor=ray,$(ARGS)),$(RAY_STAMP))
+	$(BIN)/longppl curate $(ARGS)
+
+curate-select: $(STAMP)
+	$(BIN)/longppl curate-select $(ARGS)
 
 # The paper's run rehearsed on the CPU with tiny random-weight models at its lengths (32767-token texts,
 # a 128k-vocabulary evaluator in bfloat16 with the float32 head, the import and the official refresh):
@@ -272,6 +282,10 @@ clean-venv:
 # Every bench target runs its case: make bench-<name> runs bench/<name>.py (`-` for `_`), ARGS passed on.
 bench-stage1: $(STAMP)
 	$(BIN)/python -m bench.stage1 $(ARGS)
+
+# make curate at scale on 2 cores (docs/reports/scale.md): 20,000 seeded documents of 512-4096 tokens.
+bench-curate: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.curate $(ARGS)
 
 # Both stages at 32k, 64k and 128k tokens with a tiny random model on the CPU: peak memory grows
 # linearly with the text (docs/reports/memory.md; tests/bench/test_long_memory.py asserts it).

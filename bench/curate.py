@@ -1,0 +1,163 @@
+"""`make curate` at corpus scale on this machine (docs/reports/scale.md): a seeded corpus of documents of 512
+to 4,096 tokens (``make_corpus``: one word is one token of the bench's word-level tokenizer, so the
+lengths are exact), scored by a tiny random-weight evaluator (``studies.random_models``, float32).
+
+Contenders, side by side in one run (each its own process, timed by the runner's clock):
+- ``bare-loop``: the same scorer and column function (``CurationScorer.columns``) in a plain Python
+  loop over the same rows, written as one Parquet file: what the engine adds is measured against it;
+- ``curate-1-worker``: `longppl curate` with ``tasks=8 workers=1`` (every task in the launcher);
+- ``curate-2-workers``: ``tasks=8 workers=2`` (each task its own process, two at once).
+
+Each row counts the rows and distinct ids written. A kill and resume is tests/curate/test_curate.py's
+(a bench case starts no process of its own: the runner does).
+
+    make bench-curate                                  # 2,000 and 20,000 documents
+    make bench-curate ARGS="--sizes 200 2000 --out docs/reports/scale-1000.json"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+from bench import runner
+
+CONTENDERS = ("bare-loop", "curate-1-worker", "curate-2-workers")
+WORDS = 500  # the tokenizer's words (its vocabulary: these, <s>, </s>)
+SETTINGS = ["K=512", "d=512", "max_tokens=4096", "dtype=float32", "device=cpu", "progress=false"]
+
+
+def make_model(folder: Path) -> Path:
+    """A word-level tokenizer of ``WORDS`` words and a tiny random Llama of its vocabulary (seed 0)."""
+    if (folder / "config.json").is_file():
+        return folder
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from studies.random_models import random_model, tiny_config
+
+    vocab = {"<s>": 0, "</s>": 1, **{f"w{i}": i + 2 for i in range(WORDS)}}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="</s>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>")
+    random_model(tiny_config("llama", len(vocab), max_positions=8192), seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def make_corpus(folder: Path, documents: int, seed: int = 0, shards: int = 8) -> Path:
+    """``documents`` rows (id, text, source) of 512 to 4,096 words, uniform, seeded; ``shards`` files."""
+    if folder.is_dir():
+        return folder
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng, part = random.Random(seed), folder.with_suffix(".partial")
+    part.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"id": f"doc-{i:06d}", "text": " ".join(f"w{rng.randrange(WORDS)}" for _ in range(rng.randint(512, 4096))),
+         "source": f"s{i % 7}"}
+        for i in range(documents)
+    ]  # fmt: skip
+    for s in range(shards):
+        pq.write_table(pa.Table.from_pylist(rows[s::shards]), part / f"part-{s:02d}.parquet")
+    part.rename(folder)
+    return folder
+
+
+def curate_args(model: Path, corpus: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "pipeline.commands.curate", "evaluator=local", f"evaluator.spec={model}",
+        f"input.path={corpus}", f"output_dir={out}", *SETTINGS, *extra, f"hydra.run.dir={out}-logs",
+    ]  # fmt: skip
+
+
+def command(contender: str, size: int, root: str) -> list[str]:
+    base = Path(root)
+    model, corpus = make_model(base / "model"), make_corpus(base / f"corpus-{size}", size)
+    out = base / f"out-{contender}-{size}"
+    if contender == "bare-loop":
+        return [sys.executable, "-m", "bench.curate", "--bare", str(model), str(corpus), str(out)]
+    workers = "1" if contender == "curate-1-worker" else "2"
+    return curate_args(model, corpus, out, "tasks=8", f"workers={workers}")
+
+
+def bare_loop(model: str, corpus: str, out: str) -> None:
+    """The rows scored by the same scorer and column function in a plain loop, then written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datatrove.data import Document as Row
+    from hydra import compose, initialize_config_dir
+
+    from pipeline.commands.shell import plain
+    from pipeline.jobs.curate import CurateJob
+    from pipeline.keytokens.curation import CurationScorer
+    from pipeline.models.logprobs import scorer_for
+
+    args = curate_args(Path(model), Path(corpus), Path(out))[3:-1]
+    with initialize_config_dir(config_dir=str(Path(__file__).parents[1] / "conf"), version_base=None):
+        job = CurateJob.from_config(plain(compose("curate", overrides=args)))
+    step = CurationScorer(job, 0)
+    lm, compute = step.evaluator()
+    scorer = scorer_for(lm, compute)
+    written = []
+    for path in sorted(Path(corpus).glob("*.parquet")):
+        for record in pq.read_table(path).to_pylist():
+            row = Row(text=record.pop("text"), id=record.pop("id"), metadata=record)
+            written.append(
+                {"text": row.text, "id": row.id, **record, **step.columns(row, lm, scorer, lm.bos_token_id)}
+            )
+    Path(out).mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(written), Path(out) / "bare.parquet")
+
+
+def outcome(out: Path) -> dict:
+    """What a contender wrote: rows, distinct ids, token range, each task's peak memory."""
+    import polars as pl
+
+    files = sorted(out.glob("data/*.parquet")) or sorted(out.glob("*.parquet"))
+    if not files:
+        return {}
+    rows = pl.read_parquet(files, columns=["id", "longppl_tokens"])
+    tasks = [json.loads(p.read_text()) for p in sorted(out.glob(".datatrove/tasks/*.json"))]
+    found = {"rows": rows.height, "ids": rows["id"].n_unique(), "tokens": int(rows["longppl_tokens"].sum())}
+    found |= {
+        "min_tokens": int(rows["longppl_tokens"].min()),
+        "max_tokens": int(rows["longppl_tokens"].max()),
+    }
+    found["task_peak_rss_mb"] = [t.get("peak_rss_mb") for t in tasks]
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="*", type=int, default=[2000, 20000])
+    parser.add_argument("--dir", type=Path, default=Path("artifacts/bench/curate"))
+    parser.add_argument("--out", type=Path, default=None, help="the raw rows as JSON (default: print)")
+    parser.add_argument("--contenders", nargs="*", default=list(CONTENDERS), choices=CONTENDERS)
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    rows = runner.run(
+        CASE, contenders=args.contenders, sizes=args.sizes, options={"root": str(args.dir.absolute())}
+    )
+    for row in rows:
+        row["outcome"] = outcome(args.dir.absolute() / f"out-{row['contender']}-{row['size']}")
+    result = {"machine": runner.machine(), "stamp": runner.stamp(), "rows": rows}
+    text = json.dumps(result, indent=1, default=str)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+CASE = runner.Case("curate", contenders=CONTENDERS, sizes=(2000, 20000), command=command)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--bare"]:
+        bare_loop(*sys.argv[2:5])
+    elif not runner.child(CASE):
+        main()
