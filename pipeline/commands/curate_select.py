@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.api import run_work
 from pipeline.commands.shell import hydra_main, plain
 from pipeline.reporting.curate import selection_summary
-from pipeline.settings import parse
 from pipeline.sharing.curated import SelectOptions, select
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    done = select(parse(SelectOptions, plain(cfg)))
+    done = run_work(select, SelectOptions, plain(cfg))
     print(selection_summary(done))
     return done
 

@@ -1,10 +1,10 @@
 """A command's work that loads no model, as a job of the recipe (`make show`, `make leaderboard`, `make
 publish`, `make compare-artifacts`, `make leaderboard-refresh`, `make loogle-evidence`, `make
-loogle-keytokens`, `make loogle-metrics`), so that every command runs through ``pipeline.api.run``: the
-recipe holds the offline rule for it (``HF_HUB_OFFLINE=1`` unless an input is on the Hub, put back
-after) and its errors and warnings are every job's. Its outputs are named by what it reads (a page per
-document, a leaderboard's folder), so the work checks them itself, with the same check
-(``pipeline.outputs``), before it writes anything."""
+loogle-keytokens`, `make loogle-metrics`, `make curate-select`), so that every command runs through
+``pipeline.api.run``: the recipe holds the offline rule for it (``HF_HUB_OFFLINE=1`` unless an input is
+on the Hub, put back after) and its errors and warnings are every job's. Its outputs are named by what
+it reads (a page per document, a leaderboard's folder), so the work checks them itself, with the same
+check (``pipeline.outputs``), before it writes anything."""
 
 from __future__ import annotations
 
