@@ -17,14 +17,13 @@ Each row counts the rows and distinct ids written. A kill and resume is tests/cu
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import sys
 from pathlib import Path
 
-from bench import runner
+from bench import runner, shared
 
 CONTENDERS = ("bare-loop", "curate-1-worker", "curate-2-workers")
 WORDS = 500  # the tokenizer's words (its vocabulary: these, <s>, </s>)
@@ -134,10 +133,10 @@ def outcome(out: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="*", type=int, default=[2000, 20000])
+    parser = shared.arguments(__doc__)
+    parser.add_argument("--sizes", nargs="+", type=shared.whole(1), default=[2000, 20000])
     parser.add_argument("--dir", type=Path, default=Path("artifacts/bench/curate"))
-    parser.add_argument("--out", type=Path, default=None, help="the raw rows as JSON (default: print)")
+    parser.add_argument("--out", type=shared.output_file, help="the raw rows as JSON (default: print)")
     parser.add_argument("--contenders", nargs="*", default=list(CONTENDERS), choices=CONTENDERS)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
