@@ -35,6 +35,7 @@ from datatrove.pipeline.readers import JsonlReader, ParquetReader
 from datatrove.pipeline.writers import ParquetWriter
 
 from pipeline.artifact.columns import COLUMNS, document_columns
+from pipeline.artifact.schema import MANIFEST
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic, write_table_atomic
 from pipeline.keytokens.selection import Prepared
@@ -90,6 +91,11 @@ def inspect_corpus(path: str, fmt: str | None, text_key: str, id_key: str) -> Co
         raise PipelineError(
             f"input.path={path}: no such file or folder; pass the folder of the corpus's shards"
         )
+    if (where / MANIFEST).is_file():
+        raise PipelineError(
+            f"input.path={path} is a key-token artifact's folder, not a corpus: pass the folder of the "
+            "corpus's shards (make curate writes the per-document columns of a corpus)"
+        )
     folder, names = (where, sorted(p.name for p in where.iterdir() if p.is_file())) if where.is_dir() else (
         where.parent, [where.name])  # fmt: skip
     kinds = [fmt] if fmt else list(SUFFIXES)
@@ -103,6 +109,13 @@ def inspect_corpus(path: str, fmt: str | None, text_key: str, id_key: str) -> Co
         )
     files = found[kind]
     schema = first_schema(folder / files[0], kind)
+    if kind == "parquet":  # every shard's columns, from its footer: a shard of another table stops here
+        for name in files[1:]:
+            if (other := first_schema(folder / name, kind)).names != schema.names:
+                raise PipelineError(
+                    f"input.path={path}: {name} has the columns {', '.join(other.names)}, not those of "
+                    f"{files[0]} ({', '.join(schema.names)}): pass a folder of one table's shards"
+                )
     if text_key not in schema.names:
         raise PipelineError(
             f"input.text_key={text_key}: {folder / files[0]} has no such column (its columns: "

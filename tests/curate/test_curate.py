@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,7 +180,15 @@ def test_bad_input_is_one_line_before_any_model_loads(tiny_model_dir, corpus, tm
     pq.write_table(
         pa.table({"doc": ["a"], "body": ["x"], "longppl_ppl": [1.0]}), curated.with_suffix(".parquet")
     )
+    artifact, mixed = tmp_path / "artifact", tmp_path / "mixed"
+    artifact.mkdir()
+    (artifact / "manifest.json").write_text("{}")
+    pq.write_table(pa.table({"text": ["x"]}), artifact / "documents.parquet")
+    shutil.copytree(corpus, mixed)
+    pq.write_table(pa.table({"doc": ["z"], "other": ["y"]}), mixed / "zz.parquet")
     cases = {
+        ("input.path=" + str(artifact),): "is a key-token artifact's folder, not a corpus",
+        ("input.path=" + str(mixed),): "zz.parquet has the columns doc, other, not those of",
         ("input.path=" + str(empty),): "no corpus shards there",
         ("input.text_key=content",): "input.text_key=content: "
         + str(corpus / "part-0.parquet")
