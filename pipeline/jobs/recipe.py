@@ -46,7 +46,8 @@ from pipeline.errors import PipelineError
 from pipeline.hub import is_hub_dataset
 from pipeline.models.loading import LoadedModel, ModelChoice
 from pipeline.models.logprobs import TargetScorer, scorer_for
-from pipeline.outputs import Checked, FileKind, Output, check
+from pipeline.outputs import Checked, FileKind, Output
+from pipeline.outputs import check as check_output
 from pipeline.settings import Compute
 
 Record = Callable[[dict[str, Any]], None]  # appends one results line (and keeps it)
@@ -211,10 +212,12 @@ def run(job: Job, warn: Callable[[str], None] | None = None) -> JobResult:
         )
     started = time.time()
     results = (
-        None if job.results is None else check(Output(job.results_setting, job.results, job.results_kind))
+        None
+        if job.results is None
+        else check_output(Output(job.results_setting, job.results, job.results_kind))
     )
     for output in job.outputs():
-        check(output)
+        check_output(output)
     with offline_unless(job.needs_hub(), job.model is not None and job.model.needs_hub):
         return measured(job, results, started, warn)
 
