@@ -3,7 +3,9 @@ and what `make keytokens`'s summary shows per document. One function (``document
 from one document's per-token values as stage 1 computes them (the long- and short-context log-probs;
 LSD, key tokens and soft weights by ``pipeline.definition``). A token is *scored* when it has both a
 long- and a short-context log-prob (its LSD is finite: every token from the K-th on). A value that no
-token defines (a document of at most K tokens) is None (null in Parquet)."""
+token defines (a document of at most K tokens) is None (null in Parquet). ``artifact_columns`` and
+``table_columns`` give the same columns from an artifact's tokens table (its stored long- and
+short-context log-probs, its own alpha, beta and gamma), for the summary and the key-token pages."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ import math
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline import definition
+from pipeline.artifact.reader import iter_documents
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import KeyTokenDefinition
 
 PREFIX = "longppl_"
@@ -65,3 +70,25 @@ def document_columns(long: np.ndarray, short: np.ndarray, rule: KeyTokenDefiniti
 
 def none_or_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def artifact_rule(settings: dict[str, Any]) -> KeyTokenDefinition:
+    """The key-token definition an artifact was made with, as far as the columns use it (alpha, beta,
+    gamma)."""
+    return KeyTokenDefinition(alpha=settings["alpha"], beta=settings["beta"], gamma=settings["gamma"])
+
+
+def artifact_columns(artifact: KeyTokenArtifact) -> dict[str, dict[str, Any]]:
+    """The columns of every document of a per-token artifact, by document id (in its order)."""
+    rule = artifact_rule(artifact.settings)
+    return {doc.doc_id: document_columns(doc.long, doc.short, rule) for doc in iter_documents(artifact)}
+
+
+def table_columns(tokens: pa.Table, settings: dict[str, Any]) -> dict[str, Any]:
+    """The columns of one document from its rows of an artifact's tokens table and the artifact's
+    settings."""
+    long, short = (
+        np.asarray(tokens[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+        for name in ("long_logprob", "short_logprob")
+    )
+    return document_columns(long, short, artifact_rule(settings))
