@@ -10,7 +10,7 @@ short-context log-probs, its own alpha, beta and gamma), for the summary and the
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -40,9 +40,20 @@ COLUMNS = {
 THIRDS = ("first", "middle", "last")
 
 
-def document_columns(long: np.ndarray, short: np.ndarray, rule: KeyTokenDefinition) -> dict[str, Any]:
+class ArtifactRule(NamedTuple):
+    """What the columns take of the key-token definition an artifact records in its settings (values
+    read from its manifest, not a run's settings)."""
+
+    alpha: float
+    beta: float
+    gamma: float
+
+
+def document_columns(
+    long: np.ndarray, short: np.ndarray, rule: KeyTokenDefinition | ArtifactRule
+) -> dict[str, Any]:
     """The columns of ``COLUMNS`` for one document's long- and short-context log-probs (NaN where a
-    token has none), by the key-token definition ``rule`` (alpha, beta, gamma)."""
+    token has none), by the key-token definition ``rule`` (its alpha, beta, gamma)."""
     long, short = np.asarray(long, dtype=np.float64), np.asarray(short, dtype=np.float64)
     lsd = definition.long_short_difference(long, short)
     scored = np.isfinite(lsd)
@@ -72,10 +83,9 @@ def none_or_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def artifact_rule(settings: dict[str, Any]) -> KeyTokenDefinition:
-    """The key-token definition an artifact was made with, as far as the columns use it (alpha, beta,
-    gamma)."""
-    return KeyTokenDefinition(alpha=settings["alpha"], beta=settings["beta"], gamma=settings["gamma"])
+def artifact_rule(settings: dict[str, Any]) -> ArtifactRule:
+    """An artifact's recorded alpha, beta and gamma."""
+    return ArtifactRule(float(settings["alpha"]), float(settings["beta"]), float(settings["gamma"]))
 
 
 def artifact_columns(artifact: KeyTokenArtifact) -> dict[str, dict[str, Any]]:
