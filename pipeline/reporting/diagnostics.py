@@ -46,7 +46,9 @@ def shown(name: str, value: Any) -> str:
 
 
 def summary_lines(columns: dict[str, dict[str, Any]]) -> list[str]:
-    """The summary's lines for the documents' columns (by document id)."""
+    """The summary's lines for the documents' columns (by document id): none for no document."""
+    if not columns:
+        return []
     if len(columns) > TABLE_DOCUMENTS:
         return spread_lines(columns)
     ids = {doc_id: terminal_text(doc_id) for doc_id in columns}

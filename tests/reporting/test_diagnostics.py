@@ -72,6 +72,7 @@ def test_many_documents_show_the_spread_and_ids_are_escaped(tiny_artifact):
     assert "doc\\x1b[2J" in diagnostics.summary_lines(few)[1] and "\x1b" not in "".join(
         diagnostics.summary_lines(few)
     )
+    assert diagnostics.summary_lines({}) == []
     many = {f"d{i}": rows[i % 3] for i in range(diagnostics.TABLE_DOCUMENTS + 1)}
     lines = diagnostics.summary_lines(many)
     assert lines[0].startswith(f"diagnostics {len(many)} documents: each column's min, median and max")
