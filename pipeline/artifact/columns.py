@@ -3,16 +3,21 @@ and what `make keytokens`'s summary shows per document. One function (``document
 from one document's per-token values as stage 1 computes them (the long- and short-context log-probs;
 LSD, key tokens and soft weights by ``pipeline.definition``). A token is *scored* when it has both a
 long- and a short-context log-prob (its LSD is finite: every token from the K-th on). A value that no
-token defines (a document of at most K tokens) is None (null in Parquet)."""
+token defines (a document of at most K tokens) is None (null in Parquet). ``artifact_columns`` and
+``table_columns`` give the same columns from an artifact's tokens table (its stored long- and
+short-context log-probs, its own alpha, beta and gamma), for the summary and the key-token pages."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline import definition
+from pipeline.artifact.reader import iter_documents
+from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.definition import KeyTokenDefinition
 
 PREFIX = "longppl_"
@@ -35,9 +40,20 @@ COLUMNS = {
 THIRDS = ("first", "middle", "last")
 
 
-def document_columns(long: np.ndarray, short: np.ndarray, rule: KeyTokenDefinition) -> dict[str, Any]:
+class ArtifactRule(NamedTuple):
+    """What the columns take of the key-token definition an artifact records in its settings (values
+    read from its manifest, not a run's settings)."""
+
+    alpha: float
+    beta: float
+    gamma: float
+
+
+def document_columns(
+    long: np.ndarray, short: np.ndarray, rule: KeyTokenDefinition | ArtifactRule
+) -> dict[str, Any]:
     """The columns of ``COLUMNS`` for one document's long- and short-context log-probs (NaN where a
-    token has none), by the key-token definition ``rule`` (alpha, beta, gamma)."""
+    token has none), by the key-token definition ``rule`` (its alpha, beta, gamma)."""
     long, short = np.asarray(long, dtype=np.float64), np.asarray(short, dtype=np.float64)
     lsd = definition.long_short_difference(long, short)
     scored = np.isfinite(lsd)
@@ -65,3 +81,24 @@ def document_columns(long: np.ndarray, short: np.ndarray, rule: KeyTokenDefiniti
 
 def none_or_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def artifact_rule(settings: dict[str, Any]) -> ArtifactRule:
+    """An artifact's recorded alpha, beta and gamma."""
+    return ArtifactRule(float(settings["alpha"]), float(settings["beta"]), float(settings["gamma"]))
+
+
+def artifact_columns(artifact: KeyTokenArtifact) -> dict[str, dict[str, Any]]:
+    """The columns of every document of a per-token artifact, by document id (in its order)."""
+    rule = artifact_rule(artifact.settings)
+    return {doc.doc_id: document_columns(doc.long, doc.short, rule) for doc in iter_documents(artifact)}
+
+
+def table_columns(tokens: pa.Table, settings: dict[str, Any]) -> dict[str, Any]:
+    """The columns of one document from its rows of an artifact's tokens table and the artifact's
+    settings."""
+    long, short = (
+        np.asarray(tokens[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+        for name in ("long_logprob", "short_logprob")
+    )
+    return document_columns(long, short, artifact_rule(settings))

@@ -246,17 +246,18 @@ class ArtifactDocument:
     """One document of an artifact: its text, evaluator tokens and key spans, as numpy arrays.
 
     ``tokens`` is None for key spans alone (a key_spans artifact): the evaluator's offsets, LSD,
-    LCL and soft weights are then None too (``has_token_values`` is False)."""
+    LCL, short-context log-probs and soft weights are then None too (``has_token_values`` is False)."""
 
     def __init__(self, doc_id: str, text: str, tokens: Any | None, spans: Any):
         self.doc_id = doc_id
         self.text = text
-        self.eval_offsets = self.lsd = self.long = self.soft_weight = None
+        self.eval_offsets = self.lsd = self.long = self.short = self.soft_weight = None
         if tokens is not None:
             starts, ends = tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()
             self.eval_offsets = np.stack([starts, ends], axis=1)
             self.lsd = _floats(tokens["lsd"])
             self.long = _floats(tokens["long_logprob"])
+            self.short = _floats(tokens["short_logprob"])
             self.soft_weight = _floats(tokens["soft_weight"])
         self.span_starts = spans["char_start"].to_numpy().astype(np.int64)
         self.span_ends = spans["char_end"].to_numpy().astype(np.int64)

@@ -1,6 +1,7 @@
 """The key-token page (as the paper's Appendix E): a document with its key tokens highlighted,
-every token's LSD and LCL on hover; and an index of all documents of an artifact, with their
-key-token counts, linking to the pages (`make show`; the keytokens stage writes them all).
+every token's LSD and LCL on hover, and its diagnostics row (``pipeline.reporting.diagnostics``); and an
+index of all documents of an artifact, with their key-token counts, key ratio and mean positive LSD,
+linking to the pages (`make show`; the keytokens stage writes them all).
 
 Pages live in the artifact's own directory, ``<artifact>/views/``: ``index.html`` and one
 ``<document>.html`` per document, its file name made from the document id (``page_name``: unsafe
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pydantic.dataclasses
 
+from pipeline.artifact.columns import artifact_columns, table_columns
 from pipeline.artifact.reader import load_artifact
 from pipeline.artifact.schema import KeyTokenArtifact
 from pipeline.errors import PipelineError
@@ -27,6 +29,8 @@ from pipeline.files import write_bytes_atomic
 from pipeline.formats import fmt
 from pipeline.marks import generator_meta, page
 from pipeline.outputs import Checked, FolderKind, Output, check
+from pipeline.reporting.diagnostics import INDEX as INDEX_COLUMNS
+from pipeline.reporting.diagnostics import header_cells, page_table, shown
 from pipeline.settings import Text
 
 VIEWS = "views"
@@ -41,6 +45,9 @@ header { font: 13px/1.5 system-ui, sans-serif; color: #555; border-bottom: 1px s
 .text { white-space: pre-wrap; }
 .key { background: rgba(230, 80, 40, var(--w)); border-radius: 2px; }
 .key:hover, .tok:hover { outline: 1px solid #888; }
+table.diagnostics { border-collapse: collapse; margin-top: 0.3em; }
+.diagnostics th, .diagnostics td { padding: 0 8px; text-align: right; font-weight: normal; }
+.diagnostics th { color: #777; }
 """
 
 
@@ -58,7 +65,8 @@ def document_html(artifact: str | Path | KeyTokenArtifact, doc_id: str | None = 
         raise PipelineError(f"no document '{doc_id}' in {art.root} (documents: {', '.join(ids[:5])}, ...)")
     text = art.texts()[doc_id]
     mask = art.tokens["doc_id"].to_numpy(zero_copy_only=False) == doc_id
-    rows = art.tokens.filter(mask).to_pylist()
+    tokens = art.tokens.filter(mask)
+    rows = tokens.to_pylist()
     s = art.settings
     pieces, cursor = [], 0
     for row in rows:
@@ -80,6 +88,7 @@ def document_html(artifact: str | Path | KeyTokenArtifact, doc_id: str | None = 
         f"<b>{html.escape(doc_id)}</b> from <code>{html.escape(art.root.name)}</code> &middot; "
         f"{definition_html(s)} &middot; {n_key} key tokens of {len(rows)} "
         "(highlighted; darker = larger LSD; hover any token for its LSD and LCL)"
+        + page_table(table_columns(tokens, s))
     )
     return (
         f"{HEAD}<title>Key tokens: {html.escape(doc_id)}</title><style>{STYLE}</style></head>\n"
@@ -137,9 +146,11 @@ VIEWS_FOLDER = FolderKind(
 
 
 def index_html(art: KeyTokenArtifact, pages: set[str]) -> str:
-    """All documents of the artifact, their token, key-token and span counts, linked to their pages
-    (those in ``pages``; the others name the command that writes them)."""
+    """All documents of the artifact, their token, key-token and span counts, key ratio and mean
+    positive LSD, linked to their pages (those in ``pages``; the others name the command that writes
+    them)."""
     s, docs = art.settings, art.documents.to_pylist()
+    columns = artifact_columns(art) if art.has_token_values else {}
     rows = []
     for d in docs:
         name = page_name(d["doc_id"])
@@ -148,7 +159,9 @@ def index_html(art: KeyTokenArtifact, pages: set[str]) -> str:
         share = 100 * d["n_key_tokens"] / d["n_tokens"] if d["n_tokens"] else 0.0
         rows.append(
             f"<tr><td>{cell}</td><td>{d['n_tokens']}</td><td>{d['n_key_tokens']}</td><td>{share:.2f}%</td>"
-            f"<td>{d['n_spans']}</td><td>{'yes' if d['truncated'] else ''}</td></tr>"
+            f"<td>{d['n_spans']}</td><td>{'yes' if d['truncated'] else ''}</td>"
+            + "".join(f"<td>{shown(n, columns.get(d['doc_id'], {}).get(n))}</td>" for n in INDEX_COLUMNS)
+            + "</tr>"
         )
     n_key = int(np.asarray(art.documents["n_key_tokens"]).sum())
     header = (
@@ -163,7 +176,7 @@ def index_html(art: KeyTokenArtifact, pages: set[str]) -> str:
         f"{HEAD}<title>Key tokens: {html.escape(art.root.name)}</title>"
         f"<style>{STYLE}{INDEX_STYLE}</style></head>\n"
         f"<body><header>{header}</header>\n<table><tr><th>document</th><th>tokens</th><th>key tokens</th>"
-        "<th>key share</th><th>spans</th><th>truncated</th></tr>\n"
+        f"<th>key share</th><th>spans</th><th>truncated</th>{header_cells(INDEX_COLUMNS)}</tr>\n"
         + "\n".join(rows)
         + "\n</table>\n</body></html>\n"
     )

@@ -1,13 +1,15 @@
 """`make keytokens`'s summary: the documents, tokens and key tokens the run wrote, the LSD distribution,
-time and memory, the artifact's location and identity, what was checked, the skipped documents, what
-the cut kept of a LooGLE document and its evidence, why no token is key when none is, and the pages;
-or, while its Slurm job array runs, the job and what to do once it is done."""
+each document's diagnostics (``pipeline.reporting.diagnostics``), time and memory, the artifact's
+location and identity, what was checked, the skipped documents, what the cut kept of a LooGLE document
+and its evidence, why no token is key when none is, and the pages; or, while its Slurm job array runs,
+the job and what to do once it is done."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.definition import no_key_reason
+from pipeline.reporting.diagnostics import summary_lines
 
 
 def summary(done: Any) -> str:
@@ -23,6 +25,7 @@ def summary(done: Any) -> str:
         f"tokens      {stats['tokens']} ({short} with a short context)",
         f"key tokens  {n_key} ({100 * n_key / max(short, 1):.2f}% of tokens with a short context)",
         f"LSD         median {q[0]:.3f}, p90 {q[1]:.3f}, p99 {q[2]:.3f}, p99.9 {q[3]:.3f}",
+        *summary_lines(stats["columns"]),
         f"wall time   {done.seconds:.0f} s (peak memory {done.peak_gb:.2f} GB)",
         f"output      {done.root}",
         f"identity    fingerprint {art.manifest['fingerprint'][:12]}, discrete {art.identity.discrete[:12]} "

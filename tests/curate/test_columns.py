@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.artifact.columns import COLUMNS, document_columns
+from pipeline.artifact.columns import COLUMNS, artifact_columns, document_columns
+from pipeline.artifact.reader import load_artifact
 from pipeline.definition import KeyTokenDefinition
 
 RULE = KeyTokenDefinition(K=4, d=2, alpha=0.5, beta=-3.0, gamma=5.0)
@@ -61,3 +62,24 @@ def test_a_document_of_at_most_K_tokens_has_no_scored_token():
     assert got["longppl_lsd_p50"] is None and got["longppl_key_ratio"] is None
     assert got["longppl_mean_positive_lsd_last"] is None and got["longppl_soft_mass"] == 0.0
     assert got["longppl_ppl"] == pytest.approx(math.exp(-np.mean(long[1:])))
+
+
+def test_an_artifacts_columns_agree_with_its_stored_counts(tiny_artifact):
+    """``artifact_columns`` (the summary's and the pages'): each document's key tokens by the artifact's
+    own alpha and beta (0.5, -30 here, not the defaults) are its stored count, and its soft-weight mass
+    is the sum of its stored soft weights (gamma)."""
+    art = load_artifact(tiny_artifact)
+    got = artifact_columns(art)
+    docs = art.documents.to_pylist()
+    assert list(got) == [d["doc_id"] for d in docs]
+    for d in docs:
+        weights = np.asarray(
+            art.tokens.filter(art.tokens["doc_id"].to_numpy(zero_copy_only=False) == d["doc_id"])[
+                "soft_weight"
+            ].to_numpy(zero_copy_only=False),
+            dtype=np.float64,
+        )
+        row = got[d["doc_id"]]
+        assert (row["longppl_tokens"], row["longppl_key_tokens"]) == (d["n_tokens"], d["n_key_tokens"])
+        assert row["longppl_soft_mass"] == pytest.approx(np.nansum(weights), rel=1e-12)
+    assert sum(r["longppl_key_tokens"] for r in got.values()) > 0
