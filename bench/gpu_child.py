@@ -138,15 +138,15 @@ def before_first_text(events: list[dict]) -> dict:
 
 def load_parts() -> list[tuple]:
     """The parts of a model's load, timed as phases of their own (inside "model load")."""
-    from pipeline.models import loading
+    from pipeline.models import attention, loading
     from pipeline.models.weight_hashes import WeightHashing
 
     return [
         (loading, "prepare", "load: model files checked"),
         (loading, "_load_tokenizer", "load: tokenizer"),
         (loading, "_from_pretrained", "load: from_pretrained"),
-        (loading, "attention_dispatches", "load: attention probe"),
-        (WeightHashing, "result", "load: waiting for weight hashes"),
+        (attention, "attention_dispatches", "load: attention probe"),
+        (WeightHashing, "confirmed", "waiting for weight hashes (where the run records them)"),
     ]
 
 

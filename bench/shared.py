@@ -95,16 +95,18 @@ def whole(minimum: int = 1) -> Callable[[str], int]:
     return read
 
 
-def above(minimum: float) -> Callable[[str], float]:
-    """An argument type: a finite number greater than ``minimum`` (seconds, gigabytes)."""
+def above(minimum: float, inclusive: bool = False) -> Callable[[str], float]:
+    """An argument type: a finite number greater than ``minimum`` (seconds, gigabytes), or equal to it
+    where ``inclusive`` (a budget of 0 s: nothing more is run)."""
+    words = "of at least" if inclusive else "above"
 
     def read(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not value > minimum or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{text!r} is no finite number above {minimum:g}")
+        if not (value >= minimum if inclusive else value > minimum) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} is no finite number {words} {minimum:g}")
         return value
 
     return read

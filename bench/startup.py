@@ -264,7 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, default=HERE, help="the runs' artifacts and phase records")
     parser.add_argument("--json", type=shared.output_file, default=HERE / "startup.json")
     parser.add_argument(
-        "--budget", type=shared.above(0), help="seconds for every run together (default: no limit)"
+        "--budget",
+        type=shared.above(0, inclusive=True),
+        help="seconds for every run together (default: no limit)",
     )
     parser.add_argument(
         "--imports", action="store_true", help="each stage's imports against the official code's"
