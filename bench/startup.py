@@ -133,13 +133,20 @@ def measure_imports(args: argparse.Namespace) -> dict:
             "runs": args.runs, "results": results}  # fmt: skip
 
 
+def machine_line(result: dict, how: str) -> str:
+    """The line above a table: the machine, the commit and date, ``how`` the runs ran, the load."""
+    m = result["machine"]
+    return (
+        f"{m.get('gpu', 'CPU only')}, {m['cpus']} CPUs, torch {m['torch']}, transformers {m['transformers']}, "
+        f"commit {m.get('commit')}, {m['date']}; {how}; load average (1, 5, 15 min) before and after: "
+        f"{result['load_average_before_after']}"
+    )
+
+
 def imports_table(result: dict) -> list[str]:
     """Each contender's imports, wall and CPU seconds (medians), and where ``-X importtime`` puts them."""
-    m = result["machine"]
     lines = [
-        f"{m.get('gpu', 'CPU only')}, {m['cpus']} CPUs, torch {m['torch']}, transformers {m['transformers']}, "
-        f"commit {m.get('commit')}, {m['date']}; {result['runs']} runs each, medians; load average (1, 5, 15 "
-        f"min) before and after: {result['load_average_before_after']}",
+        machine_line(result, f"{result['runs']} runs each, medians"),
         "",
         "| imports | wall s | CPU s | largest under `-X importtime` (cumulative s) |",
         "|---|---:|---:|---|",
@@ -202,11 +209,8 @@ def measure(args: argparse.Namespace) -> dict:
 
 def table(result: dict) -> list[str]:
     """Each stage's median start-up and its phases, wall and CPU seconds."""
-    m = result["machine"]
     lines = [
-        f"{m.get('gpu', 'CPU only')}, {m['cpus']} CPUs, torch {m['torch']}, transformers {m['transformers']}, "
-        f"commit {m.get('commit')}, {m['date']}; OMP_NUM_THREADS {result.get('threads') or 'unset'}; load "
-        f"average (1, 5, 15 min) before and after: {result['load_average_before_after']}",
+        machine_line(result, f"OMP_NUM_THREADS {result.get('threads') or 'unset'}"),
         "",
         "| stage | size | runs | phase | wall s (median) | CPU s (median) |",
         "|---|---|---:|---|---:|---:|",
