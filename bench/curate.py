@@ -6,10 +6,14 @@ Contenders, side by side in one run (each its own process, timed by the runner's
 - ``bare-loop``: the same scorer and column function (``CurationScorer.columns``) in a plain Python
   loop over the same rows, written as one Parquet file: what the engine adds is measured against it;
 - ``curate-1-worker``: `longppl curate` with ``tasks=8 workers=1`` (every task in the launcher);
-- ``curate-2-workers``: ``tasks=8 workers=2`` (each task its own process, two at once).
+- ``curate-2-workers``: ``tasks=8 workers=2`` (each task its own process, two at once);
+- ``curate-killed-resumed``: the same, one task's process killed by SIGKILL about halfway through its
+  shard (when it has run half as long as the first finished task), then the same command again
+  (``killed_and_resumed``: its record, ``killed.json`` in the output, says which tasks each run did and
+  whether the shards finished before the kill were left as they were).
 
-Each row counts the rows and distinct ids written. A kill and resume is tests/curate/test_curate.py's
-(a bench case starts no process of its own: the runner does).
+Each row counts the rows and distinct ids written, and each task's peak memory. The corpus's files have
+row groups of ``ROW_GROUP`` rows at every size (a task holds one of its input's row groups at a time).
 
     make bench-curate                                  # 2,000 and 20,000 documents
     make bench-curate ARGS="--sizes 200 2000 --out docs/reports/scale-1000.json"
@@ -22,10 +26,12 @@ import os
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench import runner, shared
 
-CONTENDERS = ("bare-loop", "curate-1-worker", "curate-2-workers")
+CONTENDERS = ("bare-loop", "curate-1-worker", "curate-2-workers", "curate-killed-resumed")
+ROW_GROUP = 250  # rows per row group of the corpus's files: a file of the 2,000-document corpus
 WORDS = 500  # the tokenizer's words (its vocabulary: these, <s>, </s>)
 SETTINGS = ["K=512", "d=512", "max_tokens=4096", "dtype=float32", "device=cpu", "progress=false"]
 
@@ -63,7 +69,8 @@ def make_corpus(folder: Path, documents: int, seed: int = 0, shards: int = 8) ->
         for i in range(documents)
     ]  # fmt: skip
     for s in range(shards):
-        pq.write_table(pa.Table.from_pylist(rows[s::shards]), part / f"part-{s:02d}.parquet")
+        table = pa.Table.from_pylist(rows[s::shards])
+        pq.write_table(table, part / f"part-{s:02d}.parquet", row_group_size=ROW_GROUP)
     part.rename(folder)
     return folder
 
@@ -79,8 +86,9 @@ def command(contender: str, size: int, root: str) -> list[str]:
     base = Path(root)
     model, corpus = make_model(base / "model"), make_corpus(base / f"corpus-{size}", size)
     out = base / f"out-{contender}-{size}"
-    if contender == "bare-loop":
-        return [sys.executable, "-m", "bench.curate", "--bare", str(model), str(corpus), str(out)]
+    if contender in ("bare-loop", "curate-killed-resumed"):
+        mode = "--bare" if contender == "bare-loop" else "--killed"
+        return [sys.executable, "-m", "bench.curate", mode, str(model), str(corpus), str(out)]
     workers = "1" if contender == "curate-1-worker" else "2"
     return curate_args(model, corpus, out, "tasks=8", f"workers={workers}")
 
@@ -114,6 +122,65 @@ def bare_loop(model: str, corpus: str, out: str) -> None:
     pq.write_table(pa.Table.from_pylist(written), Path(out) / "bare.parquet")
 
 
+def killed_and_resumed(model: str, corpus: str, out: str) -> None:
+    """8 tasks on 2 workers, one task's process killed (SIGKILL) about halfway through its shard, then the
+    same command again; ``killed.json`` in ``out`` records what each run did."""
+    import subprocess
+
+    cmd, folder = curate_args(Path(model), Path(corpus), Path(out), "tasks=8", "workers=2"), Path(out)
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = kill_halfway(folder / ".datatrove", first)
+    errors = [line for line in first.communicate()[1].splitlines() if line.startswith("error:")]
+    before = {p.name: shard_state(p) for p in sorted(folder.glob("data/*.parquet"))}
+    ran_first = task_pids(folder)
+    again = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ran_again = task_pids(folder)
+    record = {
+        "killed": killed, "first_returncode": first.returncode, "first_errors": errors,
+        "shards_before_rerun": sorted(before),
+        "shards_untouched": all(shard_state(folder / "data" / name) == s for name, s in before.items()),
+        "tasks_finished_first": sorted(ran_first), "tasks_run_again": sorted(
+            t for t, pid in ran_again.items() if ran_first.get(t) != pid),
+        "rerun_returncode": again.returncode, "rerun_errors": again.stderr.splitlines()[-3:] if again.returncode else [],
+    }  # fmt: skip
+    (folder / "killed.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def kill_halfway(engine: Path, proc: Any) -> dict:
+    """SIGKILL to the first task that started after a task finished, once it has run half as long as that
+    task took (the tasks running when the first one finished are past their middle)."""
+    import signal
+    import time
+
+    late: set[str] | None = None  # the tasks running when the first task finished: not candidates
+    while proc.poll() is None:
+        took = [json.loads(p.read_text())["seconds"] for p in engine.glob("tasks/*.json")]
+        running = {p.stem: p for p in sorted(engine.glob("running/*.json"))}
+        if took and late is None:
+            late = set(running)
+        for task, path in running.items() if took else ():
+            state = json.loads(path.read_text())
+            ran = time.time() - state["since"]
+            if task not in late and not (engine / "tasks" / f"{task}.json").exists() and ran >= min(took) / 2:
+                os.kill(state["pid"], signal.SIGKILL)
+                return {"task": int(task), "after_s": round(ran, 1), "finished_task_s": min(took)}
+        time.sleep(0.5)
+    return {}
+
+
+def shard_state(path: Path) -> list:
+    """A shard as it lies: inode, modification time, size and SHA-256 (unchanged: not written again)."""
+    import hashlib
+
+    st = path.stat()
+    return [st.st_ino, st.st_mtime_ns, st.st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
+
+
+def task_pids(folder: Path) -> dict[int, int]:
+    """Each finished task's process (its record under .datatrove/tasks)."""
+    return {int(p.stem): json.loads(p.read_text())["pid"] for p in folder.glob(".datatrove/tasks/*.json")}
+
+
 def outcome(out: Path) -> dict:
     """What a contender wrote: rows, distinct ids, token range, each task's peak memory."""
     import polars as pl
@@ -129,6 +196,8 @@ def outcome(out: Path) -> dict:
         "max_tokens": int(rows["longppl_tokens"].max()),
     }
     found["task_peak_rss_mb"] = [t.get("peak_rss_mb") for t in tasks]
+    if (out / "killed.json").is_file():
+        found["killed_and_resumed"] = json.loads((out / "killed.json").read_text())
     return found
 
 
@@ -158,5 +227,7 @@ CASE = runner.Case("curate", contenders=CONTENDERS, sizes=(2000, 20000), command
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--bare"]:
         bare_loop(*sys.argv[2:5])
+    elif sys.argv[1:2] == ["--killed"]:
+        killed_and_resumed(*sys.argv[2:5])
     elif not runner.child(CASE):
         main()

@@ -52,6 +52,11 @@ RECORD = "curate.json"  # the curation's record, written once every task is comp
 FLOAT_COLUMNS = [name for name in COLUMNS if name not in ("longppl_tokens", "longppl_scored_tokens")]
 INT_COLUMNS = ["longppl_tokens", "longppl_scored_tokens", "longppl_key_tokens"]
 READERS = {"parquet": ParquetReader, "jsonl": JsonlReader}
+# Rows the reader decodes and the writer buffers at a time (one output row group). datatrove's default of
+# 1,000 raised a task's peak memory with its documents until 1,000 rows were held on each side: +115 MB at
+# 2,500 rows of 10 kB (docs/reports/scale.md). With 100, a task holds at most 100 rows on each side and
+# one row group of its input: its memory does not grow with its number of documents.
+BATCH_ROWS = 100
 SUFFIXES = {"parquet": (".parquet",), "jsonl": (".jsonl", ".jsonl.gz", ".json")}
 
 
@@ -71,9 +76,10 @@ class CorpusInput:
     id_key: str
 
     def reader(self, by_rows: bool) -> PipelineStep:
+        batch = {"batch_size": BATCH_ROWS} if self.format == "parquet" else {}  # JSONL: a line at a time
         reader = READERS[self.format](
             str(self.folder), text_key=self.text_key, id_key=self.id_key, paths_file=None,
-            glob_pattern=None, recursive=False,
+            glob_pattern=None, recursive=False, **batch,
         )  # fmt: skip
         return RowShard(reader, self.files) if by_rows else FileShard(reader, self.files)
 
@@ -243,7 +249,7 @@ def shard_writer(corpus: CorpusInput, out: Path, tasks: int) -> ParquetWriter:
     name = shard_name(0, tasks).replace("00000-of", "${rank}-of") + ".partial"
     return ParquetWriter(
         str(out / DATA), output_filename=name, adapter=adapter, schema=corpus.output_schema(),
-        max_file_size=-1, use_content_defined_chunking=False,
+        max_file_size=-1, use_content_defined_chunking=False, batch_size=BATCH_ROWS,
     )  # fmt: skip
 
 
