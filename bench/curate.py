@@ -10,7 +10,11 @@ Contenders, side by side in one run (each its own process, timed by the runner's
 - ``curate-killed-resumed``: the same, one task's process killed by SIGKILL about halfway through its
   shard (when it has run half as long as the first finished task), then the same command again
   (``killed_and_resumed``: its record, ``killed.json`` in the output, says which tasks each run did and
-  whether the shards finished before the kill were left as they were).
+  whether the shards finished before the kill were left as they were);
+- ``io-1000-rows`` and ``io-100-rows``: no model; one task's reading and writing alone (``io_work``), the
+  corpus's first file (a task's share at ``tasks=8``) read by the curation's reader and written back by its
+  writer at 1,000 rows a batch (datatrove's default) and at 100 (``BATCH_ROWS``): what the rows held by
+  them add to a task's peak memory.
 
 Each row counts the rows and distinct ids written, and each task's peak memory. The corpus's files have
 row groups of ``ROW_GROUP`` rows at every size (a task holds one of its input's row groups at a time).
@@ -21,6 +25,7 @@ row groups of ``ROW_GROUP`` rows at every size (a task holds one of its input's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -30,7 +35,9 @@ from typing import Any
 
 from bench import runner, shared
 
-CONTENDERS = ("bare-loop", "curate-1-worker", "curate-2-workers", "curate-killed-resumed")
+CONTENDERS = (
+    "bare-loop", "curate-1-worker", "curate-2-workers", "curate-killed-resumed", "io-1000-rows", "io-100-rows",
+)  # fmt: skip
 ROW_GROUP = 250  # rows per row group of the corpus's files: a file of the 2,000-document corpus
 WORDS = 500  # the tokenizer's words (its vocabulary: these, <s>, </s>)
 SETTINGS = ["K=512", "d=512", "max_tokens=4096", "dtype=float32", "device=cpu", "progress=false"]
@@ -82,7 +89,9 @@ def curate_args(model: Path, corpus: Path, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def command(contender: str, size: int, root: str) -> list[str]:
+def command(contender: str, size: int, root: str) -> list[str] | None:
+    if contender.startswith("io-"):
+        return None  # timed in the runner's child: ``io_work``
     base = Path(root)
     model, corpus = make_model(base / "model"), make_corpus(base / f"corpus-{size}", size)
     out = base / f"out-{contender}-{size}"
@@ -181,6 +190,35 @@ def task_pids(folder: Path) -> dict[int, int]:
     return {int(p.stem): json.loads(p.read_text())["pid"] for p in folder.glob(".datatrove/tasks/*.json")}
 
 
+def io_work(contender: str, size: int, root: str) -> Any:
+    """The reading and writing of one task (the corpus's first file) at the contender's rows a batch."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    from pipeline.artifact.columns import COLUMNS
+    from pipeline.keytokens.curation import inspect_corpus, shard_writer
+
+    corpus = inspect_corpus(str(make_corpus(Path(root) / f"corpus-{size}", size)), "parquet", "text", "id")
+    corpus = dataclasses.replace(corpus, files=corpus.files[:1])
+    batch = int(contender.split("-")[1])
+
+    def work() -> dict:
+        with tempfile.TemporaryDirectory() as out:
+            writer = shard_writer(corpus, Path(out), 1, batch_rows=batch)
+            rows = corpus.reader(by_rows=False, batch_rows=batch).run(rank=0, world_size=1)
+            list(writer.run((scored(row, COLUMNS) for row in rows), rank=0, world_size=1))
+            written = pq.ParquetFile(next(Path(out).glob("data/*"))).metadata
+        return {"rows": written.num_rows, "row_groups": written.num_row_groups}
+
+    return work
+
+
+def scored(row: Any, columns: list[str]) -> Any:
+    row.metadata |= dict.fromkeys(columns, 0)
+    return row
+
+
 def outcome(out: Path) -> dict:
     """What a contender wrote: rows, distinct ids, token range, each task's peak memory."""
     import polars as pl
@@ -221,7 +259,7 @@ def main() -> None:
     print(text)
 
 
-CASE = runner.Case("curate", contenders=CONTENDERS, sizes=(2000, 20000), command=command)
+CASE = runner.Case("curate", contenders=CONTENDERS, sizes=(2000, 20000), command=command, setup=io_work)
 
 
 if __name__ == "__main__":

@@ -75,8 +75,8 @@ class CorpusInput:
     text_key: str
     id_key: str
 
-    def reader(self, by_rows: bool) -> PipelineStep:
-        batch = {"batch_size": BATCH_ROWS} if self.format == "parquet" else {}  # JSONL: a line at a time
+    def reader(self, by_rows: bool, batch_rows: int = BATCH_ROWS) -> PipelineStep:
+        batch = {"batch_size": batch_rows} if self.format == "parquet" else {}  # JSONL: a line at a time
         reader = READERS[self.format](
             str(self.folder), text_key=self.text_key, id_key=self.id_key, paths_file=None,
             glob_pattern=None, recursive=False, **batch,
@@ -238,7 +238,7 @@ class CurationScorer(PipelineStep):
         return self.settings.evaluator.load(compute, gpus=gpus), compute
 
 
-def shard_writer(corpus: CorpusInput, out: Path, tasks: int) -> ParquetWriter:
+def shard_writer(corpus: CorpusInput, out: Path, tasks: int, batch_rows: int = BATCH_ROWS) -> ParquetWriter:
     """datatrove's ParquetWriter of a task's rows: the input's columns (its text and id under their own
     names) and the ``longppl_*`` ones, under the shard's ``.partial`` name."""
 
@@ -249,7 +249,7 @@ def shard_writer(corpus: CorpusInput, out: Path, tasks: int) -> ParquetWriter:
     name = shard_name(0, tasks).replace("00000-of", "${rank}-of") + ".partial"
     return ParquetWriter(
         str(out / DATA), output_filename=name, adapter=adapter, schema=corpus.output_schema(),
-        max_file_size=-1, use_content_defined_chunking=False, batch_size=BATCH_ROWS,
+        max_file_size=-1, use_content_defined_chunking=False, batch_size=batch_rows,
     )  # fmt: skip
 
 
