@@ -11,10 +11,11 @@ Contenders, side by side in one run (each its own process, timed by the runner's
   shard (when it has run half as long as the first finished task), then the same command again
   (``killed_and_resumed``: its record, ``killed.json`` in the output, says which tasks each run did and
   whether the shards finished before the kill were left as they were);
-- ``io-1000-rows`` and ``io-100-rows``: no model; one task's reading and writing alone (``io_work``), the
-  corpus's first file (a task's share at ``tasks=8``) read by the curation's reader and written back by its
-  writer at 1,000 rows a batch (datatrove's default) and at 100 (``BATCH_ROWS``): what the rows held by
-  them add to a task's peak memory.
+- ``io-1000-rows`` and ``io-100-rows``: no model; the reading and writing of a task of every document
+  alone (``io_work``), the corpus read by the curation's reader and written back by its writer at 1,000
+  rows a batch (datatrove's default) and at 100 (``BATCH_ROWS``): what the rows held by them add to a
+  task's peak memory as its documents grow; ``io-100-rows-live`` the same at 100 with ``tracemalloc`` on,
+  recording the live bytes of Python's heap and Arrow's pool at each quarter of the rows.
 
 Each row counts the rows and distinct ids written, and each task's peak memory. The corpus's files have
 row groups of ``ROW_GROUP`` rows at every size (a task holds one of its input's row groups at a time).
@@ -25,11 +26,11 @@ row groups of ``ROW_GROUP`` rows at every size (a task holds one of its input's 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from bench import runner, shared
 
 CONTENDERS = (
     "bare-loop", "curate-1-worker", "curate-2-workers", "curate-killed-resumed", "io-1000-rows", "io-100-rows",
+    "io-100-rows-live",
 )  # fmt: skip
 ROW_GROUP = 250  # rows per row group of the corpus's files: a file of the 2,000-document corpus
 WORDS = 500  # the tokenizer's words (its vocabulary: these, <s>, </s>)
@@ -134,15 +136,15 @@ def bare_loop(model: str, corpus: str, out: str) -> None:
 def killed_and_resumed(model: str, corpus: str, out: str) -> None:
     """8 tasks on 2 workers, one task's process killed (SIGKILL) about halfway through its shard, then the
     same command again; ``killed.json`` in ``out`` records what each run did."""
-    import subprocess
-
     cmd, folder = curate_args(Path(model), Path(corpus), Path(out), "tasks=8", "workers=2"), Path(out)
-    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = runner.start(cmd)
     killed = kill_halfway(folder / ".datatrove", first)
-    errors = [line for line in first.communicate()[1].splitlines() if line.startswith("error:")]
+    lines = first.communicate()[1].replace(f"{shared.ROOT}/", "").splitlines()  # paths as records hold them
+    errors = [line for line in lines if line.startswith("error:")]
     before = {p.name: shard_state(p) for p in sorted(folder.glob("data/*.parquet"))}
     ran_first = task_pids(folder)
-    again = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    again = runner.start(cmd)
+    again_errors = again.communicate()[1].replace(f"{shared.ROOT}/", "").splitlines()
     ran_again = task_pids(folder)
     record = {
         "killed": killed, "first_returncode": first.returncode, "first_errors": errors,
@@ -150,7 +152,7 @@ def killed_and_resumed(model: str, corpus: str, out: str) -> None:
         "shards_untouched": all(shard_state(folder / "data" / name) == s for name, s in before.items()),
         "tasks_finished_first": sorted(ran_first), "tasks_run_again": sorted(
             t for t, pid in ran_again.items() if ran_first.get(t) != pid),
-        "rerun_returncode": again.returncode, "rerun_errors": again.stderr.splitlines()[-3:] if again.returncode else [],
+        "rerun_returncode": again.returncode, "rerun_errors": again_errors[-3:] if again.returncode else [],
     }  # fmt: skip
     (folder / "killed.json").write_text(json.dumps(record, indent=1) + "\n")
 
@@ -191,7 +193,7 @@ def task_pids(folder: Path) -> dict[int, int]:
 
 
 def io_work(contender: str, size: int, root: str) -> Any:
-    """The reading and writing of one task (the corpus's first file) at the contender's rows a batch."""
+    """The reading and writing of one task of every document at the contender's rows a batch."""
     import tempfile
 
     import pyarrow.parquet as pq
@@ -200,23 +202,37 @@ def io_work(contender: str, size: int, root: str) -> Any:
     from pipeline.keytokens.curation import inspect_corpus, shard_writer
 
     corpus = inspect_corpus(str(make_corpus(Path(root) / f"corpus-{size}", size)), "parquet", "text", "id")
-    corpus = dataclasses.replace(corpus, files=corpus.files[:1])
-    batch = int(contender.split("-")[1])
+    batch, live = int(contender.split("-")[1]), contender.endswith("-live")
 
     def work() -> dict:
+        seen: list[list[int]] = []
+        if live:
+            tracemalloc.start()
         with tempfile.TemporaryDirectory() as out:
             writer = shard_writer(corpus, Path(out), 1, batch_rows=batch)
             rows = corpus.reader(by_rows=False, batch_rows=batch).run(rank=0, world_size=1)
-            list(writer.run((scored(row, COLUMNS) for row in rows), rank=0, world_size=1))
+            for _ in writer.run(
+                scored(rows, COLUMNS, size // 4, seen if live else None), rank=0, world_size=1
+            ):
+                pass  # each row let go once written, as FinishShard does
             written = pq.ParquetFile(next(Path(out).glob("data/*"))).metadata
-        return {"rows": written.num_rows, "row_groups": written.num_row_groups}
+        tracemalloc.stop()
+        found = {"rows": written.num_rows, "row_groups": written.num_row_groups}
+        return found | ({"live_rows_arrow_python_bytes": seen} if live else {})
 
     return work
 
 
-def scored(row: Any, columns: list[str]) -> Any:
-    row.metadata |= dict.fromkeys(columns, 0)
-    return row
+def scored(rows: Any, columns: list[str], every: int, seen: list | None) -> Any:
+    """The rows given the longppl_* columns (zeros); with ``seen``, the live bytes of Arrow's pool and
+    Python's heap (``tracemalloc``) recorded every ``every`` rows."""
+    import pyarrow as pa
+
+    for i, row in enumerate(rows, 1):
+        row.metadata |= dict.fromkeys(columns, 0)
+        yield row
+        if seen is not None and i % every == 0:
+            seen.append([i, pa.total_allocated_bytes(), tracemalloc.get_traced_memory()[0]])
 
 
 def outcome(out: Path) -> dict:

@@ -318,6 +318,13 @@ def run_process(
     return result, records
 
 
+def start(argv: list[str]) -> subprocess.Popen:
+    """A process a contender's own command drives (bench.curate's kill and resume runs a command, kills
+    one of its tasks, and runs it again), from the repository root, its error stream kept as text; the
+    runner measures it as part of the contender's process tree."""
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 def wait(proc: subprocess.Popen, watched: Clock, cap_gb: float | None, timeout: float | None) -> tuple:
     """Wait for ``proc`` (its exit status and resource usage); kill it past ``cap_gb`` or ``timeout``."""
     killed, started = None, time.perf_counter()
