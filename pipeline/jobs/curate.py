@@ -40,7 +40,7 @@ from pipeline.keytokens.curation import (
     shard_name,
     shard_writer,
 )
-from pipeline.keytokens.executors import ENGINE_GROUPS, Engine, launch
+from pipeline.keytokens.executors import ENGINE_GROUPS, Engine, launch, task_error
 from pipeline.marks import marked_folder
 from pipeline.models.loading import ModelChoice, one_line
 from pipeline.outputs import Output, check, make_folder
@@ -163,9 +163,12 @@ def not_finished(
 ) -> PipelineError:
     """The tasks that did not finish, the first one's error (when it ran in this process) and its log."""
     first, log = pending[0], out / ENGINE / "logs" / f"task_{pending[0]:05d}.log"
+    recorded = task_error(out / ENGINE, first)  # errors/<task>.json: a task in a process of its own
     why = (
         f": {one_line(failures[first], 500)}"
         if first in failures
+        else f": {recorded}"
+        if recorded
         else ": its process ended before it finished (killed by a signal, or out of memory?)"
     )
     return PipelineError(

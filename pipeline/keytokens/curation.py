@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import resource
 import time
@@ -31,7 +32,8 @@ import torch
 from datatrove.data import Document as Row
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
-from datatrove.pipeline.readers import JsonlReader, ParquetReader
+from datatrove.pipeline.readers import ParquetReader
+from datatrove.pipeline.readers.base import BaseDiskReader
 from datatrove.pipeline.writers import ParquetWriter
 
 from pipeline.artifact.columns import COLUMNS, document_columns
@@ -40,7 +42,7 @@ from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic, write_table_atomic
 from pipeline.keytokens.selection import Prepared
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.models.loading import LoadedModel
+from pipeline.models.loading import LoadedModel, one_line
 from pipeline.models.logprobs import scorer_for
 from pipeline.settings import Compute
 from pipeline.text.corpus import Document
@@ -51,7 +53,6 @@ DATA = "data"
 RECORD = "curate.json"  # the curation's record, written once every task is complete (pipeline.jobs.curate)
 FLOAT_COLUMNS = [name for name in COLUMNS if name not in ("longppl_tokens", "longppl_scored_tokens")]
 INT_COLUMNS = ["longppl_tokens", "longppl_scored_tokens", "longppl_key_tokens"]
-READERS = {"parquet": ParquetReader, "jsonl": JsonlReader}
 # Rows the reader decodes and the writer buffers at a time (one output row group). At datatrove's default
 # of 1,000, a task's peak memory grew with its documents until it held 1,000 on each side: 661 to 681 MB
 # per task at 2,500 documents against 549 to 554 at 250; at 100, 559 to 564 against 536 to 554
@@ -79,7 +80,7 @@ class CorpusInput:
         batch = {"batch_size": batch_rows} if self.format == "parquet" else {}  # JSONL: a line at a time
         reader = READERS[self.format](
             str(self.folder), text_key=self.text_key, id_key=self.id_key, paths_file=None,
-            glob_pattern=None, recursive=False, **batch,
+            glob_pattern=None, recursive=False, adapter=readable_row, **batch,
         )  # fmt: skip
         return RowShard(reader, self.files) if by_rows else FileShard(reader, self.files)
 
@@ -87,6 +88,51 @@ class CorpusInput:
         fields = [f for f in self.schema if not f.name.startswith("longppl_")]
         ours = [pa.field(n, pa.int64() if n in INT_COLUMNS else pa.float64()) for n in COLUMNS]
         return pa.schema(fields + ours)
+
+
+def readable_row(reader: Any, data: dict, path: str, row: int) -> dict:
+    """datatrove's reading of a row (its default adapter), once its text is text: a row without it would be
+    dropped by datatrove with one warning in a log, so it stops its task here, named by shard and row."""
+    text = data.get(reader.text_key)
+    if not isinstance(text, str) or not text.strip():
+        what = "missing" if text is None else "empty" if isinstance(text, str) else f"a {type(text).__name__}"
+        where = reader.data_folder.resolve_paths(path)
+        raise unreadable(where, row, f"its {reader.text_key} is {what}, not text")
+    return reader._default_adapter(data, path, row)
+
+
+def unreadable(path: str, row: int, why: str) -> PipelineError:
+    return PipelineError(
+        f"{path}, row {row}: {why}; fix or drop that row, then run again with another output_dir (the "
+        "input's files are part of the curation's identity); the other tasks go on"
+    )
+
+
+class CheckedJsonlReader(BaseDiskReader):
+    """A JSONL reader on datatrove's file reader, where a line that is not a JSON object stops the task,
+    named by file and line (datatrove's ``JsonlReader`` skips it with a warning in a log, and needs
+    ``orjson``, which this package does not install: the standard library's ``json`` reads it here)."""
+
+    name = "🐿 Jsonl (checked)"
+
+    def __init__(self, data_folder: str, compression: str | None = "infer", **options: Any) -> None:
+        super().__init__(data_folder, **options)
+        self.compression = compression
+
+    def read_file(self, filepath: str) -> DocumentsPipeline:
+        where = self.data_folder.resolve_paths(filepath)
+        with self.data_folder.open(filepath, "r", compression=self.compression) as lines:
+            for i, line in enumerate(lines):
+                try:
+                    data = json.loads(line)
+                except ValueError as exc:
+                    raise unreadable(where, i, f"not JSON ({exc})") from None
+                if not isinstance(data, dict):
+                    raise unreadable(where, i, "not a JSON object")
+                yield self.get_document_from_dict(data, filepath, i)
+
+
+READERS = {"parquet": ParquetReader, "jsonl": CheckedJsonlReader}
 
 
 def inspect_corpus(path: str, fmt: str | None, text_key: str, id_key: str) -> CorpusInput:
@@ -185,6 +231,16 @@ class CurationScorer(PipelineStep):
         self.settings, self.gpus, self.worker = settings, gpus, 0
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        """The rows scored; a failure (a row that cannot be read included) is left in
+        ``errors/<task>.json`` for the launcher, and raised."""
+        try:
+            yield from self.score(data, rank)
+        except Exception as exc:
+            record = {"error": one_line(exc, 2000), "type": type(exc).__name__, "pid": os.getpid()}
+            write_json_atomic(self.settings.folder / ENGINE / "errors" / f"{rank:05d}.json", record)
+            raise
+
+    def score(self, data: DocumentsPipeline, rank: int) -> DocumentsPipeline:
         started, rows, tokens = time.time(), 0, 0
         lm = None
         for row in data or ():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -254,6 +255,14 @@ class SlurmTasks(SlurmPipelineExecutor):
     def get_sbatch_args(self, max_array: int = 1) -> dict:
         args = super().get_sbatch_args(max_array)
         return {k: v for k, v in args.items() if not (k == "partition" and v is None)}
+
+
+def task_error(engine: Path, task: int) -> str | None:
+    """Why a task stopped, as it left it in the engine's ``errors/<task>.json`` (None: no record)."""
+    try:
+        return json.loads((engine / "errors" / f"{task:05d}.json").read_text(encoding="utf-8"))["error"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def launch(executor: PipelineExecutor, gpus: int) -> None:

@@ -30,6 +30,7 @@ from pipeline.artifact.writer import ArtifactWriter
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
 from pipeline.keytokens.executors import launch as launch_tasks
+from pipeline.keytokens.executors import task_error
 from pipeline.keytokens.plan import Plan, write_shards
 from pipeline.keytokens.selection import Prepared, document_records
 from pipeline.keytokens.step import KeyTokenScorer
@@ -112,13 +113,6 @@ def not_finished(plan: Plan, pending: list[int], failures: dict[int, BaseExcepti
         f"{first}: {why}; its log: {plan.engine / 'logs' / f'task_{first:05d}.log'}; run the same command "
         "again to run them (each resumes from its last finished document)"
     )
-
-
-def task_error(engine: Path, task: int) -> str | None:
-    try:
-        return json.loads((engine / "errors" / f"{task:05d}.json").read_text(encoding="utf-8"))["error"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def running_process(engine: Path, task: int) -> str:

@@ -136,6 +136,61 @@ def test_a_task_killed_mid_shard_then_the_run_again(tiny_model_dir, corpus, tmp_
     assert rows(out).equals(reference)
 
 
+def test_a_row_that_cannot_be_read_stops_its_task_alone(tiny_model_dir, corpus, tmp_path, reference):
+    """A row without text in one shard: its task stops, named by shard and row, the other tasks finish;
+    the row fixed, the same output is refused (its input changed) and another one has the one task's rows."""
+    broken, out = tmp_path / "shards", tmp_path / "curated"
+    shutil.copytree(corpus, broken)
+    table = pq.read_table(broken / "part-1.parquet")
+    bodies = table.column("body").to_pylist()
+    missing = table.set_column(1, "body", pa.array([*bodies[:3], None, *bodies[4:]]))
+    pq.write_table(missing, broken / "part-1.parquet")
+    cmd = curate_command(tiny_model_dir, broken, out, "tasks=3", "workers=2")
+    done = run_cmd(cmd)
+    assert done.returncode == 2 and len(error_lines(done.stderr)) == 1, done.stderr[-2000:]
+    line = error_lines(done.stderr)[0]
+    assert "1 of 3 tasks did not finish" in line and "task 1:" in line, line
+    assert f"{broken / 'part-1.parquet'}, row 3: its body is missing, not text" in line, line
+    assert sorted(p.name for p in (out / "data").glob("*.parquet")) == [
+        "train-00000-of-00003.parquet", "train-00002-of-00003.parquet"]  # fmt: skip
+    shutil.copy(corpus / "part-1.parquet", broken / "part-1.parquet")
+    refused = run_cmd(cmd)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "other settings" in error_lines(refused.stderr)[0], refused.stderr[-2000:]
+    again = run_cmd(curate_command(tiny_model_dir, broken, tmp_path / "again", "tasks=3", "workers=2"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert rows(tmp_path / "again").equals(reference)
+
+
+def test_a_jsonl_corpus_gives_the_parquet_ones_rows(tiny_model_dir, corpus, tmp_path, reference):
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    for shard in sorted(corpus.glob("*.parquet")):
+        lines = [json.dumps(row) for row in pq.read_table(shard).to_pylist()]
+        (folder / shard.with_suffix(".jsonl").name).write_text("\n".join(lines) + "\n")
+    done = run_cmd(curate_command(tiny_model_dir, folder, tmp_path / "curated"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert rows(tmp_path / "curated").equals(reference)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [("{not json", "not JSON"), ('["a list"]', "not a JSON object"), ('{"doc": "x", "body": " "}', "empty")],
+)
+def test_a_jsonl_line_that_cannot_be_read_is_named(tiny_model_dir, tmp_path, line, why):
+    """datatrove's JSONL reader skips such a line with a warning in a log; here it is named, file and line
+    (in a file after the first, whose first lines the launcher reads before any model loads)."""
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    good = [json.dumps({"doc": f"d{i}", "body": " ".join(WORDS[: 20 + i])}) for i in range(3)]
+    (folder / "part-0.jsonl").write_text("\n".join(good) + "\n")
+    (folder / "part-1.jsonl").write_text("\n".join([*good[:2], line, good[2]]) + "\n")
+    done = run_cmd(curate_command(tiny_model_dir, folder, tmp_path / "curated"))
+    assert done.returncode == 2 and len(error_lines(done.stderr)) == 1, done.stderr[-2000:]
+    assert f"{folder / 'part-1.jsonl'}, row 2: " in error_lines(done.stderr)[0], done.stderr[-2000:]
+    assert why in error_lines(done.stderr)[0]
+
+
 def test_selection_read_by_datasets_with_its_card(tiny_model_dir, corpus, tmp_path, reference):
     out = tmp_path / "curated"
     assert run_cmd(curate_command(tiny_model_dir, corpus, out)).returncode == 0
