@@ -40,9 +40,10 @@ from pipeline.artifact.columns import COLUMNS, document_columns
 from pipeline.artifact.schema import MANIFEST
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic, write_table_atomic
+from pipeline.keytokens.executors import record_task_error
 from pipeline.keytokens.selection import Prepared
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.models.loading import LoadedModel, one_line
+from pipeline.models.loading import LoadedModel
 from pipeline.models.logprobs import scorer_for
 from pipeline.settings import Compute
 from pipeline.text.corpus import Document
@@ -236,8 +237,7 @@ class CurationScorer(PipelineStep):
         try:
             yield from self.score(data, rank)
         except Exception as exc:
-            record = {"error": one_line(exc, 2000), "type": type(exc).__name__, "pid": os.getpid()}
-            write_json_atomic(self.settings.folder / ENGINE / "errors" / f"{rank:05d}.json", record)
+            record_task_error(self.settings.folder / ENGINE, rank, exc)
             raise
 
     def score(self, data: DocumentsPipeline, rank: int) -> DocumentsPipeline:

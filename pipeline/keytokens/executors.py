@@ -257,6 +257,15 @@ class SlurmTasks(SlurmPipelineExecutor):
         return {k: v for k, v in args.items() if not (k == "partition" and v is None)}
 
 
+def record_task_error(engine: Path, task: int, exc: BaseException) -> None:
+    """Why a task stopped, left in the engine's ``errors/<task>.json`` for the launcher (``task_error``)."""
+    from pipeline.files import write_json_atomic
+    from pipeline.models.loading import one_line
+
+    record = {"error": one_line(exc, 2000), "type": type(exc).__name__, "pid": os.getpid()}
+    write_json_atomic(engine / "errors" / f"{task:05d}.json", record)
+
+
 def task_error(engine: Path, task: int) -> str | None:
     """Why a task stopped, as it left it in the engine's ``errors/<task>.json`` (None: no record)."""
     try:

@@ -36,10 +36,11 @@ from pipeline.artifact.schema import MANIFEST, RUN_STATE, settings_fingerprint
 from pipeline.artifact.writer import ArtifactWriter, DamagedRecord, read_record
 from pipeline.errors import PipelineError
 from pipeline.files import write_json_atomic
+from pipeline.keytokens.executors import record_task_error
 from pipeline.keytokens.plan import ENGINE, Plan
 from pipeline.keytokens.selection import Prepared, document_sources, settings_record
 from pipeline.keytokens.tables import keytoken_tables
-from pipeline.models.loading import LoadedModel, one_line
+from pipeline.models.loading import LoadedModel
 from pipeline.models.logprobs import scorer_for
 from pipeline.settings import Compute
 from pipeline.text.corpus import Document
@@ -81,8 +82,7 @@ class KeyTokenScorer(PipelineStep):
         try:
             yield from self.score(iter(data or ()), rank)
         except Exception as exc:
-            record = {"error": one_line(exc, 2000), "type": type(exc).__name__, "pid": os.getpid()}
-            write_json_atomic(self.root / ENGINE / "errors" / f"{rank:05d}.json", record)
+            record_task_error(self.root / ENGINE, rank, exc)
             raise
 
     def score(self, documents: Iterator[Row], rank: int) -> Iterator[Row]:
