@@ -139,12 +139,11 @@ def killed_and_resumed(model: str, corpus: str, out: str) -> None:
     cmd, folder = curate_args(Path(model), Path(corpus), Path(out), "tasks=8", "workers=2"), Path(out)
     first = runner.start(cmd)
     killed = kill_halfway(folder / ".datatrove", first)
-    lines = first.communicate()[1].replace(f"{shared.ROOT}/", "").splitlines()  # paths as records hold them
-    errors = [line for line in lines if line.startswith("error:")]
+    errors = [line for line in stderr_lines(first) if line.startswith("error:")]
     before = {p.name: shard_state(p) for p in sorted(folder.glob("data/*.parquet"))}
     ran_first = task_pids(folder)
     again = runner.start(cmd)
-    again_errors = again.communicate()[1].replace(f"{shared.ROOT}/", "").splitlines()
+    again_errors = stderr_lines(again)
     ran_again = task_pids(folder)
     record = {
         "killed": killed, "first_returncode": first.returncode, "first_errors": errors,
@@ -155,6 +154,11 @@ def killed_and_resumed(model: str, corpus: str, out: str) -> None:
         "rerun_returncode": again.returncode, "rerun_errors": again_errors[-3:] if again.returncode else [],
     }  # fmt: skip
     (folder / "killed.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def stderr_lines(proc: Any) -> list[str]:
+    """A finished process's error stream, its paths as records hold them (relative to the repository)."""
+    return proc.communicate()[1].replace(f"{shared.ROOT}/", "").splitlines()
 
 
 def kill_halfway(engine: Path, proc: Any) -> dict:
